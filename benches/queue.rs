@@ -1,0 +1,2 @@
+//! Criterion benches (to come).
+fn main() {}

@@ -1,0 +1,176 @@
+-- litejob schema, version 1 (PRAGMA user_version = 1).
+--
+-- This file is the whole current schema. The litejob binary embeds it and runs
+-- it on a new file; an older file is migrated step by step (src/schema.rs).
+-- It stays within what SQLite 3.40 (Debian 12's sqlite3 shell) understands.
+--
+-- Times: every *_at column is INTEGER milliseconds since the Unix epoch (UTC),
+-- so times sort and compare in plain SQL. The views at the end show them as
+-- 'YYYY-MM-DD HH:MM:SS.SSS' (UTC). To read a time yourself:
+--     SELECT strftime('%Y-%m-%d %H:%M:%f', created_at / 1000.0, 'unixepoch') FROM jobs;
+--
+-- Open the file in the shell with:   sqlite3 litejob.db
+-- and ask, for example, "ten events or one event ten times?":
+--     SELECT idempotency_key, deliveries, state, attempts FROM jobs WHERE idempotency_key = 'evt_42';
+--     SELECT * FROM attempts WHERE key = 'evt_42' ORDER BY id;
+
+-- jobs: one row is one unit of work, identified by its producer's
+-- idempotency key. A second enqueue with the same key creates no row; it
+-- increments `deliveries` instead.
+CREATE TABLE IF NOT EXISTS jobs (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused
+    queue            TEXT    NOT NULL DEFAULT 'default' CHECK (length(queue) > 0),
+    kind             TEXT    NOT NULL CHECK (length(kind) > 0),
+    idempotency_key  TEXT    NOT NULL UNIQUE CHECK (length(idempotency_key) > 0),
+    payload          TEXT    NOT NULL CHECK (json_valid(payload)),
+    -- queued: waiting (includes scheduled and waiting-for-retry, see run_at)
+    -- running: claimed by a worker that holds the lease below
+    -- succeeded / dead / cancelled: finished, see finished_at
+    state            TEXT    NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'running', 'succeeded', 'dead', 'cancelled')),
+    priority         INTEGER NOT NULL DEFAULT 0,        -- smaller runs first
+    run_at           INTEGER NOT NULL,                  -- not claimed before this time
+    -- runs charged against max_attempts (failed, panicked, and the run in
+    -- progress). A run cut short by a crash is not charged: it moves to
+    -- `abandoned` instead.
+    attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts     INTEGER NOT NULL DEFAULT 2 CHECK (max_attempts >= 1), -- max_retries + 1
+    abandoned        INTEGER NOT NULL DEFAULT 0 CHECK (abandoned >= 0),    -- runs cut short by a crash
+    deliveries       INTEGER NOT NULL DEFAULT 1 CHECK (deliveries >= 1),   -- enqueues seen for this key
+    last_error       TEXT,
+    created_at       INTEGER NOT NULL,
+    finished_at      INTEGER,
+    -- Lease: who holds a running job and until when. `lease_owner` names the
+    -- process (pid and a random tag); `current_attempt` is the attempts.id of
+    -- the run in progress (NULL while claimed but not yet started). Completion
+    -- is fenced on current_attempt: a run that lost its lease cannot complete.
+    lease_owner      TEXT,
+    lease_expires_at INTEGER,
+    current_attempt  INTEGER,
+    CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
+    CHECK (state = 'running' OR current_attempt IS NULL),
+    CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL))
+);
+
+-- Claiming reads only this index: the queued set in claim order. It stays
+-- small and O(log n) however many jobs have finished.
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority, run_at, id) WHERE state = 'queued';
+-- Expired leases are found without scanning finished jobs.
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
+-- Pruning walks finished jobs oldest first.
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+-- processed_jobs: the ledger. One row is a key whose work committed. A job's
+-- transaction inserts its key here first; a conflict means the work was
+-- already done. Kept when jobs are pruned (unless asked), so a re-enqueue of a
+-- pruned key is still a duplicate. job_id has no foreign key on purpose: the
+-- ledger outlives the job rows.
+CREATE TABLE IF NOT EXISTS processed_jobs (
+    key          TEXT    PRIMARY KEY CHECK (length(key) > 0),
+    completed_at INTEGER NOT NULL,
+    job_id       INTEGER
+);
+CREATE INDEX IF NOT EXISTS processed_jobs_completed ON processed_jobs (completed_at);
+
+-- outbox: one row is a side effect (mail, HTTP call) to perform after the job
+-- that wrote it committed. A dispatcher runs it outside any transaction,
+-- at least once while attempts remain.
+CREATE TABLE IF NOT EXISTS outbox (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    key              TEXT    NOT NULL UNIQUE CHECK (length(key) > 0), -- stable; pass it to a provider that deduplicates
+    kind             TEXT    NOT NULL CHECK (length(kind) > 0),
+    payload          TEXT    NOT NULL CHECK (json_valid(payload)),
+    -- pending: waiting (see next_attempt_at); sending: an effect is running
+    -- under the lease below; sent / dead: finished
+    state            TEXT    NOT NULL DEFAULT 'pending'
+                     CHECK (state IN ('pending', 'sending', 'sent', 'dead')),
+    attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0), -- counted before the effect is called
+    max_attempts     INTEGER NOT NULL DEFAULT 2 CHECK (max_attempts >= 1),
+    job_id           INTEGER REFERENCES jobs (id) ON DELETE SET NULL, -- the job that wrote it
+    next_attempt_at  INTEGER NOT NULL,
+    last_error       TEXT,
+    created_at       INTEGER NOT NULL,
+    sent_at          INTEGER,
+    lease_owner      TEXT,
+    lease_expires_at INTEGER,
+    current_attempt  INTEGER,
+    CHECK ((state = 'sending') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
+    CHECK ((state = 'sent') = (sent_at IS NOT NULL))
+);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt_at, id) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS outbox_lease ON outbox (lease_expires_at) WHERE state = 'sending';
+CREATE INDEX IF NOT EXISTS outbox_job ON outbox (job_id);
+CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE state = 'sent';
+
+-- attempts: one row is one run of a job (job_id) or of an effect
+-- (outbox_id). Written when the run starts (outcome 'running'), so a run cut
+-- short by a crash is still seen: it becomes 'abandoned'.
+CREATE TABLE IF NOT EXISTS attempts (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id      INTEGER REFERENCES jobs (id) ON DELETE CASCADE,
+    outbox_id   INTEGER REFERENCES outbox (id) ON DELETE CASCADE,
+    attempt     INTEGER NOT NULL CHECK (attempt >= 1), -- charged attempt number, N of max_attempts
+    key         TEXT    NOT NULL,                      -- the job's idempotency key or the outbox row's key
+    worker      TEXT    NOT NULL,                      -- pid and thread name
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER,
+    outcome     TEXT    NOT NULL DEFAULT 'running'
+                CHECK (outcome IN ('running', 'succeeded', 'failed', 'panicked',
+                                   'duplicate', 'abandoned', 'released')),
+    error       TEXT,
+    CHECK ((job_id IS NULL) <> (outbox_id IS NULL)),
+    CHECK ((outcome = 'running') = (finished_at IS NULL))
+);
+CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id) WHERE job_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (outbox_id) WHERE outbox_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS attempts_key ON attempts (key);
+
+-- Views for people: the same rows with readable times (UTC).
+
+CREATE VIEW IF NOT EXISTS job_overview AS
+SELECT id, queue, kind, idempotency_key, state, priority,
+       attempts || '/' || max_attempts AS attempts,
+       abandoned, deliveries,
+       strftime('%Y-%m-%d %H:%M:%f', run_at / 1000.0, 'unixepoch')      AS run_at,
+       strftime('%Y-%m-%d %H:%M:%f', created_at / 1000.0, 'unixepoch')  AS created_at,
+       strftime('%Y-%m-%d %H:%M:%f', finished_at / 1000.0, 'unixepoch') AS finished_at,
+       lease_owner,
+       strftime('%Y-%m-%d %H:%M:%f', lease_expires_at / 1000.0, 'unixepoch') AS lease_expires_at,
+       last_error
+FROM jobs;
+
+CREATE VIEW IF NOT EXISTS attempt_history AS
+SELECT a.id, coalesce('job ' || a.job_id, 'outbox ' || a.outbox_id) AS run_of,
+       a.key, a.attempt, a.worker, a.outcome,
+       strftime('%Y-%m-%d %H:%M:%f', a.started_at / 1000.0, 'unixepoch')  AS started_at,
+       strftime('%Y-%m-%d %H:%M:%f', a.finished_at / 1000.0, 'unixepoch') AS finished_at,
+       a.finished_at - a.started_at AS duration_ms,
+       a.error
+FROM attempts a;
+
+CREATE VIEW IF NOT EXISTS recent_failures AS
+SELECT a.id AS attempt_id, coalesce('job ' || a.job_id, 'outbox ' || a.outbox_id) AS run_of,
+       a.key, a.attempt, a.outcome, a.worker,
+       strftime('%Y-%m-%d %H:%M:%f', a.started_at / 1000.0, 'unixepoch') AS started_at,
+       a.error
+FROM attempts a
+WHERE a.outcome IN ('failed', 'panicked', 'abandoned')
+ORDER BY a.id DESC
+LIMIT 100;
+
+CREATE VIEW IF NOT EXISTS outbox_overview AS
+SELECT id, key, kind, state, attempts || '/' || max_attempts AS attempts, job_id,
+       strftime('%Y-%m-%d %H:%M:%f', next_attempt_at / 1000.0, 'unixepoch') AS next_attempt_at,
+       strftime('%Y-%m-%d %H:%M:%f', created_at / 1000.0, 'unixepoch')      AS created_at,
+       strftime('%Y-%m-%d %H:%M:%f', sent_at / 1000.0, 'unixepoch')         AS sent_at,
+       last_error
+FROM outbox;
+
+-- "Ten events or one event ten times?" per key: deliveries, runs and effects.
+CREATE VIEW IF NOT EXISTS key_summary AS
+SELECT j.idempotency_key AS key, j.id AS job_id, j.kind, j.state, j.deliveries,
+       (SELECT count(*) FROM attempts a WHERE a.job_id = j.id) AS runs,
+       (SELECT count(*) FROM processed_jobs p WHERE p.key = j.idempotency_key) AS committed,
+       (SELECT count(*) FROM outbox o WHERE o.job_id = j.id) AS outbox_rows,
+       (SELECT count(*) FROM outbox o WHERE o.job_id = j.id AND o.state = 'sent') AS outbox_sent
+FROM jobs j;

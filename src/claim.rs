@@ -1,0 +1,217 @@
+//! Leases on jobs: claim a batch, start a run, renew, reap expired leases,
+//! release at shutdown. Writes `jobs` (state and lease columns) and
+//! `attempts` (through the history module).
+
+use rusqlite::Connection;
+
+use crate::error::Result;
+use crate::history::{self, AttemptOutcome, RunOf};
+use crate::time::Millis;
+
+/// A job claimed by this process but not started yet: it holds a lease but
+/// no attempt, so a crash before it starts charges nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub id: i64,
+    pub kind: String,
+}
+
+/// Claims up to `limit` runnable jobs of `kinds` (and `queues`, if given), in
+/// priority order, for `owner` until `lease_until`.
+pub(crate) fn claim_batch(
+    conn: &Connection,
+    kinds_json: &str,
+    queues_json: Option<&str>,
+    limit: usize,
+    owner: &str,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Vec<Claimed>> {
+    // The subquery walks the partial index jobs_claim (the queued set in
+    // priority order), so claiming costs O(log n + limit) however many jobs
+    // have finished.
+    const SQL: &str = "UPDATE jobs SET state = 'running', lease_owner = ?1, lease_expires_at = ?2 \
+         WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND run_at <= ?3 \
+                      AND kind IN (SELECT value FROM json_each(?4)) \
+                      AND (?5 IS NULL OR queue IN (SELECT value FROM json_each(?5))) \
+                      ORDER BY priority, run_at, id LIMIT ?6) \
+         RETURNING id, kind, priority, run_at";
+    let mut st = conn.prepare_cached(SQL)?;
+    let mut rows: Vec<(i64, i64, Claimed)> = st
+        .query_map(
+            rusqlite::params![
+                owner,
+                lease_until,
+                now,
+                kinds_json,
+                queues_json,
+                limit as i64
+            ],
+            |r| {
+                Ok((
+                    r.get(2)?,
+                    r.get(3)?,
+                    Claimed {
+                        id: r.get(0)?,
+                        kind: r.get(1)?,
+                    },
+                ))
+            },
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    // RETURNING order is unspecified: restore claim order.
+    rows.sort_by_key(|(p, at, c)| (*p, *at, c.id));
+    Ok(rows.into_iter().map(|(_, _, c)| c).collect())
+}
+
+/// A run that started: its attempt row is written and the job is fenced on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Started {
+    pub attempt_id: i64,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub key: String,
+    pub queue: String,
+    pub payload: String,
+}
+
+/// Starts the run of a claimed job: charges an attempt, writes the attempt
+/// row and fences the job on it. None when the claim was lost meanwhile.
+pub(crate) fn start(
+    conn: &Connection,
+    job_id: i64,
+    owner: &str,
+    worker: &str,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Option<Started>> {
+    const SQL: &str = "UPDATE jobs SET attempts = attempts + 1, lease_expires_at = ?3 \
+         WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL \
+         RETURNING attempts, max_attempts, idempotency_key, queue, payload";
+    let mut st = conn.prepare_cached(SQL)?;
+    let mut rows = st.query(rusqlite::params![job_id, owner, lease_until])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let (attempt, max_attempts, key, queue, payload): (i64, i64, String, String, String) =
+        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+    drop(rows);
+    let attempt_id = history::start(conn, RunOf::Job(job_id), attempt, &key, worker, now)?;
+    conn.prepare_cached("UPDATE jobs SET current_attempt = ?2 WHERE id = ?1")?
+        .execute(rusqlite::params![job_id, attempt_id])?;
+    Ok(Some(Started {
+        attempt_id,
+        attempt,
+        max_attempts,
+        key,
+        queue,
+        payload,
+    }))
+}
+
+/// Extends the leases `owner` holds on the given jobs.
+pub(crate) fn heartbeat(
+    conn: &Connection,
+    owner: &str,
+    ids_json: &str,
+    until: Millis,
+) -> Result<usize> {
+    const SQL: &str =
+        "UPDATE jobs SET lease_expires_at = ?3 WHERE state = 'running' AND lease_owner = ?1 \
+                       AND id IN (SELECT value FROM json_each(?2))";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![owner, ids_json, until])?)
+}
+
+/// The message a poison pill dies with.
+pub(crate) fn poison_message(abandoned: i64) -> String {
+    format!("abandoned {abandoned} times: the process died while running it (poison pill?)")
+}
+
+/// Takes back jobs whose lease ran out (the process died, or the run hung
+/// past its lease). A claimed-but-unstarted job goes back to `queued`
+/// uncharged. A started run is recorded `abandoned`; it does not use up
+/// `max_retries`, but the `max_abandoned`-th abandoned run makes the job
+/// `dead` as a poison pill. Returns how many jobs were taken back.
+pub(crate) fn reap_expired(conn: &Connection, now: Millis, max_abandoned: i64) -> Result<usize> {
+    let expired: Vec<(i64, Option<i64>, i64)> = conn
+        .prepare_cached(
+            "SELECT id, current_attempt, abandoned FROM jobs \
+             WHERE state = 'running' AND lease_expires_at < ?1 LIMIT 500",
+        )?
+        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, attempt, abandoned) in &expired {
+        match attempt {
+            None => {
+                conn.prepare_cached(
+                    "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL WHERE id = ?1",
+                )?
+                .execute([id])?;
+            }
+            Some(a) => {
+                history::finish(
+                    conn,
+                    *a,
+                    AttemptOutcome::Abandoned,
+                    Some("abandoned: the lease expired (the process died or the run hung past its lease)"),
+                    now,
+                )?;
+                let total = abandoned + 1;
+                if total >= max_abandoned {
+                    conn.prepare_cached(
+                        "UPDATE jobs SET state = 'dead', abandoned = ?2, attempts = max(attempts - 1, 0), \
+                         last_error = ?3, finished_at = ?4, lease_owner = NULL, lease_expires_at = NULL, \
+                         current_attempt = NULL WHERE id = ?1",
+                    )?
+                    .execute(rusqlite::params![id, total, poison_message(total), now])?;
+                    log::warn!(target: "litejob", job_id = *id, abandoned = total; "job is dead: {}", poison_message(total));
+                } else {
+                    conn.prepare_cached(
+                        "UPDATE jobs SET state = 'queued', abandoned = ?2, attempts = max(attempts - 1, 0), \
+                         run_at = ?3, last_error = 'abandoned: the lease expired', lease_owner = NULL, \
+                         lease_expires_at = NULL, current_attempt = NULL WHERE id = ?1",
+                    )?
+                    .execute(rusqlite::params![id, total, now])?;
+                }
+            }
+        }
+    }
+    Ok(expired.len())
+}
+
+/// Gives a job back to `queued` without charging it: a claimed job never
+/// started (`attempt` None) or a run cut short by shutdown (recorded
+/// `released`). Fenced on the lease. Returns false when the job was no
+/// longer ours.
+pub(crate) fn release(
+    conn: &Connection,
+    job_id: i64,
+    owner: &str,
+    attempt: Option<i64>,
+    now: Millis,
+) -> Result<bool> {
+    match attempt {
+        None => Ok(conn
+            .prepare_cached(
+                "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL",
+            )?
+            .execute(rusqlite::params![job_id, owner])?
+            == 1),
+        Some(a) => {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE jobs SET state = 'queued', attempts = max(attempts - 1, 0), lease_owner = NULL, \
+                     lease_expires_at = NULL, current_attempt = NULL \
+                     WHERE id = ?1 AND state = 'running' AND current_attempt = ?2",
+                )?
+                .execute(rusqlite::params![job_id, a])?;
+            if n == 1 {
+                history::finish(conn, a, AttemptOutcome::Released, Some("released at shutdown"), now)?;
+            }
+            Ok(n == 1)
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Command-line parsing and dispatch (to be written).
+
+/// Runs the command and returns the exit status.
+pub fn main() -> i32 {
+    0
+}

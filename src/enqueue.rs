@@ -1,0 +1,151 @@
+//! The producer side: validates a `NewJob` and inserts it, or counts a
+//! duplicate delivery. Writes `jobs` (insert, `deliveries`).
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, NewJob};
+use crate::ledger;
+use crate::time::Millis;
+
+/// The limits and defaults enqueue checks against.
+#[derive(Debug, Clone)]
+pub(crate) struct EnqueueRules {
+    pub max_payload_bytes: usize,
+    pub default_max_retries: u32,
+    pub kind_max_retries: std::collections::HashMap<String, u32>,
+}
+
+/// Longest kind, key or queue name accepted.
+pub(crate) const MAX_NAME_BYTES: usize = 1024;
+/// Largest `max_retries` accepted.
+pub(crate) const MAX_RETRIES_LIMIT: u32 = 10_000;
+
+/// A job that passed validation: ready to insert.
+#[derive(Debug, Clone)]
+pub(crate) struct ValidJob {
+    pub kind: String,
+    pub key: String,
+    pub payload: String,
+    pub queue: String,
+    pub priority: i64,
+    pub run_at: Millis,
+    pub max_attempts: i64,
+}
+
+fn check_name(what: &str, s: &str) -> Result<()> {
+    if s.trim().is_empty() {
+        return Err(Error::invalid(format!("{what} must not be empty")));
+    }
+    if s.len() > MAX_NAME_BYTES {
+        return Err(Error::invalid(format!(
+            "{what} is {} bytes, longer than the limit of {MAX_NAME_BYTES}",
+            s.len()
+        )));
+    }
+    if s.contains('\0') {
+        return Err(Error::invalid(format!(
+            "{what} must not contain a NUL byte"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks everything that can be checked before touching the file.
+pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
+    check_name("kind", &job.kind)?;
+    check_name("key", &job.key)?;
+    check_name("queue", &job.queue)?;
+    let payload = match &job.payload {
+        Ok(p) => p,
+        Err(e) => {
+            return Err(Error::invalid(format!(
+                "payload cannot be serialized to JSON: {e}"
+            )))
+        }
+    };
+    if payload.len() > rules.max_payload_bytes {
+        return Err(Error::invalid(format!(
+            "payload is {} bytes, over the limit of {} bytes",
+            payload.len(),
+            rules.max_payload_bytes
+        )));
+    }
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(payload) {
+        return Err(Error::invalid(format!("payload is not valid JSON: {e}")));
+    }
+    let retries = job
+        .max_retries
+        .or_else(|| rules.kind_max_retries.get(&job.kind).copied())
+        .unwrap_or(rules.default_max_retries);
+    if retries > MAX_RETRIES_LIMIT {
+        return Err(Error::invalid(format!(
+            "max_retries {retries} is over the limit of {MAX_RETRIES_LIMIT}"
+        )));
+    }
+    let run_at = match (job.run_at, job.delay) {
+        (Some(at), _) => at,
+        (None, Some(d)) => now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64),
+        (None, None) => now,
+    };
+    Ok(ValidJob {
+        kind: job.kind.clone(),
+        key: job.key.clone(),
+        payload: payload.clone(),
+        queue: job.queue.clone(),
+        priority: job.priority,
+        run_at,
+        max_attempts: retries as i64 + 1,
+    })
+}
+
+/// Inserts a validated job, or counts a duplicate delivery. Runs inside the
+/// caller's transaction: the writer's, or the application's own.
+pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueued> {
+    // A key whose work already committed is a duplicate even when its job row
+    // was pruned.
+    if let Some((_, ledger_job)) = ledger::lookup(conn, &job.key)? {
+        const BUMP: &str =
+            "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
+        let mut st = conn.prepare_cached(BUMP)?;
+        let mut rows = st.query([&job.key])?;
+        let id = match rows.next()? {
+            Some(r) => r.get(0)?,
+            None => ledger_job.unwrap_or(0),
+        };
+        return Ok(Enqueued::Duplicate(id));
+    }
+    // One statement decides new or duplicate under the write lock, so
+    // concurrent producers (threads or processes) never see a constraint
+    // error: the loser's insert turns into a delivery count.
+    const UPSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT (idempotency_key) DO UPDATE SET deliveries = deliveries + 1 \
+         RETURNING id, deliveries";
+    let mut st = conn.prepare_cached(UPSERT)?;
+    let (id, deliveries): (i64, i64) = st
+        .query_row(
+            rusqlite::params![
+                job.queue,
+                job.kind,
+                job.key,
+                job.payload,
+                job.priority,
+                job.run_at,
+                job.max_attempts,
+                now
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => {
+                Error::invalid(format!("refused by the schema's constraints: {e}"))
+            }
+            _ => Error::from_sqlite(e),
+        })?;
+    Ok(if deliveries == 1 {
+        Enqueued::New(id)
+    } else {
+        Enqueued::Duplicate(id)
+    })
+}

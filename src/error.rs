@@ -1,0 +1,216 @@
+//! The library's error type: what can go wrong in litejob itself (as opposed
+//! to what a handler says about its job, which is [`crate::Outcome`]).
+
+use std::fmt;
+
+/// Everything litejob can fail with. Each variant says what happened and,
+/// where a user can act, what to do.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Input refused before anything was written (empty kind or key, invalid
+    /// JSON, oversized payload, bad option).
+    InvalidInput(String),
+    /// The file's schema is newer than this binary understands; the file was
+    /// not touched.
+    SchemaTooNew {
+        /// `PRAGMA user_version` found in the file.
+        found: i64,
+        /// The newest version this binary knows.
+        supported: i64,
+    },
+    /// The file is not a litejob database (or not a SQLite database at all).
+    NotADatabase(String),
+    /// Another connection held the write lock longer than the busy timeout.
+    Busy(String),
+    /// The disk (or `max_page_count`) is full; the transaction was rolled back
+    /// and nothing was written.
+    StorageFull(String),
+    /// The commit failed with an I/O error: the write may or may not be on
+    /// disk. Retrying with the same idempotency key is always safe.
+    OutcomeUnknown(String),
+    /// No row with this id or key.
+    NotFound(String),
+    /// The run lost its lease (it took too long or another worker took the
+    /// job over); its transaction was rolled back.
+    LeaseLost(String),
+    /// The write was rolled back through no fault of its own (another
+    /// operation in the same group commit was interrupted); retry it.
+    Aborted(String),
+    /// A run's transaction ran past its time budget and was interrupted; the
+    /// attempt counts as failed.
+    Interrupted(String),
+    /// The queue or runtime is shutting down.
+    ShuttingDown,
+    /// Any other SQLite error.
+    Sqlite(rusqlite::Error),
+    /// The connection pool could not hand out a connection.
+    Pool(String),
+    /// Reading or writing a file other than the database failed.
+    Io(std::io::Error),
+    /// The database file could not be opened (missing directory, read-only
+    /// file or directory, permissions); the message names the path.
+    Open(String),
+    /// An internal failure (a thread died, a channel closed unexpectedly).
+    Internal(String),
+}
+
+/// Shorthand for `Result<T, litejob::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True when the database was locked by another connection for longer
+    /// than the busy timeout.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy(_))
+    }
+
+    /// True when the disk or the database's page limit is full.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, Error::StorageFull(_))
+    }
+
+    /// True when the outcome of a write is unknown (I/O error at commit).
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::OutcomeUnknown(_))
+    }
+
+    /// True when the input was refused; nothing was written.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Error::InvalidInput(_))
+    }
+
+    /// True when retrying the same call later may succeed (busy, storage full,
+    /// aborted group, unknown outcome).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Busy(_) | Error::StorageFull(_) | Error::Aborted(_) | Error::OutcomeUnknown(_)
+        )
+    }
+
+    /// The SQLite extended error code, if this is a SQLite error.
+    pub fn sqlite_error_code(&self) -> Option<rusqlite::ErrorCode> {
+        match self {
+            Error::Sqlite(e) => e.sqlite_error_code(),
+            _ => None,
+        }
+    }
+
+    /// A copy for handing one failure to several waiters (a group commit's
+    /// callers all learn the same commit error).
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::InvalidInput(m) => Error::InvalidInput(m.clone()),
+            Error::SchemaTooNew { found, supported } => Error::SchemaTooNew {
+                found: *found,
+                supported: *supported,
+            },
+            Error::NotADatabase(m) => Error::NotADatabase(m.clone()),
+            Error::Busy(m) => Error::Busy(m.clone()),
+            Error::StorageFull(m) => Error::StorageFull(m.clone()),
+            Error::OutcomeUnknown(m) => Error::OutcomeUnknown(m.clone()),
+            Error::NotFound(m) => Error::NotFound(m.clone()),
+            Error::LeaseLost(m) => Error::LeaseLost(m.clone()),
+            Error::Aborted(m) => Error::Aborted(m.clone()),
+            Error::Interrupted(m) => Error::Interrupted(m.clone()),
+            Error::ShuttingDown => Error::ShuttingDown,
+            Error::Sqlite(rusqlite::Error::SqliteFailure(code, msg)) => {
+                Error::Sqlite(rusqlite::Error::SqliteFailure(*code, msg.clone()))
+            }
+            Error::Sqlite(e) => Error::Internal(format!("sqlite: {e}")),
+            Error::Pool(m) => Error::Pool(m.clone()),
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+            Error::Open(m) => Error::Open(m.clone()),
+            Error::Internal(m) => Error::Internal(m.clone()),
+        }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidInput(msg.into())
+    }
+
+    /// Classify a SQLite error into the variants users act on.
+    pub(crate) fn from_sqlite(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::*;
+        match e.sqlite_error_code() {
+            Some(DatabaseBusy) | Some(DatabaseLocked) => Error::Busy(format!(
+                "database busy: another connection held the write lock past the busy timeout \
+                 (another process, or a sqlite3 shell with an open transaction?): {e}"
+            )),
+            Some(DiskFull) => Error::StorageFull(format!(
+                "storage full: the disk or the database's page limit is full; nothing was written: {e}"
+            )),
+            Some(NotADatabase) => Error::NotADatabase(format!("not a SQLite database: {e}")),
+            Some(DatabaseCorrupt) => {
+                Error::NotADatabase(format!("the database file is corrupt: {e}"))
+            }
+            _ => Error::Sqlite(e),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidInput(m) => write!(f, "invalid input: {m}"),
+            Error::SchemaTooNew { found, supported } => write!(
+                f,
+                "database schema version {found} is newer than this litejob supports \
+                 (version {supported}); upgrade litejob. The file was not changed."
+            ),
+            Error::NotADatabase(m) => write!(f, "{m}"),
+            Error::Busy(m) => write!(f, "{m}"),
+            Error::StorageFull(m) => write!(f, "{m}"),
+            Error::OutcomeUnknown(m) => write!(
+                f,
+                "outcome unknown: the commit failed with an I/O error, the write may or may not \
+                 be on disk; retrying with the same key is safe: {m}"
+            ),
+            Error::NotFound(m) => write!(f, "not found: {m}"),
+            Error::LeaseLost(m) => write!(f, "lease lost: {m}"),
+            Error::Aborted(m) => write!(f, "aborted, retry: {m}"),
+            Error::Interrupted(m) => write!(f, "interrupted: {m}"),
+            Error::ShuttingDown => write!(f, "litejob is shutting down"),
+            Error::Sqlite(e) => write!(f, "sqlite: {e}"),
+            Error::Pool(m) => write!(f, "connection pool: {m}"),
+            Error::Io(e) => write!(f, "i/o: {e}"),
+            Error::Open(m) => write!(f, "{m}"),
+            Error::Internal(m) => write!(f, "internal error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Sqlite(e) => Some(e),
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::from_sqlite(e)
+    }
+}
+
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        Error::Pool(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::InvalidInput(format!("JSON: {e}"))
+    }
+}

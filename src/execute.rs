@@ -1,0 +1,236 @@
+//! One run's transaction: fence check, ledger insert, the handler's apply
+//! step, completion and the attempt's outcome — or, on failure, the retry or
+//! death of the job. Writes `jobs` (completion, failure), `processed_jobs`
+//! (via ledger), `attempts` (via history) and whatever the handler writes.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+use crate::handler::{panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared};
+use crate::history::{self, AttemptOutcome};
+use crate::job::JobState;
+use crate::ledger;
+use crate::time::Millis;
+
+/// How a run ended, as recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct RunEnd {
+    pub outcome: AttemptOutcome,
+    pub state: JobState,
+    pub error: Option<String>,
+    /// New outbox rows written by the run (0 unless it succeeded).
+    pub outbox_added: usize,
+    /// When it runs again, if it was requeued.
+    pub retry_at: Option<Millis>,
+}
+
+/// What to do with a failed run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Next {
+    /// Requeue at this time if attempts remain, else dead.
+    RetryAt(Millis),
+    /// Dead now, whatever the attempts.
+    Discard,
+}
+
+/// Fails the job unless this run no longer holds it.
+fn fence(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<()> {
+    let held: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND current_attempt = ?2 AND state = 'running')",
+        )?
+        .query_row(rusqlite::params![job_id, attempt_id], |r| r.get(0))?;
+    if held {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost(format!(
+            "job {job_id}: attempt {attempt_id} no longer holds the job (its lease expired or it was \
+             released); its transaction was rolled back"
+        )))
+    }
+}
+
+fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Result<()> {
+    const SQL: &str = "UPDATE jobs SET state = 'succeeded', finished_at = ?3, last_error = NULL, \
+         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
+    if conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![job_id, attempt_id, now])?
+        != 1
+    {
+        return Err(Error::LeaseLost(format!(
+            "job {job_id}: completion refused"
+        )));
+    }
+    Ok(())
+}
+
+/// Records a failed run and requeues or kills the job. Fenced on the attempt.
+pub(crate) fn fail(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    error: &str,
+    next: Next,
+    now: Millis,
+) -> Result<RunEnd> {
+    const SQL: &str = "UPDATE jobs SET \
+         state = CASE WHEN ?3 OR attempts >= max_attempts THEN 'dead' ELSE 'queued' END, \
+         finished_at = CASE WHEN ?3 OR attempts >= max_attempts THEN ?6 ELSE NULL END, \
+         run_at = ?4, last_error = ?5, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running' RETURNING state";
+    let (discard, retry_at) = match next {
+        Next::RetryAt(at) => (false, at),
+        Next::Discard => (true, now),
+    };
+    let capped = history::cap_error(error);
+    let state: Option<String> = {
+        let mut st = conn.prepare_cached(SQL)?;
+        let mut rows = st.query(rusqlite::params![
+            job_id, attempt_id, discard, retry_at, capped, now
+        ])?;
+        match rows.next()? {
+            Some(r) => Some(r.get(0)?),
+            None => None,
+        }
+    };
+    let Some(state) = state else {
+        return Err(Error::LeaseLost(format!(
+            "job {job_id}: failure not recorded, the run lost its lease"
+        )));
+    };
+    history::finish(conn, attempt_id, outcome, Some(error), now)?;
+    let state: JobState = state.parse()?;
+    Ok(RunEnd {
+        outcome,
+        state,
+        error: Some(capped),
+        outbox_added: 0,
+        retry_at: (state == JobState::Queued).then_some(retry_at),
+    })
+}
+
+/// Everything the apply step needs besides the connection.
+pub(crate) struct ApplyInput<'h> {
+    pub handler: &'h dyn ErasedHandler,
+    pub ctx: JobContext,
+    pub attempt_id: i64,
+    pub prepared: Prepared,
+    pub outbox_max_attempts: i64,
+    /// When the job runs again if the handler asks for a plain retry.
+    pub backoff_at: Millis,
+}
+
+/// The run's transaction, inside the writer's savepoint for this operation:
+/// fence, ledger row first, the handler's SQL and outbox rows, completion.
+/// Any other outcome rolls the work back (ledger row included) and records
+/// the failure instead.
+pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
+    let ApplyInput {
+        handler,
+        ctx,
+        attempt_id,
+        prepared,
+        outbox_max_attempts,
+        backoff_at,
+    } = input;
+    fence(conn, ctx.id, attempt_id)?;
+    conn.execute_batch("SAVEPOINT work")?;
+    if !ledger::record(conn, &ctx.key, ctx.id, now)? {
+        // Someone already did this key's work: do nothing, finish the job.
+        conn.execute_batch("ROLLBACK TO work; RELEASE work")?;
+        history::finish(
+            conn,
+            attempt_id,
+            AttemptOutcome::Duplicate,
+            Some("duplicate: the ledger already holds this key, the work was done before"),
+            now,
+        )?;
+        complete(conn, ctx.id, attempt_id, now)?;
+        return Ok(RunEnd {
+            outcome: AttemptOutcome::Duplicate,
+            state: JobState::Succeeded,
+            error: None,
+            outbox_added: 0,
+            retry_at: None,
+        });
+    }
+    let tx = JobTx {
+        conn,
+        job: &ctx,
+        now,
+        outbox_max_attempts,
+        outbox_added: std::cell::Cell::new(0),
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| handler.apply(&tx, prepared)));
+    let outbox_added = tx.outbox_added.get();
+    if conn.is_autocommit() {
+        // The handler's SQL failed in a way that rolled the whole transaction
+        // back (disk full, interrupted by the time budget): nothing of this
+        // group survives; the writer tells the others.
+        let why = match &result {
+            Ok(Err(e)) => e.to_string(),
+            Err(p) => panic_message(p.as_ref()),
+            Ok(Ok(_)) => "the transaction was rolled back".into(),
+        };
+        return Err(classify_rollback(&why));
+    }
+    let (outcome, error, next) = match result {
+        Ok(Ok(Outcome::Done)) => {
+            complete(conn, ctx.id, attempt_id, now)?;
+            history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
+            conn.execute_batch("RELEASE work")?;
+            return Ok(RunEnd {
+                outcome: AttemptOutcome::Succeeded,
+                state: JobState::Succeeded,
+                error: None,
+                outbox_added,
+                retry_at: None,
+            });
+        }
+        Ok(Ok(Outcome::Retry(msg))) => (
+            AttemptOutcome::Failed,
+            format!("retry: {msg}"),
+            Next::RetryAt(backoff_at),
+        ),
+        Ok(Ok(Outcome::RetryAfter(d, msg))) => (
+            AttemptOutcome::Failed,
+            format!("retry after {}: {msg}", crate::time::format_duration(d)),
+            Next::RetryAt(now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64)),
+        ),
+        Ok(Ok(Outcome::Discard(msg))) => (
+            AttemptOutcome::Failed,
+            format!("discarded: {msg}"),
+            Next::Discard,
+        ),
+        Ok(Err(e)) => (
+            AttemptOutcome::Failed,
+            e.to_string(),
+            Next::RetryAt(backoff_at),
+        ),
+        Err(p) => (
+            AttemptOutcome::Panicked,
+            panic_message(p.as_ref()),
+            Next::RetryAt(backoff_at),
+        ),
+    };
+    conn.execute_batch("ROLLBACK TO work; RELEASE work")?;
+    fail(conn, ctx.id, attempt_id, outcome, &error, next, now)
+}
+
+fn classify_rollback(why: &str) -> Error {
+    let lower = why.to_ascii_lowercase();
+    if lower.contains("interrupt") {
+        Error::Interrupted(format!(
+            "the run's transaction ran past its time budget and was interrupted: {why}"
+        ))
+    } else if lower.contains("full") {
+        Error::StorageFull(format!("storage full during the run's transaction: {why}"))
+    } else {
+        Error::Aborted(format!("the run's transaction was rolled back: {why}"))
+    }
+}

@@ -1,0 +1,323 @@
+//! Jobs as data: `NewJob` (what a producer hands in), `Job` (a row of the
+//! `jobs` table), `JobState`, and the named read queries on `jobs`. Writes
+//! no table (enqueue, claim and run own the writes).
+
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{Connection, Row};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::time::Millis;
+
+/// Where a job is in its life. The same words as the `state` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting to run (scheduled, or waiting for a retry: see `run_at`).
+    Queued,
+    /// Claimed by a worker holding its lease.
+    Running,
+    /// Finished: its work committed (or a duplicate found it already done).
+    Succeeded,
+    /// Finished without success: out of attempts, discarded, or a poison pill.
+    Dead,
+    /// Cancelled by an operator before it ran.
+    Cancelled,
+}
+
+impl JobState {
+    /// The word stored in `jobs.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// All states, in lifecycle order.
+    pub const ALL: [JobState; 5] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Dead,
+        JobState::Cancelled,
+    ];
+}
+
+impl std::str::FromStr for JobState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown job state {s:?}: one of queued, running, succeeded, dead, cancelled"
+                ))
+            })
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job to enqueue: kind, idempotency key, JSON payload and options.
+///
+/// ```
+/// # use litejob::NewJob;
+/// let job = NewJob::new("send_digest", "digest:2026-11-29", &serde_json::json!({"user": 7}))
+///     .with_queue("mail")
+///     .with_priority(-1)
+///     .with_max_retries(3);
+/// ```
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub(crate) kind: String,
+    pub(crate) key: String,
+    /// The payload as JSON text, or why it could not be serialized.
+    pub(crate) payload: std::result::Result<String, String>,
+    pub(crate) queue: String,
+    pub(crate) priority: i64,
+    pub(crate) run_at: Option<Millis>,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) max_retries: Option<u32>,
+}
+
+impl NewJob {
+    /// A job of `kind` with the producer's idempotency `key` and a payload
+    /// serialized to JSON. Errors (empty kind, bad payload) surface at enqueue.
+    pub fn new(
+        kind: impl Into<String>,
+        key: impl Into<String>,
+        payload: &impl Serialize,
+    ) -> NewJob {
+        let payload = serde_json::to_string(payload).map_err(|e| e.to_string());
+        NewJob::with_payload(kind.into(), key.into(), payload)
+    }
+
+    /// A job whose payload is JSON text (checked at enqueue).
+    pub fn from_json(
+        kind: impl Into<String>,
+        key: impl Into<String>,
+        json: impl Into<String>,
+    ) -> NewJob {
+        NewJob::with_payload(kind.into(), key.into(), Ok(json.into()))
+    }
+
+    fn with_payload(
+        kind: String,
+        key: String,
+        payload: std::result::Result<String, String>,
+    ) -> NewJob {
+        NewJob {
+            kind,
+            key,
+            payload,
+            queue: "default".into(),
+            priority: 0,
+            run_at: None,
+            delay: None,
+            max_retries: None,
+        }
+    }
+
+    /// The queue it goes to (default `"default"`).
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Priority: smaller runs first (default 0; negative is allowed).
+    pub fn with_priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Do not run before `delay` from the enqueue.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self.run_at = None;
+        self
+    }
+
+    /// Do not run before `at`.
+    pub fn with_run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = Some(crate::time::to_millis(at));
+        self.delay = None;
+        self
+    }
+
+    /// How many times a failed run is retried (default 1: two runs in all).
+    pub fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    /// The kind, as given.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The idempotency key, as given.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Enqueued {
+    /// A new job was created with this id.
+    New(i64),
+    /// The key was seen before: nothing was created. The id is the existing
+    /// job's (for a key whose job row was pruned, the id the ledger recorded).
+    Duplicate(i64),
+}
+
+impl Enqueued {
+    /// The job id, new or existing.
+    pub fn id(self) -> i64 {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+
+    /// True when nothing was created.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Enqueued::Duplicate(_))
+    }
+}
+
+/// One row of `jobs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    /// Never reused.
+    pub id: i64,
+    /// Queue name.
+    pub queue: String,
+    /// Kind: which handler runs it.
+    pub kind: String,
+    /// The producer's idempotency key.
+    pub idempotency_key: String,
+    /// JSON text.
+    pub payload: String,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Smaller runs first.
+    pub priority: i64,
+    /// Not claimed before this time (ms since epoch).
+    pub run_at: Millis,
+    /// Runs charged against `max_attempts`.
+    pub attempts: i64,
+    /// `max_retries + 1`.
+    pub max_attempts: i64,
+    /// Runs cut short by a crash (not charged).
+    pub abandoned: i64,
+    /// Enqueues seen for this key.
+    pub deliveries: i64,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// ms since epoch.
+    pub created_at: Millis,
+    /// ms since epoch, once finished.
+    pub finished_at: Option<Millis>,
+    /// Who holds the lease while running.
+    pub lease_owner: Option<String>,
+    /// When the lease runs out.
+    pub lease_expires_at: Option<Millis>,
+    /// The attempt in progress.
+    pub current_attempt: Option<i64>,
+}
+
+/// The column list every `Job` read uses, in `Job::from_row` order.
+pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt";
+
+impl Job {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
+        let state: String = r.get(5)?;
+        Ok(Job {
+            id: r.get(0)?,
+            queue: r.get(1)?,
+            kind: r.get(2)?,
+            idempotency_key: r.get(3)?,
+            payload: r.get(4)?,
+            state: state.parse().map_err(|_| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    5,
+                    rusqlite::types::Type::Text,
+                    format!("bad job state {state:?}").into(),
+                )
+            })?,
+            priority: r.get(6)?,
+            run_at: r.get(7)?,
+            attempts: r.get(8)?,
+            max_attempts: r.get(9)?,
+            abandoned: r.get(10)?,
+            deliveries: r.get(11)?,
+            last_error: r.get(12)?,
+            created_at: r.get(13)?,
+            finished_at: r.get(14)?,
+            lease_owner: r.get(15)?,
+            lease_expires_at: r.get(16)?,
+            current_attempt: r.get(17)?,
+        })
+    }
+}
+
+/// Filter for [`list_jobs`].
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// At most this many (newest first); default 100.
+    pub limit: Option<u32>,
+}
+
+/// Reads one job by id.
+pub fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
+    let mut st = conn.prepare_cached(&sql)?;
+    let mut rows = st.query_map([id], Job::from_row)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// Reads one job by idempotency key.
+pub fn get_job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ?1");
+    let mut st = conn.prepare_cached(&sql)?;
+    let mut rows = st.query_map([key], Job::from_row)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// Lists jobs, newest first.
+pub fn list_jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs \
+         WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR queue = ?3) \
+         ORDER BY id DESC LIMIT ?4"
+    );
+    let mut st = conn.prepare_cached(&sql)?;
+    let rows = st.query_map(
+        rusqlite::params![
+            f.state.map(|s| s.as_str()),
+            f.kind,
+            f.queue,
+            f.limit.unwrap_or(100)
+        ],
+        Job::from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}

@@ -1,0 +1,37 @@
+//! The `processed_jobs` ledger: a key whose work committed. Writes
+//! `processed_jobs` only.
+
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::error::Result;
+use crate::time::Millis;
+
+/// Inserts `key` into the ledger. Returns false when it is already there:
+/// the work for this key committed before, and this run is a duplicate.
+pub(crate) fn record(conn: &Connection, key: &str, job_id: i64, now: Millis) -> Result<bool> {
+    const SQL: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3) \
+                       ON CONFLICT (key) DO NOTHING";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![key, now, job_id])?
+        == 1)
+}
+
+/// The ledger row for `key`, if its work committed: `(completed_at, job_id)`.
+pub fn lookup(conn: &Connection, key: &str) -> Result<Option<(Millis, Option<i64>)>> {
+    const SQL: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = ?1";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
+/// Deletes ledger rows completed before `before`, at most `limit` of them.
+/// Returns how many went.
+pub fn prune(conn: &Connection, before: Millis, limit: i64) -> Result<usize> {
+    const SQL: &str = "DELETE FROM processed_jobs WHERE rowid IN \
+        (SELECT rowid FROM processed_jobs WHERE completed_at < ?1 ORDER BY completed_at LIMIT ?2)";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![before, limit])?)
+}

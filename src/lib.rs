@@ -1,0 +1,128 @@
+//! litejob: a job queue in one SQLite file, where "safe to run twice" is the
+//! default.
+//!
+//! - **Dedup at the door**: every job carries its producer's idempotency key;
+//!   a second enqueue with the same key creates nothing and says
+//!   `Duplicate(id)`.
+//! - **Dedup at execution**: a run is one transaction that inserts the key
+//!   into the `processed_jobs` ledger first, then runs the handler's SQL,
+//!   then completes the job. What a handler does in that transaction happens
+//!   exactly once per key.
+//! - **Record the fact, then do the thing**: side effects go to the `outbox`
+//!   in the same transaction and are performed after commit by effect
+//!   handlers, at least once, with their own retries.
+//! - **Capped retries** (`max_retries` defaults to 1) and an **attempt history**
+//!   in the same file.
+//!
+//! # Example
+//!
+//! ```
+//! use litejob::{NewJob, Outcome, Queue};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Payment { event_id: String, cents: i64 }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("app.db");
+//! let queue = Queue::open(&path)?;
+//! queue.write(|tx| {
+//!     tx.execute_batch("CREATE TABLE IF NOT EXISTS invoices (event_id TEXT UNIQUE, cents INTEGER)")?;
+//!     Ok(())
+//! })?;
+//!
+//! // Producer: the provider's event id is the idempotency key.
+//! let pay = Payment { event_id: "evt_1".into(), cents: 4200 };
+//! let first = queue.enqueue(NewJob::new("payment.succeeded", "evt_1", &pay))?;
+//! let again = queue.enqueue(NewJob::new("payment.succeeded", "evt_1", &pay))?;
+//! assert!(again.is_duplicate() && again.id() == first.id());
+//!
+//! // Consumer: the handler's SQL and its outbox row commit with the ledger row.
+//! let mut runtime = queue
+//!     .runtime()
+//!     .handler("payment.succeeded", |tx, p: Payment| {
+//!         tx.execute("INSERT INTO invoices (event_id, cents) VALUES (?1, ?2)",
+//!                    (&p.event_id, p.cents))?;
+//!         tx.outbox("send_receipt", &format!("receipt:{}", p.event_id), &p.event_id)?;
+//!         Ok(Outcome::Done)
+//!     })
+//!     .effect("send_receipt", |effect, event_id: String| {
+//!         // Runs after commit, outside any transaction; pass effect.key to a
+//!         // provider that deduplicates.
+//!         println!("mail receipt for {event_id} (idempotency key {})", effect.key);
+//!         Ok(())
+//!     })
+//!     .start()?;
+//! # let t0 = std::time::Instant::now();
+//! # while queue.job(first.id())?.unwrap().state != litejob::JobState::Succeeded
+//! #     || queue.outbox(Some(litejob::OutboxState::Sent), 10)?.is_empty() {
+//! #     assert!(t0.elapsed().as_secs() < 30);
+//! #     std::thread::sleep(std::time::Duration::from_millis(10));
+//! # }
+//! runtime.stop();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Slow work outside the write lock
+//!
+//! Only one transaction writes at a time. A handler whose work is slow but
+//! not SQL does it in a `prepare` step that runs on the worker thread, in
+//! parallel, before the write lock is taken; the `apply` step gets its result
+//! inside the transaction and should be short:
+//!
+//! ```
+//! # use litejob::{Outcome, Queue};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let queue = Queue::open(dir.path().join("q.db")).unwrap();
+//! let runtime = queue.runtime().handler_with_prepare(
+//!     "thumbnail",
+//!     |_job, path: String| {
+//!         // Outside any transaction: read and compute.
+//!         Ok((path.clone(), path.len() as i64 * 7))
+//!     },
+//!     |tx, (path, size): (String, i64)| {
+//!         // Inside the job's transaction: record the result.
+//!         tx.execute("CREATE TABLE IF NOT EXISTS thumbs (path TEXT PRIMARY KEY, size INT)", [])?;
+//!         tx.execute("INSERT INTO thumbs VALUES (?1, ?2)", (path, size))?;
+//!         Ok(Outcome::Done)
+//!     },
+//! );
+//! # drop(runtime);
+//! ```
+//!
+//! # Layout
+//!
+//! One file per concept; see ARCHITECTURE.md for the codemap and invariants.
+//! [`Queue`] opens the file and enqueues; [`Queue::runtime`] builds the
+//! worker threads; a handler returns an [`Outcome`]; library failures are
+//! [`Error`]s.
+
+mod claim;
+mod db;
+mod enqueue;
+mod error;
+mod execute;
+#[doc(hidden)]
+pub mod fault;
+mod handler;
+pub mod history;
+mod job;
+pub mod ledger;
+pub mod outbox;
+mod queue;
+pub mod retry;
+mod runtime;
+pub mod schema;
+pub mod time;
+mod writer;
+
+pub use db::{immediate, Synchronous};
+pub use error::{Error, Result};
+pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
+pub use history::{Attempt, AttemptOutcome};
+pub use job::{get_job, get_job_by_key, list_jobs, Enqueued, Job, JobFilter, JobState, NewJob};
+pub use outbox::{OutboxRow, OutboxState};
+pub use queue::{Queue, QueueOptions, WriteTx};
+pub use runtime::{Runtime, RuntimeBuilder, StopReport};

@@ -1,0 +1,384 @@
+//! The outbox: side effects recorded inside a job's transaction and performed
+//! after it committed, each with its own attempts, lease and backoff. Writes
+//! `outbox` (and `attempts` through the history module).
+
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::history::{self, AttemptOutcome, RunOf};
+use crate::time::Millis;
+
+/// Where an outbox row is. The same words as `outbox.state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutboxState {
+    /// Waiting for its (next) attempt.
+    Pending,
+    /// An effect is running under a lease.
+    Sending,
+    /// The effect returned Ok.
+    Sent,
+    /// Out of attempts.
+    Dead,
+}
+
+impl OutboxState {
+    /// The word stored in `outbox.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxState::Pending => "pending",
+            OutboxState::Sending => "sending",
+            OutboxState::Sent => "sent",
+            OutboxState::Dead => "dead",
+        }
+    }
+
+    /// All states.
+    pub const ALL: [OutboxState; 4] = [
+        OutboxState::Pending,
+        OutboxState::Sending,
+        OutboxState::Sent,
+        OutboxState::Dead,
+    ];
+}
+
+impl std::str::FromStr for OutboxState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        OutboxState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown outbox state {s:?}: one of pending, sending, sent, dead"
+                ))
+            })
+    }
+}
+
+impl std::fmt::Display for OutboxState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of `outbox`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutboxRow {
+    /// Row id.
+    pub id: i64,
+    /// Stable, unique key.
+    pub key: String,
+    /// Effect kind.
+    pub kind: String,
+    /// JSON text.
+    pub payload: String,
+    /// State.
+    pub state: OutboxState,
+    /// Attempts made (counted before each call).
+    pub attempts: i64,
+    /// Attempt budget.
+    pub max_attempts: i64,
+    /// The job that wrote it.
+    pub job_id: Option<i64>,
+    /// Not attempted before this time.
+    pub next_attempt_at: Millis,
+    /// Last failure.
+    pub last_error: Option<String>,
+    /// ms since epoch.
+    pub created_at: Millis,
+    /// ms since epoch, once sent.
+    pub sent_at: Option<Millis>,
+}
+
+const COLUMNS: &str = "id, key, kind, payload, state, attempts, max_attempts, job_id, \
+                       next_attempt_at, last_error, created_at, sent_at";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<OutboxRow> {
+    let state: String = r.get(4)?;
+    Ok(OutboxRow {
+        id: r.get(0)?,
+        key: r.get(1)?,
+        kind: r.get(2)?,
+        payload: r.get(3)?,
+        state: state.parse().map_err(|_| {
+            rusqlite::Error::FromSqlConversionFailure(
+                4,
+                rusqlite::types::Type::Text,
+                format!("bad outbox state {state:?}").into(),
+            )
+        })?,
+        attempts: r.get(5)?,
+        max_attempts: r.get(6)?,
+        job_id: r.get(7)?,
+        next_attempt_at: r.get(8)?,
+        last_error: r.get(9)?,
+        created_at: r.get(10)?,
+        sent_at: r.get(11)?,
+    })
+}
+
+/// Adds a row inside the caller's (the job's) transaction. A key that exists
+/// already is left alone. Returns `(id, is_new)`.
+pub(crate) fn add(
+    conn: &Connection,
+    job_id: i64,
+    kind: &str,
+    key: &str,
+    payload: &str,
+    max_attempts: i64,
+    now: Millis,
+) -> Result<(i64, bool)> {
+    if kind.trim().is_empty() || key.trim().is_empty() {
+        return Err(Error::invalid("outbox kind and key must not be empty"));
+    }
+    const INSERT: &str = "INSERT INTO outbox (key, kind, payload, max_attempts, job_id, next_attempt_at, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (key) DO NOTHING";
+    let n = conn.prepare_cached(INSERT)?.execute(rusqlite::params![
+        key,
+        kind,
+        payload,
+        max_attempts,
+        job_id,
+        now
+    ])?;
+    if n == 1 {
+        return Ok((conn.last_insert_rowid(), true));
+    }
+    let id = conn
+        .prepare_cached("SELECT id FROM outbox WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))?;
+    Ok((id, false))
+}
+
+/// An outbox row claimed for one attempt.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimedEffect {
+    pub row: OutboxRow,
+    pub attempt_id: i64,
+}
+
+/// Claims the next due row of one of `kinds` and records its attempt
+/// (counted before the effect is called).
+pub(crate) fn claim_one(
+    conn: &Connection,
+    kinds_json: &str,
+    owner: &str,
+    worker: &str,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Option<ClaimedEffect>> {
+    let sql = format!(
+        "UPDATE outbox SET state = 'sending', attempts = attempts + 1, lease_owner = ?1, lease_expires_at = ?2 \
+         WHERE id = (SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?3 \
+                     AND kind IN (SELECT value FROM json_each(?4)) ORDER BY next_attempt_at, id LIMIT 1) \
+         RETURNING {COLUMNS}"
+    );
+    let row = conn
+        .prepare_cached(&sql)?
+        .query_row(
+            rusqlite::params![owner, lease_until, now, kinds_json],
+            from_row,
+        )
+        .optional()?;
+    let Some(row) = row else { return Ok(None) };
+    let attempt_id = history::start(
+        conn,
+        RunOf::Outbox(row.id),
+        row.attempts,
+        &row.key,
+        worker,
+        now,
+    )?;
+    conn.prepare_cached("UPDATE outbox SET current_attempt = ?2 WHERE id = ?1")?
+        .execute(rusqlite::params![row.id, attempt_id])?;
+    Ok(Some(ClaimedEffect { row, attempt_id }))
+}
+
+/// How an effect attempt ended.
+pub(crate) enum EffectResult {
+    Sent,
+    Failed {
+        error: String,
+        panicked: bool,
+        retry_at: Millis,
+    },
+}
+
+/// Records an effect attempt's end. Fenced on the attempt: an attempt whose
+/// lease was reaped changes nothing. Returns the row's new state, or None
+/// when fenced off.
+pub(crate) fn ack(
+    conn: &Connection,
+    outbox_id: i64,
+    attempt_id: i64,
+    result: &EffectResult,
+    now: Millis,
+) -> Result<Option<OutboxState>> {
+    let state = match result {
+        EffectResult::Sent => {
+            const SQL: &str = "UPDATE outbox SET state = 'sent', sent_at = ?3, last_error = NULL, \
+                 lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+                 WHERE id = ?1 AND current_attempt = ?2 AND state = 'sending'";
+            if conn
+                .prepare_cached(SQL)?
+                .execute(rusqlite::params![outbox_id, attempt_id, now])?
+                == 0
+            {
+                return Ok(None);
+            }
+            history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
+            OutboxState::Sent
+        }
+        EffectResult::Failed {
+            error,
+            panicked,
+            retry_at,
+        } => {
+            const SQL: &str = "UPDATE outbox SET \
+                 state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END, \
+                 next_attempt_at = ?4, last_error = ?3, \
+                 lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+                 WHERE id = ?1 AND current_attempt = ?2 AND state = 'sending' RETURNING state";
+            let err = history::cap_error(error);
+            let st: Option<String> = conn
+                .prepare_cached(SQL)?
+                .query_row(
+                    rusqlite::params![outbox_id, attempt_id, err, retry_at],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(st) = st else { return Ok(None) };
+            let outcome = if *panicked {
+                AttemptOutcome::Panicked
+            } else {
+                AttemptOutcome::Failed
+            };
+            history::finish(conn, attempt_id, outcome, Some(error), now)?;
+            st.parse()?
+        }
+    };
+    Ok(Some(state))
+}
+
+/// Extends the leases this process holds on rows being sent.
+pub(crate) fn heartbeat(
+    conn: &Connection,
+    owner: &str,
+    ids_json: &str,
+    until: Millis,
+) -> Result<usize> {
+    const SQL: &str =
+        "UPDATE outbox SET lease_expires_at = ?3 WHERE state = 'sending' AND lease_owner = ?1 \
+                       AND id IN (SELECT value FROM json_each(?2))";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![owner, ids_json, until])?)
+}
+
+/// Rows whose sender died (lease expired): the attempt is `abandoned` and
+/// counts (the effect may have reached the world); the row goes back to
+/// `pending`, or `dead` when out of attempts. Returns how many were reaped.
+pub(crate) fn reap_expired(conn: &Connection, now: Millis) -> Result<usize> {
+    let expired: Vec<(i64, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < ?1 LIMIT 500",
+        )?
+        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    const MSG: &str = "abandoned: the lease expired (the process died or hung during the effect); \
+                       the effect may have been performed";
+    for (id, attempt) in &expired {
+        if let Some(a) = attempt {
+            history::finish(conn, *a, AttemptOutcome::Abandoned, Some(MSG), now)?;
+        }
+        conn.prepare_cached(
+            "UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END, \
+             next_attempt_at = ?2, last_error = ?3, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+             WHERE id = ?1",
+        )?
+        .execute(rusqlite::params![id, now, MSG])?;
+    }
+    Ok(expired.len())
+}
+
+/// Gives a row back at shutdown: the attempt (already counted) is
+/// `released` and the row is `pending` again.
+pub(crate) fn release(
+    conn: &Connection,
+    outbox_id: i64,
+    attempt_id: i64,
+    now: Millis,
+) -> Result<bool> {
+    const SQL: &str = "UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END, \
+         next_attempt_at = ?3, last_error = 'released at shutdown while the effect was running', \
+         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'sending'";
+    let n = conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![outbox_id, attempt_id, now])?;
+    if n == 1 {
+        history::finish(
+            conn,
+            attempt_id,
+            AttemptOutcome::Released,
+            Some("released at shutdown"),
+            now,
+        )?;
+    }
+    Ok(n == 1)
+}
+
+/// Requeues a dead row with a fresh attempt budget.
+pub fn retry_dead(conn: &Connection, outbox_id: i64, now: Millis) -> Result<()> {
+    let state: Option<String> = conn
+        .prepare_cached("SELECT state FROM outbox WHERE id = ?1")?
+        .query_row([outbox_id], |r| r.get(0))
+        .optional()?;
+    match state.as_deref() {
+        None => Err(Error::NotFound(format!(
+            "no outbox row with id {outbox_id}"
+        ))),
+        Some("dead") => {
+            conn.prepare_cached(
+                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?2 WHERE id = ?1 AND state = 'dead'",
+            )?
+            .execute(rusqlite::params![outbox_id, now])?;
+            Ok(())
+        }
+        Some(other) => Err(Error::invalid(format!(
+            "outbox row {outbox_id} is {other}, not dead: only dead rows can be retried"
+        ))),
+    }
+}
+
+/// Reads one row.
+pub fn get(conn: &Connection, id: i64) -> Result<Option<OutboxRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM outbox WHERE id = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+/// The rows a job wrote, oldest first.
+pub fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<OutboxRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM outbox WHERE job_id = ?1 ORDER BY id");
+    let mut st = conn.prepare_cached(&sql)?;
+    let rows = st.query_map([job_id], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Lists rows, newest first, optionally in one state.
+pub fn list(conn: &Connection, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM outbox WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2"
+    );
+    let mut st = conn.prepare_cached(&sql)?;
+    let rows = st.query_map(
+        rusqlite::params![state.map(|s| s.as_str()), limit],
+        from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}

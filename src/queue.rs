@@ -1,0 +1,389 @@
+//! The queue handle: opens the file, owns the writer and the reader pool,
+//! and is the producer's API (enqueue, batch, transactional) and the reader's
+//! (jobs, attempts, outbox rows). Writes `jobs` through enqueue.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use rusqlite::Connection;
+
+use crate::db::{self, ConnConfig, Pool, Synchronous};
+use crate::enqueue::{self, EnqueueRules};
+use crate::error::{Error, Result};
+use crate::history::{self, Attempt};
+use crate::job::{self, Enqueued, Job, JobFilter, NewJob};
+use crate::outbox::{self, OutboxRow, OutboxState};
+use crate::runtime::RuntimeBuilder;
+use crate::schema;
+use crate::time::{now_ms, Millis};
+use crate::writer::{Writer, WriterConfig};
+
+/// How a queue opens its file. Builder-lite: `QueueOptions::default().with_synchronous(Synchronous::Normal)`.
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    /// `PRAGMA synchronous`; `Full` by default (durable on power loss).
+    pub synchronous: Synchronous,
+    /// How long a write waits for another connection's lock (default 30 s).
+    pub busy_timeout: Duration,
+    /// Largest payload accepted, in bytes (default 1 MiB).
+    pub max_payload_bytes: usize,
+    /// `max_retries` for jobs that set none and whose kind has no default (1).
+    pub default_max_retries: u32,
+    /// `max_retries` per kind.
+    pub kind_max_retries: HashMap<String, u32>,
+    /// Reader connections (default 4).
+    pub pool_size: u32,
+    /// Most writes applied in one group commit (default 512).
+    pub max_group: usize,
+    /// A single write (a handler's apply step included) running longer than
+    /// this is interrupted and rolled back (default 30 s; None: no limit).
+    pub transaction_budget: Option<Duration>,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(30),
+            max_payload_bytes: 1024 * 1024,
+            default_max_retries: 1,
+            kind_max_retries: HashMap::new(),
+            pool_size: 4,
+            max_group: 512,
+            transaction_budget: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl QueueOptions {
+    /// Sets `PRAGMA synchronous`.
+    pub fn with_synchronous(mut self, s: Synchronous) -> Self {
+        self.synchronous = s;
+        self
+    }
+    /// Sets the busy timeout.
+    pub fn with_busy_timeout(mut self, d: Duration) -> Self {
+        self.busy_timeout = d;
+        self
+    }
+    /// Sets the payload limit in bytes.
+    pub fn with_max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+    /// Sets the default `max_retries`.
+    pub fn with_default_max_retries(mut self, n: u32) -> Self {
+        self.default_max_retries = n;
+        self
+    }
+    /// Sets the default `max_retries` of one kind.
+    pub fn with_kind_max_retries(mut self, kind: impl Into<String>, n: u32) -> Self {
+        self.kind_max_retries.insert(kind.into(), n);
+        self
+    }
+    /// Sets the time budget of one write transaction step.
+    pub fn with_transaction_budget(mut self, d: Option<Duration>) -> Self {
+        self.transaction_budget = d;
+        self
+    }
+}
+
+/// A queue on one SQLite file. Cheap to clone; all clones share one writer
+/// thread and one reader pool. The writer stops when the last clone is
+/// dropped (after finishing what was sent to it).
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub path: PathBuf,
+    pub opts: QueueOptions,
+    pub conn_cfg: ConnConfig,
+    pub rules: EnqueueRules,
+    pub pool: Pool,
+    pub writer: Writer,
+    /// Wakes this process's job claimer after an in-process enqueue. Capacity
+    /// one: a pending wake-up is enough.
+    pub job_wake: (Sender<()>, Receiver<()>),
+    /// Wakes effect dispatchers after a run wrote outbox rows.
+    pub outbox_wake: (Sender<()>, Receiver<()>),
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+/// A write transaction on the writer thread, for application SQL and
+/// enqueues that must commit together ("row written + job enqueued, or
+/// neither"). Derefs to the connection; do not COMMIT or ROLLBACK yourself.
+pub struct WriteTx<'a> {
+    conn: &'a Connection,
+    rules: &'a EnqueueRules,
+    now: Millis,
+    enqueued: Cell<bool>,
+}
+
+impl WriteTx<'_> {
+    /// Enqueues inside this transaction.
+    pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        let valid = enqueue::validate(&job, self.rules, self.now)?;
+        let r = enqueue::insert(self.conn, &valid, self.now)?;
+        if !r.is_duplicate() {
+            self.enqueued.set(true);
+        }
+        Ok(r)
+    }
+
+    /// The connection, inside the transaction.
+    pub fn conn(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Queue {
+    /// Opens (creating and migrating if needed) the queue at `path` with the
+    /// default options: WAL, `synchronous=FULL`, 30 s busy timeout.
+    pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_with(path, QueueOptions::default())
+    }
+
+    /// Opens the queue at `path` with `opts`.
+    pub fn open_with(path: impl AsRef<Path>, opts: QueueOptions) -> Result<Queue> {
+        let path = path.as_ref().to_path_buf();
+        let conn_cfg = ConnConfig {
+            synchronous: opts.synchronous,
+            busy_timeout: opts.busy_timeout,
+        };
+        let conn = db::open_file(&path, &conn_cfg)?;
+        let pool = db::pool(&path, &conn_cfg, opts.pool_size.max(1))?;
+        let writer = Writer::spawn(
+            conn,
+            WriterConfig {
+                max_batch: opts.max_group,
+                op_budget: opts.transaction_budget,
+            },
+        )?;
+        let rules = EnqueueRules {
+            max_payload_bytes: opts.max_payload_bytes,
+            default_max_retries: opts.default_max_retries,
+            kind_max_retries: opts.kind_max_retries.clone(),
+        };
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                path,
+                opts,
+                conn_cfg,
+                rules,
+                pool,
+                writer,
+                job_wake: crossbeam_channel::bounded(1),
+                outbox_wake: crossbeam_channel::bounded(1),
+            }),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &QueueOptions {
+        &self.inner.opts
+    }
+
+    /// The file's schema version (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<i64> {
+        self.read(schema::read_version)
+    }
+
+    /// Enqueues one job. Returns once its commit is durable (with
+    /// `synchronous=FULL`): `New(id)`, or `Duplicate(id)` when the key was
+    /// seen before (its `deliveries` count grows, nothing else changes).
+    pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        let valid = enqueue::validate(&job, &self.inner.rules, now_ms())?;
+        let r = self.write_retrying(move |conn| {
+            let now = now_ms();
+            enqueue::insert(conn, &valid, now)
+        })?;
+        if !r.is_duplicate() {
+            self.notify();
+        }
+        Ok(r)
+    }
+
+    /// Enqueues many jobs in one transaction: all are written or none. Any
+    /// invalid job refuses the whole batch before anything is written.
+    pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        let now = now_ms();
+        let valid = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                enqueue::validate(j, &self.inner.rules, now).map_err(|e| match e {
+                    Error::InvalidInput(m) => {
+                        Error::InvalidInput(format!("job {i} ({}): {m}", j.key))
+                    }
+                    other => other,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let valid = Arc::new(valid);
+        let r = self.write_retrying(move |conn| {
+            let now = now_ms();
+            valid
+                .iter()
+                .map(|v| enqueue::insert(conn, v, now))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        if r.iter().any(|e| !e.is_duplicate()) {
+            self.notify();
+        }
+        Ok(r)
+    }
+
+    /// Enqueues inside a transaction the application opened itself on its own
+    /// connection to the same file (see [`Queue::connect`]). The job exists if
+    /// and only if that transaction commits. Call [`Queue::notify`] after the
+    /// commit to wake workers at once; otherwise they see it at their next poll.
+    pub fn enqueue_in(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
+        let now = now_ms();
+        let valid = enqueue::validate(job, &self.inner.rules, now)?;
+        enqueue::insert(conn, &valid, now)
+    }
+
+    /// Runs `f` in a write transaction on the writer thread, where it commits
+    /// together with other writes (group commit). What `f` writes and enqueues
+    /// through [`WriteTx::enqueue`] commits together, or not at all when `f`
+    /// returns an error.
+    pub fn write<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> Result<R> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let (r, enqueued) = self.inner.writer.run(move |conn| {
+            let tx = WriteTx {
+                conn,
+                rules: &inner.rules,
+                now: now_ms(),
+                enqueued: Cell::new(false),
+            };
+            let r = f(&tx)?;
+            Ok((r, tx.enqueued.get()))
+        })?;
+        if enqueued {
+            self.notify();
+        }
+        Ok(r)
+    }
+
+    /// Runs `f` on the writer; an `Aborted` (another write in the group
+    /// rolled the transaction back) is retried, since nothing was written.
+    fn write_retrying<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: Fn(&Connection) -> Result<R> + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let mut tries = 0;
+        loop {
+            let g = f.clone();
+            match self.inner.writer.run(move |c| g(c)) {
+                Err(Error::Aborted(_)) if tries < 5 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.inner.writer
+    }
+
+    /// Wakes this process's idle workers (after an [`Queue::enqueue_in`] commit).
+    pub fn notify(&self) {
+        let _ = self.inner.job_wake.0.try_send(());
+    }
+
+    pub(crate) fn notify_outbox(&self) {
+        let _ = self.inner.outbox_wake.0.try_send(());
+    }
+
+    /// A new connection to the file with litejob's pragmas (busy timeout,
+    /// synchronous, foreign keys), for the application's own transactions.
+    /// Open write transactions with `BEGIN IMMEDIATE`
+    /// ([`crate::immediate`]).
+    pub fn connect(&self) -> Result<Connection> {
+        db::connect(&self.inner.path, &self.inner.conn_cfg)
+    }
+
+    /// Runs `f` on a pooled reader connection.
+    pub fn read<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+        let conn = self.inner.pool.get()?;
+        f(&conn)
+    }
+
+    /// One job by id.
+    pub fn job(&self, id: i64) -> Result<Option<Job>> {
+        self.read(|c| job::get_job(c, id))
+    }
+
+    /// One job by idempotency key.
+    pub fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
+        self.read(|c| job::get_job_by_key(c, key))
+    }
+
+    /// Jobs matching `filter`, newest first.
+    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        self.read(|c| job::list_jobs(c, filter))
+    }
+
+    /// Every run of a job, oldest first.
+    pub fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
+        self.read(|c| history::for_job(c, job_id))
+    }
+
+    /// Every attempt of an outbox row, oldest first.
+    pub fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
+        self.read(|c| history::for_outbox(c, outbox_id))
+    }
+
+    /// The outbox rows a job wrote.
+    pub fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::for_job(c, job_id))
+    }
+
+    /// Outbox rows, newest first.
+    pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::list(c, state, limit))
+    }
+
+    /// Requeues a dead outbox row with a fresh attempt budget.
+    pub fn retry_outbox(&self, outbox_id: i64) -> Result<()> {
+        self.writer()
+            .run(move |c| outbox::retry_dead(c, outbox_id, now_ms()))?;
+        self.notify_outbox();
+        Ok(())
+    }
+
+    /// Starts building a runtime (workers and effect dispatchers) on this queue.
+    pub fn runtime(&self) -> RuntimeBuilder {
+        RuntimeBuilder::new(self.clone())
+    }
+}

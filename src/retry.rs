@@ -1,0 +1,113 @@
+//! When to try again: exponential backoff with jitter, as a pure function of
+//! the attempt number and a random draw. Writes no table.
+
+use std::time::Duration;
+
+/// Backoff policy: `base * 2^(attempt-1)`, capped at `max`, then spread by
+/// ±`jitter` (a fraction, 0.0–1.0) so that jobs failing together do not retry
+/// together.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// Delay after the first failure, before jitter.
+    pub base: Duration,
+    /// Upper bound before jitter.
+    pub max: Duration,
+    /// Fraction of the delay added or removed at random.
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(3600),
+            jitter: 0.25,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after failed attempt number `attempt` (1-based); `unit` is a
+    /// uniform random draw in `[0, 1)`.
+    pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
+        let exp = attempt.saturating_sub(1).min(40);
+        let raw = self.base.as_secs_f64() * 2f64.powi(exp as i32);
+        let capped = raw.min(self.max.as_secs_f64());
+        let spread = (unit.clamp(0.0, 1.0) * 2.0 - 1.0) * self.jitter.clamp(0.0, 1.0);
+        Duration::from_secs_f64((capped * (1.0 + spread)).max(0.0))
+    }
+}
+
+/// A small, fast, non-cryptographic random source (SplitMix64) for jitter,
+/// so the library needs no random-number crate.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator with a fixed seed (reproducible).
+    pub fn seeded(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// A generator seeded from the clock, the process id and a counter.
+    pub fn from_entropy() -> Rng {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let c = COUNTER.fetch_add(1, Ordering::Relaxed);
+        Rng(t ^ ((std::process::id() as u64) << 32) ^ c.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform draw in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A uniform draw in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn delay_stays_within_jitter_of_the_capped_exponential(attempt in 1u32..100, unit in 0.0f64..1.0) {
+            let b = Backoff::default();
+            let d = b.delay(attempt, unit).as_secs_f64();
+            let ideal = (2f64.powi(attempt.min(41) as i32 - 1)).min(3600.0);
+            prop_assert!(d >= ideal * 0.75 - 1e-9 && d <= ideal * 1.25 + 1e-9, "{d} vs {ideal}");
+        }
+
+        #[test]
+        fn delay_grows_with_the_attempt_without_jitter(a in 1u32..30) {
+            let b = Backoff { jitter: 0.0, ..Backoff::default() };
+            prop_assert!(b.delay(a + 1, 0.5) >= b.delay(a, 0.5));
+        }
+    }
+
+    #[test]
+    fn unit_draws_are_in_range() {
+        let mut r = super::Rng::seeded(7);
+        for _ in 0..10_000 {
+            let u = r.unit();
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+}

@@ -1,0 +1,966 @@
+//! The runtime: threads that claim jobs, run them and perform outbox effects,
+//! renew leases, reap expired ones and stop gracefully. It owns and joins
+//! every thread it starts. Writes `jobs`, `attempts` and `outbox` only through
+//! the claim, execute and outbox modules, on the queue's writer.
+//!
+//! Threads (all named):
+//! - `litejob-supervisor`: claims batches for idle workers (woken by
+//!   in-process enqueues through a channel, or by polling for other
+//!   processes' work), renews leases, reaps expired ones;
+//! - `litejob-worker-N`: start → prepare (outside any transaction) → apply
+//!   (on the writer, inside the group transaction);
+//! - `litejob-effect-N`: claim one outbox row → call the effect outside any
+//!   transaction → acknowledge.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver, Sender};
+use serde::de::DeserializeOwned;
+
+use crate::claim::{self, Claimed};
+use crate::error::{Error, Result};
+use crate::execute::{self, ApplyInput, Next};
+use crate::fault;
+use crate::handler::{
+    panic_message, EffectContext, ErasedEffect, ErasedHandler, FnEffect, FnHandler, HandlerError,
+    JobContext, JobTx, Outcome, PrepareStop,
+};
+use crate::history::AttemptOutcome;
+use crate::outbox::{self, EffectResult};
+use crate::queue::Queue;
+use crate::retry::{Backoff, Rng};
+use crate::time::{now_ms, Millis};
+use crate::writer;
+
+/// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
+pub struct RuntimeBuilder {
+    queue: Queue,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    cfg: RuntimeConfig,
+}
+
+#[derive(Debug, Clone)]
+struct RuntimeConfig {
+    workers: usize,
+    effect_workers: usize,
+    queues: Option<Vec<String>>,
+    lease: Duration,
+    poll_interval: Duration,
+    grace: Duration,
+    max_abandoned: i64,
+    backoff: Backoff,
+    effect_backoff: Backoff,
+    outbox_max_retries: u32,
+    claim_ahead: usize,
+}
+
+impl RuntimeBuilder {
+    pub(crate) fn new(queue: Queue) -> Self {
+        RuntimeBuilder {
+            queue,
+            handlers: HashMap::new(),
+            effects: HashMap::new(),
+            cfg: RuntimeConfig {
+                workers: 4,
+                effect_workers: 2,
+                queues: None,
+                lease: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(500),
+                grace: Duration::from_secs(10),
+                max_abandoned: 3,
+                backoff: Backoff::default(),
+                effect_backoff: Backoff::default(),
+                outbox_max_retries: 1,
+                claim_ahead: 0,
+            },
+        }
+    }
+
+    /// Registers the handler of `kind`: it receives the decoded payload and
+    /// the job's transaction, and returns an [`Outcome`]. Everything it
+    /// writes through the transaction commits with the ledger row and the
+    /// job's completion, exactly once per key.
+    pub fn handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(&JobTx<'_>, T) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        self.handler_with_prepare(kind, |_: &JobContext, t: T| Ok(t), apply)
+    }
+
+    /// Registers a two-step handler: `prepare` runs on the worker thread,
+    /// outside any transaction (slow parsing, computing, reading files — in
+    /// parallel across workers); `apply` runs inside the job's transaction
+    /// with what `prepare` returned, and should be short: it holds the write
+    /// lock.
+    pub fn handler_with_prepare<T, P, Prep, App>(
+        mut self,
+        kind: impl Into<String>,
+        prepare: Prep,
+        apply: App,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
+        App:
+            Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        self.handlers.insert(
+            kind.into(),
+            Arc::new(FnHandler {
+                prepare,
+                apply,
+                _types: PhantomData::<fn(T) -> P>,
+            }),
+        );
+        self
+    }
+
+    /// Registers the effect of outbox `kind`, run outside any transaction
+    /// after the job that wrote the row committed. At least once; it receives
+    /// the row's stable key in the context to pass on to a provider that
+    /// deduplicates.
+    pub fn effect<T, F>(mut self, kind: impl Into<String>, f: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(&EffectContext, T) -> std::result::Result<(), HandlerError> + Send + Sync + 'static,
+    {
+        self.effects.insert(
+            kind.into(),
+            Arc::new(FnEffect {
+                f,
+                _types: PhantomData::<fn(T)>,
+            }),
+        );
+        self
+    }
+
+    /// Number of job worker threads (default 4).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.cfg.workers = n.max(1);
+        self
+    }
+
+    /// Number of effect threads (default 2).
+    pub fn effect_workers(mut self, n: usize) -> Self {
+        self.cfg.effect_workers = n.max(1);
+        self
+    }
+
+    /// Only claim jobs from these queues (default: all).
+    pub fn queues<I: IntoIterator<Item = S>, S: Into<String>>(mut self, queues: I) -> Self {
+        self.cfg.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// How long a claim lasts without renewal (default 30 s). The runtime
+    /// renews it every third of this while the job runs; when the process
+    /// dies, another one takes the job back after this long.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.cfg.lease = d.max(Duration::from_millis(100));
+        self
+    }
+
+    /// How often to look for work written by other processes (default 500 ms).
+    /// In-process enqueues wake workers at once.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.cfg.poll_interval = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long [`Runtime::stop`] lets running jobs finish (default 10 s).
+    pub fn grace_period(mut self, d: Duration) -> Self {
+        self.cfg.grace = d;
+        self
+    }
+
+    /// The abandoned run that makes a job a poison pill (default 3).
+    pub fn max_abandoned(mut self, n: u32) -> Self {
+        self.cfg.max_abandoned = n.max(1) as i64;
+        self
+    }
+
+    /// Backoff between a job's failed runs.
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.cfg.backoff = b;
+        self
+    }
+
+    /// Backoff between an effect's failed attempts.
+    pub fn effect_backoff(mut self, b: Backoff) -> Self {
+        self.cfg.effect_backoff = b;
+        self
+    }
+
+    /// `max_retries` of outbox rows written by jobs (default 1).
+    pub fn outbox_max_retries(mut self, n: u32) -> Self {
+        self.cfg.outbox_max_retries = n;
+        self
+    }
+
+    /// Jobs claimed ahead of free workers, to keep them busy (default 0:
+    /// one per worker). Claimed-ahead jobs are not charged if the process dies.
+    pub fn claim_ahead(mut self, n: usize) -> Self {
+        self.cfg.claim_ahead = n;
+        self
+    }
+
+    /// Starts the threads.
+    pub fn start(self) -> Result<Runtime> {
+        Runtime::start(self)
+    }
+}
+
+/// Jobs and effects this process holds a lease on: renewed by the
+/// supervisor, released at shutdown.
+#[derive(Default)]
+struct InFlight {
+    /// job id → the running attempt (None: claimed, not started).
+    jobs: HashMap<i64, Option<i64>>,
+    /// outbox id → attempt id.
+    effects: HashMap<i64, i64>,
+}
+
+struct Shared {
+    queue: Queue,
+    owner: String,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    kinds_json: String,
+    effect_kinds_json: String,
+    queues_json: Option<String>,
+    cfg: RuntimeConfig,
+    stopping: AtomicBool,
+    in_flight: Mutex<InFlight>,
+}
+
+/// Running workers. [`Runtime::stop`] (or drop) stops them gracefully and
+/// joins every thread; stopping twice is harmless.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    /// Dropped to tell every thread to stop (they select on its receiver).
+    stop_tx: Option<Sender<()>>,
+    /// A receiver of the claimed-job buffer, to release what nobody started.
+    buffer_rx: Receiver<Claimed>,
+    threads: Vec<JoinHandle<()>>,
+    report: Option<StopReport>,
+}
+
+/// What a stop did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StopReport {
+    /// Jobs given back to `queued` (claimed ahead, or still running at the
+    /// end of the grace period).
+    pub released_jobs: usize,
+    /// Effects still running at the end of the grace period, given back.
+    pub released_effects: usize,
+    /// Threads still stuck in user code after the grace period, left behind.
+    pub detached_threads: usize,
+}
+
+fn worker_name() -> String {
+    format!(
+        "{}/{}",
+        std::process::id(),
+        std::thread::current().name().unwrap_or("unnamed")
+    )
+}
+
+impl Runtime {
+    fn start(b: RuntimeBuilder) -> Result<Runtime> {
+        let mut kinds: Vec<&String> = b.handlers.keys().collect();
+        kinds.sort();
+        let mut effect_kinds: Vec<&String> = b.effects.keys().collect();
+        effect_kinds.sort();
+        let owner = format!(
+            "{}-{:08x}",
+            std::process::id(),
+            Rng::from_entropy().next_u64() as u32
+        );
+        let shared = Arc::new(Shared {
+            kinds_json: serde_json::to_string(&kinds)
+                .map_err(|e| Error::Internal(e.to_string()))?,
+            effect_kinds_json: serde_json::to_string(&effect_kinds)
+                .map_err(|e| Error::Internal(e.to_string()))?,
+            queues_json: b
+                .cfg
+                .queues
+                .as_ref()
+                .map(|q| serde_json::to_string(q).unwrap_or_default()),
+            queue: b.queue,
+            owner,
+            handlers: b.handlers,
+            effects: b.effects,
+            cfg: b.cfg,
+            stopping: AtomicBool::new(false),
+            in_flight: Mutex::new(InFlight::default()),
+        });
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let capacity = shared.cfg.workers + shared.cfg.claim_ahead;
+        let (buffer_tx, buffer_rx) = crossbeam_channel::bounded::<Claimed>(capacity);
+        let (space_tx, space_rx) = crossbeam_channel::bounded::<()>(1);
+        let mut threads = Vec::new();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(Error::Io)
+        };
+        if !shared.handlers.is_empty() {
+            for i in 1..=shared.cfg.workers {
+                let (s, rx, stop, space) = (
+                    shared.clone(),
+                    buffer_rx.clone(),
+                    stop_rx.clone(),
+                    space_tx.clone(),
+                );
+                threads.push(spawn(
+                    format!("litejob-worker-{i}"),
+                    Box::new(move || worker_loop(s, rx, stop, space)),
+                )?);
+            }
+        }
+        if !shared.effects.is_empty() {
+            for i in 1..=shared.cfg.effect_workers {
+                let (s, stop) = (shared.clone(), stop_rx.clone());
+                threads.push(spawn(
+                    format!("litejob-effect-{i}"),
+                    Box::new(move || effect_loop(s, stop)),
+                )?);
+            }
+        }
+        {
+            let (s, stop) = (shared.clone(), stop_rx.clone());
+            threads.push(spawn(
+                "litejob-supervisor".into(),
+                Box::new(move || supervisor_loop(s, buffer_tx, space_rx, stop, capacity)),
+            )?);
+        }
+        log::info!(target: "litejob", "runtime started: {} workers for kinds {}, {} effect threads for {}, owner {}",
+            if shared.handlers.is_empty() { 0 } else { shared.cfg.workers }, shared.kinds_json,
+            if shared.effects.is_empty() { 0 } else { shared.cfg.effect_workers }, shared.effect_kinds_json, shared.owner);
+        Ok(Runtime {
+            shared,
+            stop_tx: Some(stop_tx),
+            buffer_rx,
+            threads,
+            report: None,
+        })
+    }
+
+    /// The lease owner name this runtime writes into `jobs.lease_owner`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Stops with the configured grace period; see [`Runtime::stop_with_grace`].
+    pub fn stop(&mut self) -> StopReport {
+        let grace = self.shared.cfg.grace;
+        self.stop_with_grace(grace)
+    }
+
+    /// Stops claiming, lets running jobs and effects finish within `grace`,
+    /// releases what did not finish back to `queued`/`pending` without
+    /// charging a job's attempt (outcome `released`), and joins the threads.
+    /// A thread stuck in user code past the grace period is left behind
+    /// (counted in the report); its late result is fenced off. Calling it
+    /// again returns the first report.
+    pub fn stop_with_grace(&mut self, grace: Duration) -> StopReport {
+        if let Some(r) = &self.report {
+            return r.clone();
+        }
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.stop_tx.take();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && self.threads.iter().any(|t| !t.is_finished()) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut report = StopReport::default();
+        let now = now_ms();
+        let owner = self.shared.owner.clone();
+        // Claimed ahead, never started: back to queued, uncharged.
+        while let Ok(c) = self.buffer_rx.try_recv() {
+            self.shared.in_flight.lock().unwrap().jobs.remove(&c.id);
+            let o = owner.clone();
+            if let Ok(true) = self
+                .shared
+                .queue
+                .writer()
+                .run(move |conn| claim::release(conn, c.id, &o, None, now))
+            {
+                report.released_jobs += 1;
+            }
+        }
+        let (jobs, effects) = {
+            let mut f = self.shared.in_flight.lock().unwrap();
+            (std::mem::take(&mut f.jobs), std::mem::take(&mut f.effects))
+        };
+        for (id, attempt) in jobs {
+            let o = owner.clone();
+            if let Ok(true) = self
+                .shared
+                .queue
+                .writer()
+                .run(move |conn| claim::release(conn, id, &o, attempt, now))
+            {
+                report.released_jobs += 1;
+                log::info!(target: "litejob", job_id = id; "released at shutdown");
+            }
+        }
+        for (id, attempt) in effects {
+            if let Ok(true) = self
+                .shared
+                .queue
+                .writer()
+                .run(move |conn| outbox::release(conn, id, attempt, now))
+            {
+                report.released_effects += 1;
+            }
+        }
+        for t in self.threads.drain(..) {
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                report.detached_threads += 1;
+                log::warn!(target: "litejob", "thread {:?} still busy after the grace period; left behind", t.thread().name());
+            }
+        }
+        log::info!(target: "litejob", "runtime stopped: {report:?}");
+        self.report = Some(report.clone());
+        report
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn supervisor_loop(
+    s: Arc<Shared>,
+    buffer: Sender<Claimed>,
+    space: Receiver<()>,
+    stop: Receiver<()>,
+    capacity: usize,
+) {
+    let wake = s.queue.inner.job_wake.1.clone();
+    let lease_ms = s.cfg.lease.as_millis() as i64;
+    let heartbeat_every = s.cfg.lease / 3;
+    let mut next_heartbeat = Instant::now() + heartbeat_every;
+    let mut next_reap = Instant::now();
+    let mut next_poll = Instant::now();
+    let mut want_claim = true;
+    let has_handlers = !s.handlers.is_empty();
+    loop {
+        if s.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let now_i = Instant::now();
+        if now_i >= next_heartbeat {
+            heartbeat(&s, now_ms() + lease_ms);
+            next_heartbeat = now_i + heartbeat_every;
+        }
+        if now_i >= next_reap {
+            reap(&s);
+            next_reap = now_i
+                + s.cfg
+                    .poll_interval
+                    .max(Duration::from_millis(200))
+                    .min(s.cfg.lease / 2);
+        }
+        if now_i >= next_poll {
+            want_claim = true;
+            next_poll = now_i + s.cfg.poll_interval;
+        }
+        let free = capacity.saturating_sub(buffer.len());
+        if has_handlers && want_claim && free > 0 {
+            match claim(&s, free, lease_ms) {
+                Ok(claimed) => {
+                    let n = claimed.len();
+                    for c in claimed {
+                        if buffer.try_send(c.clone()).is_err() {
+                            // Cannot happen (we checked the space), but never lose a claim.
+                            let o = s.owner.clone();
+                            let _ = s
+                                .queue
+                                .writer()
+                                .run(move |conn| claim::release(conn, c.id, &o, None, now_ms()));
+                        }
+                    }
+                    // A full batch means more may be waiting: claim again
+                    // as soon as a worker frees up.
+                    want_claim = n == free;
+                    if n > 0 {
+                        fault::point("after-claim-commit");
+                    }
+                }
+                Err(e) => {
+                    log::warn!(target: "litejob", "claim failed: {e}");
+                    want_claim = true;
+                    sleep_or_stop(&stop, Duration::from_millis(200));
+                    continue;
+                }
+            }
+        }
+        let timeout = next_heartbeat
+            .min(next_reap)
+            .min(next_poll)
+            .saturating_duration_since(Instant::now());
+        select! {
+            recv(stop) -> _ => return,
+            recv(wake) -> _ => want_claim = true,
+            recv(space) -> _ => {},
+            default(timeout) => {},
+        }
+    }
+}
+
+fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
+    let _ = stop.recv_timeout(d);
+}
+
+fn claim(s: &Arc<Shared>, n: usize, lease_ms: i64) -> Result<Vec<Claimed>> {
+    let now = now_ms();
+    // Look before taking the write lock: an idle poll must not write.
+    let kinds = s.kinds_json.clone();
+    let queues = s.queues_json.clone();
+    let any: bool = s.queue.read(|c| {
+        Ok(c.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
+             AND kind IN (SELECT value FROM json_each(?2)) \
+             AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))))",
+        )?
+        .query_row(rusqlite::params![now, kinds, queues], |r| r.get(0))?)
+    })?;
+    if !any {
+        return Ok(Vec::new());
+    }
+    let (kinds, queues, owner) = (s.kinds_json.clone(), s.queues_json.clone(), s.owner.clone());
+    let claimed = s.queue.writer().run(move |conn| {
+        let now = now_ms();
+        claim::claim_batch(
+            conn,
+            &kinds,
+            queues.as_deref(),
+            n,
+            &owner,
+            now + lease_ms,
+            now,
+        )
+    })?;
+    let mut f = s.in_flight.lock().unwrap();
+    for c in &claimed {
+        f.jobs.insert(c.id, None);
+    }
+    Ok(claimed)
+}
+
+fn heartbeat(s: &Arc<Shared>, until: Millis) {
+    let (jobs, effects) = {
+        let f = s.in_flight.lock().unwrap();
+        (
+            f.jobs.keys().copied().collect::<Vec<_>>(),
+            f.effects.keys().copied().collect::<Vec<_>>(),
+        )
+    };
+    if jobs.is_empty() && effects.is_empty() {
+        return;
+    }
+    let owner = s.owner.clone();
+    let r = s.queue.writer().run(move |conn| {
+        if !jobs.is_empty() {
+            claim::heartbeat(
+                conn,
+                &owner,
+                &serde_json::to_string(&jobs).unwrap_or_default(),
+                until,
+            )?;
+        }
+        if !effects.is_empty() {
+            outbox::heartbeat(
+                conn,
+                &owner,
+                &serde_json::to_string(&effects).unwrap_or_default(),
+                until,
+            )?;
+        }
+        Ok(())
+    });
+    if let Err(e) = r {
+        log::warn!(target: "litejob", "lease renewal failed: {e}");
+    }
+}
+
+fn reap(s: &Arc<Shared>) {
+    let now = now_ms();
+    let any: Result<bool> = s.queue.read(|c| {
+        Ok(c.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires_at < ?1) \
+                 OR EXISTS (SELECT 1 FROM outbox WHERE state = 'sending' AND lease_expires_at < ?1)",
+        )?
+        .query_row([now], |r| r.get(0))?)
+    });
+    match any {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            log::warn!(target: "litejob", "lease check failed: {e}");
+            return;
+        }
+    }
+    let max_abandoned = s.cfg.max_abandoned;
+    match s.queue.writer().run(move |conn| {
+        let now = now_ms();
+        Ok((
+            claim::reap_expired(conn, now, max_abandoned)?,
+            outbox::reap_expired(conn, now)?,
+        ))
+    }) {
+        Ok((j, o)) => {
+            if j > 0 || o > 0 {
+                log::info!(target: "litejob", "took back {j} jobs and {o} effects whose lease expired");
+                s.queue.notify();
+                s.queue.notify_outbox();
+            }
+        }
+        Err(e) => log::warn!(target: "litejob", "reaping expired leases failed: {e}"),
+    }
+}
+
+fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, space: Sender<()>) {
+    let worker = worker_name();
+    let mut rng = Rng::from_entropy();
+    loop {
+        let claimed = select! {
+            recv(jobs) -> c => match c { Ok(c) => c, Err(_) => return },
+            recv(stop) -> _ => return,
+        };
+        let _ = space.try_send(());
+        if s.stopping.load(Ordering::SeqCst) {
+            // Never started: give it back uncharged.
+            s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
+            let o = s.owner.clone();
+            let _ = s
+                .queue
+                .writer()
+                .run(move |conn| claim::release(conn, claimed.id, &o, None, now_ms()));
+            continue;
+        }
+        run_job(&s, &claimed, &worker, &mut rng);
+        s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
+        let _ = space.try_send(());
+    }
+}
+
+fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
+    let Some(handler) = s.handlers.get(&claimed.kind).cloned() else {
+        return;
+    };
+    let lease_ms = s.cfg.lease.as_millis() as i64;
+    let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
+    let started = match s.queue.writer().run(move |conn| {
+        let now = now_ms();
+        claim::start(conn, id, &owner, &w, now + lease_ms, now)
+    }) {
+        Ok(Some(st)) => st,
+        Ok(None) => return,
+        Err(e) => {
+            log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
+            let o = s.owner.clone();
+            let _ = s
+                .queue
+                .writer()
+                .run(move |conn| claim::release(conn, id, &o, None, now_ms()));
+            return;
+        }
+    };
+    fault::point("after-start-commit");
+    s.in_flight
+        .lock()
+        .unwrap()
+        .jobs
+        .insert(id, Some(started.attempt_id));
+    let ctx = JobContext {
+        id,
+        kind: claimed.kind.clone(),
+        key: started.key.clone(),
+        queue: started.queue.clone(),
+        attempt: started.attempt,
+        max_attempts: started.max_attempts,
+    };
+    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt_str.as_str(), worker = worker; "job started");
+    let t0 = Instant::now();
+    fault::point("in-handler");
+    let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)));
+    let attempt_id = started.attempt_id;
+    let backoff_at = now_ms()
+        + s.cfg
+            .backoff
+            .delay(ctx.attempt as u32, rng.unit())
+            .as_millis() as i64;
+    let result: Result<execute::RunEnd> = match prepared {
+        Ok(Ok(prepared)) => {
+            let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
+            let ctx2 = ctx.clone();
+            let h = handler.clone();
+            let r = s.queue.writer().run(move |conn| {
+                let r = execute::apply(
+                    conn,
+                    ApplyInput {
+                        handler: h.as_ref(),
+                        ctx: ctx2,
+                        attempt_id,
+                        prepared,
+                        outbox_max_attempts,
+                        backoff_at,
+                    },
+                    now_ms(),
+                );
+                fault::point("before-complete-commit");
+                r
+            });
+            if r.is_ok() {
+                fault::point("after-complete-commit");
+            }
+            r
+        }
+        Ok(Err(PrepareStop::BadPayload(msg))) => fail_run(
+            s,
+            id,
+            attempt_id,
+            AttemptOutcome::Failed,
+            msg,
+            Next::Discard,
+        ),
+        Ok(Err(PrepareStop::Failed(msg))) => fail_run(
+            s,
+            id,
+            attempt_id,
+            AttemptOutcome::Failed,
+            msg,
+            Next::RetryAt(backoff_at),
+        ),
+        Err(p) => fail_run(
+            s,
+            id,
+            attempt_id,
+            AttemptOutcome::Panicked,
+            panic_message(p.as_ref()),
+            Next::RetryAt(backoff_at),
+        ),
+    };
+    let result = match result {
+        Err(Error::Interrupted(msg)) => fail_run(
+            s,
+            id,
+            attempt_id,
+            AttemptOutcome::Failed,
+            msg,
+            Next::RetryAt(backoff_at),
+        ),
+        Err(e) if e.is_transient() => release_after_transient(s, id, attempt_id, e),
+        other => other,
+    };
+    let ms = t0.elapsed().as_millis() as u64;
+    match result {
+        Ok(end) => {
+            let err = end.error.clone().unwrap_or_default();
+            let next = end
+                .retry_at
+                .map(crate::time::format_millis)
+                .unwrap_or_default();
+            log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+                attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), state = end.state.as_str(),
+                duration_ms = ms, retry_at = next.as_str(), error = err.as_str(); "job finished");
+            if end.outbox_added > 0 {
+                s.queue.notify_outbox();
+            }
+        }
+        Err(e) => {
+            let err = e.to_string();
+            log::warn!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+                attempt = attempt_str.as_str(), outcome = "not recorded", duration_ms = ms,
+                error = err.as_str(); "job run not recorded");
+        }
+    }
+}
+
+fn fail_run(
+    s: &Arc<Shared>,
+    id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+) -> Result<execute::RunEnd> {
+    s.queue
+        .writer()
+        .run(move |conn| execute::fail(conn, id, attempt_id, outcome, &msg, next, now_ms()))
+}
+
+/// The write failed for a reason that is not the job's fault (disk full,
+/// busy past the timeout, a neighbour's rollback): give the job back
+/// uncharged, retrying until the write goes through or the lease is gone.
+fn release_after_transient(
+    s: &Arc<Shared>,
+    id: i64,
+    attempt_id: i64,
+    e: Error,
+) -> Result<execute::RunEnd> {
+    log::warn!(target: "litejob", job_id = id; "run of job {id} not recorded ({e}); releasing it");
+    let mut delay = Duration::from_millis(50);
+    let give_up = Instant::now() + s.cfg.lease;
+    loop {
+        let o = s.owner.clone();
+        match s
+            .queue
+            .writer()
+            .run(move |conn| claim::release(conn, id, &o, Some(attempt_id), now_ms()))
+        {
+            Ok(_) => return Err(e),
+            Err(e2)
+                if e2.is_transient()
+                    && Instant::now() < give_up
+                    && !s.stopping.load(Ordering::SeqCst) =>
+            {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(_) => return Err(e),
+        }
+    }
+}
+
+fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
+    let worker = worker_name();
+    let mut rng = Rng::from_entropy();
+    let wake = s.queue.inner.outbox_wake.1.clone();
+    let lease_ms = s.cfg.lease.as_millis() as i64;
+    loop {
+        if s.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let (kinds, owner, w) = (s.effect_kinds_json.clone(), s.owner.clone(), worker.clone());
+        let claimed = s.queue.writer().run(move |conn| {
+            let now = now_ms();
+            outbox::claim_one(conn, &kinds, &owner, &w, now + lease_ms, now)
+        });
+        let c = match claimed {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                select! {
+                    recv(stop) -> _ => return,
+                    recv(wake) -> _ => {},
+                    default(s.cfg.poll_interval) => {},
+                }
+                continue;
+            }
+            Err(e) => {
+                log::warn!(target: "litejob", "outbox claim failed: {e}");
+                sleep_or_stop(&stop, Duration::from_millis(200));
+                continue;
+            }
+        };
+        s.in_flight
+            .lock()
+            .unwrap()
+            .effects
+            .insert(c.row.id, c.attempt_id);
+        let Some(effect) = s.effects.get(&c.row.kind).cloned() else {
+            continue;
+        };
+        let ctx = EffectContext {
+            id: c.row.id,
+            kind: c.row.kind.clone(),
+            key: c.row.key.clone(),
+            job_id: c.row.job_id,
+            attempt: c.row.attempts,
+            max_attempts: c.row.max_attempts,
+        };
+        let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+        log::info!(target: "litejob", outbox_id = ctx.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+            attempt = attempt_str.as_str(), worker = worker.as_str(); "effect started");
+        let t0 = Instant::now();
+        let called = catch_unwind(AssertUnwindSafe(|| effect.call(&ctx, &c.row.payload)));
+        fault::point("after-effect-before-ack");
+        let result = match called {
+            Ok(Ok(())) => EffectResult::Sent,
+            Ok(Err(error)) => EffectResult::Failed {
+                error,
+                panicked: false,
+                retry_at: now_ms()
+                    + s.cfg
+                        .effect_backoff
+                        .delay(ctx.attempt as u32, rng.unit())
+                        .as_millis() as i64,
+            },
+            Err(p) => EffectResult::Failed {
+                error: panic_message(p.as_ref()),
+                panicked: true,
+                retry_at: now_ms()
+                    + s.cfg
+                        .effect_backoff
+                        .delay(ctx.attempt as u32, rng.unit())
+                        .as_millis() as i64,
+            },
+        };
+        let (outcome, err) = match &result {
+            EffectResult::Sent => ("succeeded", String::new()),
+            EffectResult::Failed {
+                error, panicked, ..
+            } => (if *panicked { "panicked" } else { "failed" }, error.clone()),
+        };
+        let (oid, aid) = (c.row.id, c.attempt_id);
+        let acked = ack_with_retry(&s, oid, aid, result);
+        fault::point("after-ack-commit");
+        s.in_flight.lock().unwrap().effects.remove(&oid);
+        let ms = t0.elapsed().as_millis() as u64;
+        let state = match &acked {
+            Ok(Some(st)) => st.as_str().to_string(),
+            Ok(None) => "lease lost".into(),
+            Err(e) => format!("not recorded: {e}"),
+        };
+        log::info!(target: "litejob", outbox_id = oid, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+            attempt = attempt_str.as_str(), outcome = outcome, state = state.as_str(), duration_ms = ms,
+            error = err.as_str(); "effect finished");
+    }
+}
+
+/// Acknowledges an effect attempt, retrying transient failures while the
+/// lease lasts: an effect that ran must not be run again just because the
+/// disk was briefly full.
+fn ack_with_retry(
+    s: &Arc<Shared>,
+    oid: i64,
+    aid: i64,
+    result: EffectResult,
+) -> Result<Option<outbox::OutboxState>> {
+    let result = Arc::new(result);
+    let give_up = Instant::now() + s.cfg.lease;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let r = result.clone();
+        let rx = s
+            .queue
+            .writer()
+            .submit(move |conn| outbox::ack(conn, oid, aid, &r, now_ms()));
+        match writer::wait(rx) {
+            Err(e) if e.is_transient() && Instant::now() < give_up => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}

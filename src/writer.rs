@@ -1,0 +1,275 @@
+//! The one writer: a thread that owns this process's only write connection
+//! and applies every write (enqueues, claims, job applies, acks) with group
+//! commit. Writes every table, but only through the operations other modules
+//! hand it; it knows no table itself.
+//!
+//! Why one writer: SQLite allows one writer at a time. Threads that each open
+//! their own write transaction fight over the lock with sleeps; funnelling
+//! them into one thread turns the fight into a queue. Why group commit: with
+//! `synchronous=FULL` each commit costs an fsync; the writer takes every
+//! operation waiting in its channel, runs each inside its own SAVEPOINT (so a
+//! failing one rolls back alone) and commits them together — one fsync for
+//! the group. A caller is answered only after the commit returned, so "it
+//! returned" still means "it is durable".
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+
+/// Called once the group's commit finished, with its result.
+type Reply = Box<dyn FnOnce(Result<()>) + Send>;
+/// One operation. `run` executes inside its savepoint and says whether it
+/// succeeded (false rolls the savepoint back) and how to answer its caller
+/// after the commit; `reject` answers the caller when it could not be run.
+struct Op {
+    run: Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>,
+    reject: Box<dyn FnOnce(Error) + Send>,
+}
+
+/// The handle to the writer thread. Dropping it closes the channel; the thread
+/// finishes the operations already sent and exits, and drop joins it.
+pub(crate) struct Writer {
+    /// Dropped first in `Drop`, which ends the writer loop.
+    sender: Option<Sender<Op>>,
+    thread: Option<JoinHandle<()>>,
+    watchdog: Option<(Sender<()>, JoinHandle<()>)>,
+}
+
+/// Tuning for the writer.
+#[derive(Debug, Clone)]
+pub(crate) struct WriterConfig {
+    /// Most operations applied in one transaction.
+    pub max_batch: usize,
+    /// An operation running longer than this is interrupted (its whole
+    /// transaction rolls back), so a handler that hangs inside its
+    /// transaction cannot hold the write lock forever.
+    pub op_budget: Option<Duration>,
+}
+
+impl Writer {
+    pub(crate) fn spawn(conn: Connection, cfg: WriterConfig) -> Result<Writer> {
+        let (sender, receiver) = crossbeam_channel::unbounded::<Op>();
+        // Milliseconds since `epoch` when the current op started, 0 when idle.
+        let epoch = Instant::now();
+        let op_started = Arc::new(AtomicI64::new(0));
+        let watchdog = match cfg.op_budget {
+            Some(budget) => {
+                let handle = conn.get_interrupt_handle();
+                let started = op_started.clone();
+                let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+                let tick =
+                    (budget / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+                let t = std::thread::Builder::new()
+                    .name("litejob-watchdog".into())
+                    .spawn(move || loop {
+                        match stop_rx.recv_timeout(tick) {
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                            _ => return,
+                        }
+                        let s = started.load(Ordering::Acquire);
+                        if s > 0 {
+                            let ran = epoch.elapsed().as_millis() as i64 - s;
+                            if ran > budget.as_millis() as i64 {
+                                log::warn!(target: "litejob",
+                                    "a write ran {ran} ms, past its budget of {} ms: interrupting it", budget.as_millis());
+                                handle.interrupt();
+                                started.store(0, Ordering::Release);
+                            }
+                        }
+                    })?;
+                Some((stop_tx, t))
+            }
+            None => None,
+        };
+        let max_batch = cfg.max_batch.max(1);
+        let thread = std::thread::Builder::new()
+            .name("litejob-writer".into())
+            .spawn(move || writer_loop(conn, receiver, max_batch, op_started, epoch))?;
+        Ok(Writer {
+            sender: Some(sender),
+            thread: Some(thread),
+            watchdog,
+        })
+    }
+
+    /// Sends `f` to the writer; the receiver yields its result once the
+    /// transaction holding it committed (or failed).
+    pub(crate) fn submit<R, F>(&self, f: F) -> Receiver<Result<R>>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let reject_tx = tx.clone();
+        let reject = Box::new(move |e: Error| {
+            let _ = reject_tx.send(Err(e));
+        });
+        let run = Box::new(move |conn: &Connection| {
+            let result = f(conn);
+            let ok = result.is_ok();
+            let reply: Reply = Box::new(move |commit: Result<()>| {
+                let answer = match result {
+                    Err(e) => Err(e),
+                    Ok(v) => commit.map(|_| v),
+                };
+                let _ = tx.send(answer);
+            });
+            (ok, reply)
+        });
+        let op = Op { run, reject };
+        if let Some(s) = &self.sender {
+            // If the writer is gone the op (and its reply sender) is dropped
+            // and the caller's recv sees the disconnect.
+            let _ = s.send(op);
+        }
+        rx
+    }
+
+    /// Runs `f` in the writer and waits for its commit.
+    pub(crate) fn run<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        wait(self.submit(f))
+    }
+}
+
+/// Waits for a submitted operation's answer.
+pub(crate) fn wait<R>(rx: Receiver<Result<R>>) -> Result<R> {
+    match rx.recv() {
+        Ok(r) => r,
+        Err(_) => Err(Error::Internal(
+            "the write operation panicked or the writer stopped".into(),
+        )),
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.sender.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some((stop, t)) = self.watchdog.take() {
+            drop(stop);
+            let _ = t.join();
+        }
+    }
+}
+
+fn classify_commit_error(e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode::*;
+    match e.sqlite_error_code() {
+        Some(DiskFull) | Some(DatabaseBusy) | Some(DatabaseLocked) => Error::from_sqlite(e),
+        _ => Error::OutcomeUnknown(e.to_string()),
+    }
+}
+
+fn writer_loop(
+    conn: Connection,
+    receiver: Receiver<Op>,
+    max_batch: usize,
+    op_started: Arc<AtomicI64>,
+    epoch: Instant,
+) {
+    let mut batch: Vec<Op> = Vec::with_capacity(max_batch);
+    while let Ok(first) = receiver.recv() {
+        batch.push(first);
+        while batch.len() < max_batch {
+            match receiver.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        run_group(&conn, &mut batch, &op_started, epoch);
+    }
+}
+
+/// Applies `batch` in as few transactions as possible (one, unless an
+/// operation's failure rolled the whole transaction back) and answers every
+/// caller after its transaction's commit.
+fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epoch: Instant) {
+    let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+    let mut in_tx = false;
+    for Op { run, reject } in batch.drain(..) {
+        if !in_tx {
+            if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+                // Not executed at all: answer with the reason.
+                reject(Error::from_sqlite(e));
+                continue;
+            }
+            in_tx = true;
+        }
+        if let Err(e) = conn.execute_batch("SAVEPOINT op") {
+            let err = Error::from_sqlite(e);
+            reject(err.duplicate());
+            for r in replies.drain(..) {
+                r(Err(err.duplicate()));
+            }
+            let _ = conn.execute_batch("ROLLBACK");
+            in_tx = false;
+            continue;
+        }
+        op_started.store(
+            (epoch.elapsed().as_millis() as i64).max(1),
+            Ordering::Release,
+        );
+        let outcome = catch_unwind(AssertUnwindSafe(|| run(conn)));
+        op_started.store(0, Ordering::Release);
+        let ok = matches!(outcome, Ok((true, _)));
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (disk full, interrupt,
+            // some I/O errors): every operation before this one in the group
+            // is gone too. Their callers learn it was not written.
+            for r in replies.drain(..) {
+                r(Err(Error::Aborted(
+                    "another write in the same group commit failed and rolled the transaction back"
+                        .into(),
+                )));
+            }
+            in_tx = false;
+            if let Ok((_, reply)) = outcome {
+                if ok {
+                    reply(Err(Error::Aborted(
+                        "the transaction was rolled back".into(),
+                    )));
+                } else {
+                    reply(Ok(()));
+                }
+            }
+            continue;
+        }
+        if ok {
+            let _ = conn.execute_batch("RELEASE op");
+        } else {
+            let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
+        }
+        match outcome {
+            Ok((_, reply)) => replies.push(reply),
+            Err(_) => {
+                log::error!(target: "litejob", "a write operation panicked; it was rolled back");
+                reject(Error::Internal(
+                    "the write operation panicked; it was rolled back".into(),
+                ));
+            }
+        }
+    }
+    if in_tx {
+        let commit = conn.execute_batch("COMMIT").map_err(classify_commit_error);
+        if commit.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        match commit {
+            Ok(()) => replies.drain(..).for_each(|r| r(Ok(()))),
+            Err(e) => replies.drain(..).for_each(|r| r(Err(e.duplicate()))),
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! One integration-test crate (one build, one link): a file per behaviour.
+
+mod support;
+
+mod cli;
+mod demo;
+mod enqueue;
+mod file;
+mod outbox;
+mod reliability;
+mod runtime;

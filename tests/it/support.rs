@@ -1,0 +1,112 @@
+//! Shared test helpers: a temporary queue file, waiting for a condition
+//! without fixed sleeps, and running the real `litejob` binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use litejob::{Queue, QueueOptions};
+
+/// A temporary directory holding one queue file; removed on drop.
+pub struct TestDb {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl TestDb {
+    pub fn new() -> TestDb {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("test.db");
+        TestDb { dir, path }
+    }
+
+    pub fn open(&self) -> Queue {
+        Queue::open(&self.path).expect("open queue")
+    }
+
+    pub fn open_with(&self, opts: QueueOptions) -> Queue {
+        Queue::open_with(&self.path, opts).expect("open queue")
+    }
+
+    /// A plain rusqlite connection, as an operator's SQL would see the file.
+    pub fn sql(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(&self.path).expect("open sql");
+        c.busy_timeout(Duration::from_secs(30)).unwrap();
+        c
+    }
+
+    /// `SELECT count(*) ...` or any single-integer query.
+    pub fn count(&self, sql: &str) -> i64 {
+        self.sql()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+/// Polls `f` until it returns true, panicking with `label` after `timeout`.
+pub fn wait_until(label: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        if t0.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for: {label}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The real binary built by cargo for these tests.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_litejob"))
+}
+
+/// Runs the real binary on `db` with `args`; returns its output.
+pub fn litejob(db: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("LITEJOB_DB")
+        .env_remove("LITEJOB_FAULT")
+        .output()
+        .expect("run litejob")
+}
+
+/// Prints a command's output, for failure messages.
+pub fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "litejob {}\nstatus: {:?}\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs the binary and asserts its exit status; returns stdout.
+pub fn litejob_ok(db: &Path, args: &[&str], status: i32) -> String {
+    let out = litejob(db, args);
+    assert_eq!(out.status.code(), Some(status), "{}", show(args, &out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Is the `sqlite3` shell installed?
+pub fn have_sqlite3() -> bool {
+    Command::new("sqlite3").arg("-version").output().is_ok()
+}
+
+/// Runs the real `sqlite3` shell on `db` with `sql`; returns stdout.
+pub fn sqlite3(db: &Path, sql: &str) -> String {
+    let out = Command::new("sqlite3")
+        .arg(db)
+        .arg(sql)
+        .output()
+        .expect("run sqlite3");
+    assert!(
+        out.status.success(),
+        "sqlite3 {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
