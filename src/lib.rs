@@ -99,6 +99,7 @@
 //! worker threads; a handler returns an [`Outcome`]; library failures are
 //! [`Error`]s.
 
+pub mod admin;
 mod claim;
 mod db;
 mod enqueue;
