@@ -52,9 +52,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL))
 );
 
--- Claiming reads only this index: the queued set in claim order. It stays
--- small and O(log n) however many jobs have finished.
-CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority, run_at, id) WHERE state = 'queued';
+-- Claiming reads only this index: the queued set of one kind in claim order
+-- (a worker asks once per kind it handles). It stays small and O(log n)
+-- however many jobs have finished or wait for kinds nobody handles.
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (kind, priority, run_at, id) WHERE state = 'queued';
 -- Expired leases are found without scanning finished jobs.
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
 -- Pruning walks finished jobs oldest first.

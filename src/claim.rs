@@ -20,48 +20,57 @@ pub(crate) struct Claimed {
 /// priority order, for `owner` until `lease_until`.
 pub(crate) fn claim_batch(
     conn: &Connection,
-    kinds_json: &str,
+    kinds: &[String],
     queues_json: Option<&str>,
     limit: usize,
     owner: &str,
     lease_until: Millis,
     now: Millis,
 ) -> Result<Vec<Claimed>> {
-    // The subquery walks the partial index jobs_claim (the queued set in
-    // priority order), so claiming costs O(log n + limit) however many jobs
-    // have finished.
-    const SQL: &str = "UPDATE jobs SET state = 'running', lease_owner = ?1, lease_expires_at = ?2 \
-         WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND run_at <= ?3 \
-                      AND kind IN (SELECT value FROM json_each(?4)) \
-                      AND (?5 IS NULL OR queue IN (SELECT value FROM json_each(?5))) \
-                      ORDER BY priority, run_at, id LIMIT ?6) \
-         RETURNING id, kind, priority, run_at";
-    let mut st = conn.prepare_cached(SQL)?;
-    let mut rows: Vec<(i64, i64, Claimed)> = st
-        .query_map(
-            rusqlite::params![
-                owner,
-                lease_until,
-                now,
-                kinds_json,
-                queues_json,
-                limit as i64
-            ],
-            |r| {
-                Ok((
-                    r.get(2)?,
-                    r.get(3)?,
-                    Claimed {
-                        id: r.get(0)?,
-                        kind: r.get(1)?,
-                    },
-                ))
-            },
-        )?
-        .collect::<rusqlite::Result<_>>()?;
-    // RETURNING order is unspecified: restore claim order.
-    rows.sort_by_key(|(p, at, c)| (*p, *at, c.id));
-    Ok(rows.into_iter().map(|(_, _, c)| c).collect())
+    // One index seek per kind on jobs_claim (kind, priority, run_at, id),
+    // then a merge: O(kinds × (log n + limit)) however many jobs have
+    // finished or wait for other kinds. A single `kind IN (...) ORDER BY
+    // priority` query would have to sort every queued job of those kinds.
+    const CANDIDATES: &str = "SELECT id, priority, run_at FROM jobs \
+         WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
+         AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
+         ORDER BY priority, run_at, id LIMIT ?4";
+    const TAKE: &str =
+        "UPDATE jobs SET state = 'running', lease_owner = ?2, lease_expires_at = ?3 \
+         WHERE id = ?1 AND state = 'queued'";
+    let mut candidates: Vec<(i64, i64, i64, usize)> = Vec::new();
+    {
+        let mut st = conn.prepare_cached(CANDIDATES)?;
+        for (k, kind) in kinds.iter().enumerate() {
+            let rows = st.query_map(
+                rusqlite::params![kind, now, queues_json, limit as i64],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(0)?,
+                        k,
+                    ))
+                },
+            )?;
+            for row in rows {
+                candidates.push(row?);
+            }
+        }
+    }
+    candidates.sort_unstable();
+    candidates.truncate(limit);
+    let mut take = conn.prepare_cached(TAKE)?;
+    let mut claimed = Vec::with_capacity(candidates.len());
+    for (_, _, id, k) in candidates {
+        if take.execute(rusqlite::params![id, owner, lease_until])? == 1 {
+            claimed.push(Claimed {
+                id,
+                kind: kinds[k].clone(),
+            });
+        }
+    }
+    Ok(claimed)
 }
 
 /// A run that started: its attempt row is written and the job is fenced on it.

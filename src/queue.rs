@@ -176,6 +176,7 @@ impl Queue {
             conn,
             WriterConfig {
                 max_batch: opts.max_group,
+                full_sync: opts.synchronous == Synchronous::Full,
                 op_budget: opts.transaction_budget,
             },
         )?;
@@ -310,6 +311,21 @@ impl Queue {
                 other => return other,
             }
         }
+    }
+
+    /// Test hook: sets `PRAGMA max_page_count` on the writer connection (the
+    /// only one that writes), so tests can simulate a full disk and then
+    /// give the space back. Returns the limit SQLite applied (never below
+    /// the file's current size).
+    #[doc(hidden)]
+    pub fn set_max_page_count(&self, pages: u64) -> Result<u64> {
+        self.writer().run(move |c| {
+            Ok(
+                c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })? as u64,
+            )
+        })
     }
 
     pub(crate) fn writer(&self) -> &Writer {

@@ -234,6 +234,7 @@ struct Shared {
     owner: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    kinds: Vec<String>,
     kinds_json: String,
     effect_kinds_json: String,
     queues_json: Option<String>,
@@ -285,7 +286,9 @@ impl Runtime {
             std::process::id(),
             Rng::from_entropy().next_u64() as u32
         );
+        let kinds_vec: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
         let shared = Arc::new(Shared {
+            kinds: kinds_vec,
             kinds_json: serde_json::to_string(&kinds)
                 .map_err(|e| Error::Internal(e.to_string()))?,
             effect_kinds_json: serde_json::to_string(&effect_kinds)
@@ -544,8 +547,8 @@ fn claim(s: &Arc<Shared>, n: usize, lease_ms: i64) -> Result<Vec<Claimed>> {
     if !any {
         return Ok(Vec::new());
     }
-    let (kinds, queues, owner) = (s.kinds_json.clone(), s.queues_json.clone(), s.owner.clone());
-    let claimed = s.queue.writer().run(move |conn| {
+    let (kinds, queues, owner) = (s.kinds.clone(), s.queues_json.clone(), s.owner.clone());
+    let claimed = s.queue.writer().run_light(move |conn| {
         let now = now_ms();
         claim::claim_batch(
             conn,
@@ -576,7 +579,7 @@ fn heartbeat(s: &Arc<Shared>, until: Millis) {
         return;
     }
     let owner = s.owner.clone();
-    let r = s.queue.writer().run(move |conn| {
+    let r = s.queue.writer().run_light(move |conn| {
         if !jobs.is_empty() {
             claim::heartbeat(
                 conn,
@@ -618,7 +621,7 @@ fn reap(s: &Arc<Shared>) {
         }
     }
     let max_abandoned = s.cfg.max_abandoned;
-    match s.queue.writer().run(move |conn| {
+    match s.queue.writer().run_light(move |conn| {
         let now = now_ms();
         Ok((
             claim::reap_expired(conn, now, max_abandoned)?,
@@ -636,13 +639,39 @@ fn reap(s: &Arc<Shared>) {
     }
 }
 
+/// Most runs one worker keeps waiting for their commit while it goes on
+/// with the next job. Bounded so a stalled disk stops the worker instead of
+/// growing memory.
+const MAX_PIPELINE: usize = 64;
+
 fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, space: Sender<()>) {
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
+    // Runs whose apply step was handed to the writer and whose commit this
+    // worker has not seen yet, oldest first. The worker does not wait for
+    // a completion's fsync before starting its next job: the next job's start
+    // is a light commit of its own, so completions of many jobs share one
+    // fsync (group commit) even with few workers.
+    let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
     loop {
-        let claimed = select! {
-            recv(jobs) -> c => match c { Ok(c) => c, Err(_) => return },
-            recv(stop) -> _ => return,
+        while pending.front().is_some_and(|p| !p.rx.is_empty()) {
+            finish_job(&s, pending.pop_front().expect("front exists"));
+        }
+        let claimed = if pending.is_empty() {
+            select! {
+                recv(jobs) -> c => match c { Ok(c) => c, Err(_) => break },
+                recv(stop) -> _ => break,
+            }
+        } else {
+            match jobs.try_recv() {
+                Ok(c) => c,
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    // Nothing else to do: see the oldest run through.
+                    finish_job(&s, pending.pop_front().expect("not empty"));
+                    continue;
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => break,
+            }
         };
         let _ = space.try_send(());
         if s.stopping.load(Ordering::SeqCst) {
@@ -655,24 +684,44 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
                 .run(move |conn| claim::release(conn, claimed.id, &o, None, now_ms()));
             continue;
         }
-        run_job(&s, &claimed, &worker, &mut rng);
-        s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
-        let _ = space.try_send(());
+        if pending.len() >= MAX_PIPELINE {
+            finish_job(&s, pending.pop_front().expect("not empty"));
+        }
+        match begin_job(&s, &claimed, &worker, &mut rng) {
+            Some(p) => pending.push_back(p),
+            None => {
+                s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
+            }
+        }
+    }
+    for p in pending.drain(..) {
+        finish_job(&s, p);
     }
 }
 
-fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
-    let Some(handler) = s.handlers.get(&claimed.kind).cloned() else {
-        return;
-    };
+/// A run handed to the writer, waiting for its commit.
+struct Pending {
+    rx: Receiver<Result<execute::RunEnd>>,
+    ctx: JobContext,
+    attempt_id: i64,
+    attempt_str: String,
+    backoff_at: Millis,
+    t0: Instant,
+}
+
+/// Starts a claimed job (a light commit, before any user code runs, so a
+/// crash inside the handler is seen afterwards), runs its prepare step here
+/// and hands its apply step (or its failure) to the writer.
+fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) -> Option<Pending> {
+    let handler = s.handlers.get(&claimed.kind).cloned()?;
     let lease_ms = s.cfg.lease.as_millis() as i64;
     let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
-    let started = match s.queue.writer().run(move |conn| {
+    let started = match s.queue.writer().run_light(move |conn| {
         let now = now_ms();
         claim::start(conn, id, &owner, &w, now + lease_ms, now)
     }) {
         Ok(Some(st)) => st,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(e) => {
             log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
             let o = s.owner.clone();
@@ -680,7 +729,7 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
                 .queue
                 .writer()
                 .run(move |conn| claim::release(conn, id, &o, None, now_ms()));
-            return;
+            return None;
         }
     };
     fault::point("after-start-commit");
@@ -709,16 +758,15 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
             .backoff
             .delay(ctx.attempt as u32, rng.unit())
             .as_millis() as i64;
-    let result: Result<execute::RunEnd> = match prepared {
+    let rx = match prepared {
         Ok(Ok(prepared)) => {
             let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
             let ctx2 = ctx.clone();
-            let h = handler.clone();
-            let r = s.queue.writer().run(move |conn| {
+            s.queue.writer().submit(move |conn| {
                 let r = execute::apply(
                     conn,
                     ApplyInput {
-                        handler: h.as_ref(),
+                        handler: handler.as_ref(),
                         ctx: ctx2,
                         attempt_id,
                         prepared,
@@ -729,13 +777,9 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
                 );
                 fault::point("before-complete-commit");
                 r
-            });
-            if r.is_ok() {
-                fault::point("after-complete-commit");
-            }
-            r
+            })
         }
-        Ok(Err(PrepareStop::BadPayload(msg))) => fail_run(
+        Ok(Err(PrepareStop::BadPayload(msg))) => submit_fail(
             s,
             id,
             attempt_id,
@@ -743,7 +787,7 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
             msg,
             Next::Discard,
         ),
-        Ok(Err(PrepareStop::Failed(msg))) => fail_run(
+        Ok(Err(PrepareStop::Failed(msg))) => submit_fail(
             s,
             id,
             attempt_id,
@@ -751,7 +795,7 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
             msg,
             Next::RetryAt(backoff_at),
         ),
-        Err(p) => fail_run(
+        Err(p) => submit_fail(
             s,
             id,
             attempt_id,
@@ -760,6 +804,32 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
             Next::RetryAt(backoff_at),
         ),
     };
+    Some(Pending {
+        rx,
+        ctx,
+        attempt_id,
+        attempt_str,
+        backoff_at,
+        t0,
+    })
+}
+
+/// Waits for a run's commit, handles what the writer could not record, logs
+/// the run's end line and lets go of the job.
+fn finish_job(s: &Arc<Shared>, p: Pending) {
+    let Pending {
+        rx,
+        ctx,
+        attempt_id,
+        attempt_str,
+        backoff_at,
+        t0,
+    } = p;
+    let id = ctx.id;
+    let result = writer::wait(rx);
+    if result.is_ok() {
+        fault::point("after-complete-commit");
+    }
     let result = match result {
         Err(Error::Interrupted(msg)) => fail_run(
             s,
@@ -794,6 +864,20 @@ fn run_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) {
                 error = err.as_str(); "job run not recorded");
         }
     }
+    s.in_flight.lock().unwrap().jobs.remove(&id);
+}
+
+fn submit_fail(
+    s: &Arc<Shared>,
+    id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+) -> Receiver<Result<execute::RunEnd>> {
+    s.queue
+        .writer()
+        .submit(move |conn| execute::fail(conn, id, attempt_id, outcome, &msg, next, now_ms()))
 }
 
 fn fail_run(

@@ -31,6 +31,22 @@ type Reply = Box<dyn FnOnce(Result<()>) + Send>;
 struct Op {
     run: Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>,
     reject: Box<dyn FnOnce(Error) + Send>,
+    durability: Durability,
+}
+
+/// How hard an operation's commit must push to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Committed with the file's `synchronous` setting (FULL by default: an
+    /// fsync before the caller is answered). Enqueues, completions, failures,
+    /// acknowledgements.
+    Durable,
+    /// Committed without an fsync (`synchronous=NORMAL` for this commit): it
+    /// survives a process crash — the commit is in the WAL — but a power loss
+    /// may undo it. Only for bookkeeping whose loss is harmless: claims, the
+    /// start of a run, lease renewals, reaping. A lost claim or start just
+    /// means the job runs again; its work is still fenced by the ledger.
+    Light,
 }
 
 /// The handle to the writer thread. Dropping it closes the channel; the thread
@@ -47,6 +63,8 @@ pub(crate) struct Writer {
 pub(crate) struct WriterConfig {
     /// Most operations applied in one transaction.
     pub max_batch: usize,
+    /// Whether durable commits fsync (FULL): light ones then switch to NORMAL.
+    pub full_sync: bool,
     /// An operation running longer than this is interrupted (its whole
     /// transaction rolls back), so a handler that hangs inside its
     /// transaction cannot hold the write lock forever.
@@ -89,9 +107,10 @@ impl Writer {
             None => None,
         };
         let max_batch = cfg.max_batch.max(1);
+        let full_sync = cfg.full_sync;
         let thread = std::thread::Builder::new()
             .name("litejob-writer".into())
-            .spawn(move || writer_loop(conn, receiver, max_batch, op_started, epoch))?;
+            .spawn(move || writer_loop(conn, receiver, max_batch, full_sync, op_started, epoch))?;
         Ok(Writer {
             sender: Some(sender),
             thread: Some(thread),
@@ -102,6 +121,15 @@ impl Writer {
     /// Sends `f` to the writer; the receiver yields its result once the
     /// transaction holding it committed (or failed).
     pub(crate) fn submit<R, F>(&self, f: F) -> Receiver<Result<R>>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        self.submit_with(Durability::Durable, f)
+    }
+
+    /// [`Writer::submit`] with an explicit durability class.
+    pub(crate) fn submit_with<R, F>(&self, durability: Durability, f: F) -> Receiver<Result<R>>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
@@ -123,7 +151,11 @@ impl Writer {
             });
             (ok, reply)
         });
-        let op = Op { run, reject };
+        let op = Op {
+            run,
+            reject,
+            durability,
+        };
         if let Some(s) = &self.sender {
             // If the writer is gone the op (and its reply sender) is dropped
             // and the caller's recv sees the disconnect.
@@ -139,6 +171,15 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
         wait(self.submit(f))
+    }
+
+    /// Runs `f` as a light write (no fsync, see [`Durability::Light`]).
+    pub(crate) fn run_light<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        wait(self.submit_with(Durability::Light, f))
     }
 }
 
@@ -177,19 +218,43 @@ fn writer_loop(
     conn: Connection,
     receiver: Receiver<Op>,
     max_batch: usize,
+    full_sync: bool,
     op_started: Arc<AtomicI64>,
     epoch: Instant,
 ) {
-    let mut batch: Vec<Op> = Vec::with_capacity(max_batch);
+    let mut light: Vec<Op> = Vec::with_capacity(max_batch);
+    let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
     while let Ok(first) = receiver.recv() {
-        batch.push(first);
-        while batch.len() < max_batch {
+        let mut push = |op: Op| match op.durability {
+            Durability::Light => light.push(op),
+            Durability::Durable => durable.push(op),
+        };
+        push(first);
+        let mut n = 1;
+        while n < max_batch {
             match receiver.try_recv() {
-                Ok(op) => batch.push(op),
+                Ok(op) => push(op),
                 Err(_) => break,
             }
+            n += 1;
         }
-        run_group(&conn, &mut batch, &op_started, epoch);
+        // Light operations first, in their own commit without an fsync, so a
+        // worker waiting to start its next job does not wait for the fsync
+        // of other jobs' completions. Operations of one class keep their
+        // order; the two classes are independent (each op is atomic and
+        // fenced on its own).
+        if !light.is_empty() {
+            if full_sync {
+                let _ = conn.execute_batch("PRAGMA synchronous = NORMAL");
+                run_group(&conn, &mut light, &op_started, epoch);
+                let _ = conn.execute_batch("PRAGMA synchronous = FULL");
+            } else {
+                run_group(&conn, &mut light, &op_started, epoch);
+            }
+        }
+        if !durable.is_empty() {
+            run_group(&conn, &mut durable, &op_started, epoch);
+        }
     }
 }
 
@@ -199,7 +264,7 @@ fn writer_loop(
 fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epoch: Instant) {
     let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
     let mut in_tx = false;
-    for Op { run, reject } in batch.drain(..) {
+    for Op { run, reject, .. } in batch.drain(..) {
         if !in_tx {
             if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
                 // Not executed at all: answer with the reason.
