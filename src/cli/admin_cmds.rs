@@ -1,0 +1,289 @@
+//! `litejob retry`, `cancel`, `stats` and `prune`: repair and inspect the
+//! queue. Writes `jobs`, `attempts`, `outbox` and (when asked)
+//! `processed_jobs` through `litejob::admin`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::ArgGroup;
+use litejob::admin::{self, JobCounts, OutboxCounts, PruneOptions, Transition};
+use litejob::Queue;
+use serde::Serialize;
+
+use super::{cell, span, CliError, CliResult, Out, Table};
+
+/// Rows per write transaction for bulk repairs: small enough that workers
+/// in another process wait only briefly for the write lock.
+const BATCH: usize = 1000;
+
+/// Flags of `litejob retry`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    group(ArgGroup::new("what").required(true).args(["id", "dead"])),
+    after_help = "Examples:\n  \
+    litejob retry 42\n  \
+    litejob retry --dead --kind payment.succeeded\n\n\
+    A retried job starts over: attempts 0, state queued, runnable now."
+)]
+pub struct RetryArgs {
+    /// The dead job to requeue.
+    pub id: Option<i64>,
+    /// Requeue every dead job.
+    #[arg(long, conflicts_with = "id")]
+    pub dead: bool,
+    /// With --dead: only jobs of this kind.
+    #[arg(long, requires = "dead")]
+    pub kind: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Retried {
+    retried: usize,
+    ids: Vec<i64>,
+}
+
+/// `litejob retry ID | --dead [--kind K]`.
+pub fn retry(queue: &Queue, a: &RetryArgs, json: bool, out: &mut Out) -> CliResult {
+    let now = litejob::time::now_ms();
+    if let Some(id) = a.id {
+        return match admin::retry_job(queue, id, now)? {
+            Transition::Changed if json => out.json(&Retried {
+                retried: 1,
+                ids: vec![id],
+            }),
+            Transition::Changed => out.line(format!("job {id} requeued")),
+            Transition::Refused { state } => Err(CliError::Failed(format!(
+                "job {id} is {state}, not dead: only a dead job can be retried"
+            ))),
+        };
+    }
+    let n = admin::retry_dead_jobs(queue, a.kind.as_deref(), BATCH, now)?;
+    if json {
+        return out.json(&Retried {
+            retried: n,
+            ids: Vec::new(),
+        });
+    }
+    let what = match &a.kind {
+        Some(k) => format!(" of kind {}", cell(k)),
+        None => String::new(),
+    };
+    out.line(format!("requeued {n} dead job{}{what}", plural(n)))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// Flags of `litejob cancel`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Example:\n  litejob cancel 42\n\n\
+    Only a queued job can be cancelled; a running one is already under way.")]
+pub struct CancelArgs {
+    /// The queued job to cancel.
+    pub id: i64,
+}
+
+#[derive(Serialize)]
+struct Cancelled {
+    id: i64,
+    state: &'static str,
+}
+
+/// `litejob cancel ID`.
+pub fn cancel(queue: &Queue, a: &CancelArgs, json: bool, out: &mut Out) -> CliResult {
+    let id = a.id;
+    match admin::cancel_job(queue, id, litejob::time::now_ms())? {
+        Transition::Changed if json => out.json(&Cancelled {
+            id,
+            state: "cancelled",
+        }),
+        Transition::Changed => out.line(format!("job {id} cancelled")),
+        Transition::Refused { state } => Err(CliError::Failed(format!(
+            "job {id} is {state}, not queued: only a queued job can be cancelled"
+        ))),
+    }
+}
+
+/// Flags of `litejob stats`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:\n  litejob stats\n  litejob stats --json")]
+pub struct StatsArgs {}
+
+/// `litejob stats`.
+pub fn stats(queue: &Queue, _a: &StatsArgs, json: bool, out: &mut Out) -> CliResult {
+    let s = admin::stats(queue, litejob::time::now_ms())?;
+    if json {
+        return out.json(&s);
+    }
+    let mut t = Table::new(&["file", &cell(&s.path.display().to_string())]);
+    t.row(vec![
+        "size".into(),
+        format!(
+            "{}, WAL {}, schema version {}",
+            bytes(s.file_bytes),
+            bytes(s.wal_bytes),
+            s.schema_version
+        ),
+    ]);
+    let j = &s.jobs;
+    t.row(vec![
+        "jobs".into(),
+        format!(
+            "{} in all: {} queued, {} running, {} succeeded, {} dead, {} cancelled",
+            j.total, j.queued, j.running, j.succeeded, j.dead, j.cancelled
+        ),
+    ]);
+    t.row(vec![
+        "backlog".into(),
+        match s.oldest_queued_age_ms {
+            None => "empty".into(),
+            Some(age) => format!(
+                "{} queued, {} due now; oldest queued {} ago{}",
+                j.queued,
+                s.queued_due,
+                span(Some(age)),
+                s.oldest_due_wait_ms.map_or(String::new(), |w| format!(
+                    ", longest due wait {}",
+                    span(Some(w))
+                ))
+            ),
+        },
+    ]);
+    let o = &s.outbox;
+    t.row(vec![
+        "outbox".into(),
+        format!(
+            "{} in all: {} pending, {} sending, {} sent, {} dead",
+            o.total, o.pending, o.sending, o.sent, o.dead
+        ),
+    ]);
+    t.row(vec![
+        "ledger".into(),
+        format!("{} keys whose work committed", s.ledger_rows),
+    ]);
+    out.table(&t)?;
+    job_counts("by kind", "KIND", &s.by_kind, out)?;
+    job_counts("by queue", "QUEUE", &s.by_queue, out)?;
+    outbox_counts(&s.outbox_by_kind, out)
+}
+
+fn job_counts(title: &str, col: &str, m: &BTreeMap<String, JobCounts>, out: &mut Out) -> CliResult {
+    if m.is_empty() {
+        return Ok(());
+    }
+    out.line("")?;
+    out.line(format!("jobs {title}:"))?;
+    let mut t = Table::new(&[
+        "TOTAL",
+        "QUEUED",
+        "RUNNING",
+        "SUCCEEDED",
+        "DEAD",
+        "CANCELLED",
+        col,
+    ])
+    .indent(2);
+    for (name, c) in m {
+        t.row(vec![
+            c.total.to_string(),
+            c.queued.to_string(),
+            c.running.to_string(),
+            c.succeeded.to_string(),
+            c.dead.to_string(),
+            c.cancelled.to_string(),
+            cell(name),
+        ]);
+    }
+    out.table(&t)
+}
+
+fn outbox_counts(m: &BTreeMap<String, OutboxCounts>, out: &mut Out) -> CliResult {
+    if m.is_empty() {
+        return Ok(());
+    }
+    out.line("")?;
+    out.line("outbox by kind:")?;
+    let mut t = Table::new(&["TOTAL", "PENDING", "SENDING", "SENT", "DEAD", "KIND"]).indent(2);
+    for (name, c) in m {
+        t.row(vec![
+            c.total.to_string(),
+            c.pending.to_string(),
+            c.sending.to_string(),
+            c.sent.to_string(),
+            c.dead.to_string(),
+            cell(name),
+        ]);
+    }
+    out.table(&t)
+}
+
+fn bytes(n: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = n as f64;
+    if f < KIB {
+        format!("{n} B")
+    } else if f < KIB * KIB {
+        format!("{:.1} KiB", f / KIB)
+    } else if f < KIB * KIB * KIB {
+        format!("{:.1} MiB", f / (KIB * KIB))
+    } else {
+        format!("{:.1} GiB", f / (KIB * KIB * KIB))
+    }
+}
+
+/// Flags of `litejob prune`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    litejob prune --older-than 7d\n  \
+    litejob prune --older-than 30d --ledger-older-than 90d\n\n\
+    Deletes succeeded, dead and cancelled jobs finished more than DUR ago, with their\n\
+    attempts, and outbox rows sent more than DUR ago, 1000 rows per transaction.\n\
+    The ledger (processed_jobs) is kept, so a re-delivered key stays a duplicate,\n\
+    unless --ledger-older-than is given.")]
+pub struct PruneArgs {
+    /// Age of the finished history to delete (`12h`, `7d`, `0s` for all).
+    #[arg(long, value_name = "DUR", value_parser = super::parse_duration)]
+    pub older_than: Duration,
+    /// Also delete ledger rows older than this (re-enqueueing such a key
+    /// creates a new job).
+    #[arg(long, value_name = "DUR", value_parser = super::parse_duration)]
+    pub ledger_older_than: Option<Duration>,
+    /// Rows per write transaction.
+    #[arg(long, default_value_t = BATCH, hide = true)]
+    pub batch: usize,
+}
+
+/// `litejob prune`.
+pub fn prune(queue: &Queue, a: &PruneArgs, json: bool, out: &mut Out) -> CliResult {
+    let now = litejob::time::now_ms();
+    let before = |d: Duration| now.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
+    let r = admin::prune(
+        queue,
+        &PruneOptions {
+            finished_before: before(a.older_than),
+            ledger_before: a.ledger_older_than.map(before),
+            batch: a.batch,
+        },
+    )?;
+    if json {
+        return out.json(&r);
+    }
+    out.line(format!(
+        "pruned {} jobs ({} attempts), {} sent outbox rows ({} attempts), {} ledger rows{}",
+        r.jobs,
+        r.job_attempts,
+        r.outbox,
+        r.outbox_attempts,
+        r.ledger,
+        if a.ledger_older_than.is_none() {
+            " (ledger kept)"
+        } else {
+            ""
+        }
+    ))
+}

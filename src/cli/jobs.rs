@@ -1,0 +1,180 @@
+//! `litejob jobs` and `litejob show`: list jobs, and one job with its
+//! attempts and outbox rows. Reads only; writes no table.
+
+use litejob::admin::{self, JobDetail, OutboxEntry};
+use litejob::{Attempt, Job, JobFilter, JobState, Queue};
+use serde::Serialize;
+
+use super::{cell, cell_cut, span, when, CliError, CliResult, Out, Table};
+
+/// Flags of `litejob jobs`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    litejob jobs --state dead\n  \
+    litejob jobs --kind payment.succeeded --limit 20 --json")]
+pub struct JobsArgs {
+    /// Only jobs in this state: queued, running, succeeded, dead, cancelled.
+    #[arg(long, value_parser = super::parse_job_state)]
+    pub state: Option<JobState>,
+    /// Only jobs of this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only jobs in this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+}
+
+#[derive(Serialize)]
+struct JobList<'a> {
+    jobs: &'a [Job],
+}
+
+/// `litejob jobs`.
+pub fn jobs(queue: &Queue, a: &JobsArgs, json: bool, out: &mut Out) -> CliResult {
+    let list = queue.jobs(&JobFilter {
+        state: a.state,
+        kind: a.kind.clone(),
+        queue: a.queue.clone(),
+        limit: Some(a.limit),
+    })?;
+    if json {
+        return out.json(&JobList { jobs: &list });
+    }
+    let mut t = Table::new(&[
+        "ID", "STATE", "KIND", "QUEUE", "PRI", "ATTEMPTS", "DELIV", "CREATED", "RUN_AT", "KEY",
+    ]);
+    for j in &list {
+        t.row(vec![
+            j.id.to_string(),
+            j.state.to_string(),
+            cell_cut(&j.kind, 32),
+            cell_cut(&j.queue, 16),
+            j.priority.to_string(),
+            format!("{}/{}", j.attempts, j.max_attempts),
+            j.deliveries.to_string(),
+            when(Some(j.created_at)),
+            match j.state {
+                JobState::Queued | JobState::Running => when(Some(j.run_at)),
+                _ => "-".into(),
+            },
+            cell(&j.idempotency_key),
+        ]);
+    }
+    if t.is_empty() {
+        return out.line("no jobs");
+    }
+    out.table(&t)
+}
+
+/// Flags of `litejob show`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Example:\n  litejob show 42\n  litejob show 42 --json")]
+pub struct ShowArgs {
+    /// The job id.
+    pub id: i64,
+}
+
+/// `litejob show ID`.
+pub fn show(queue: &Queue, a: &ShowArgs, json: bool, out: &mut Out) -> CliResult {
+    let id = a.id;
+    let detail = queue
+        .read(|c| admin::job_detail(c, id))?
+        .ok_or_else(|| CliError::Failed(format!("no job with id {id}")))?;
+    if json {
+        return out.json(&detail);
+    }
+    print_detail(&detail, out)
+}
+
+/// The human form of a job with its attempts and outbox rows; `explain`
+/// uses it too.
+pub fn print_detail(d: &JobDetail, out: &mut Out) -> CliResult {
+    print_job(&d.job, out)?;
+    out.line("")?;
+    print_attempts(&format!("attempts of job {}", d.job.id), &d.attempts, out)?;
+    print_outbox(&d.outbox, out)
+}
+
+fn print_job(j: &Job, out: &mut Out) -> CliResult {
+    let mut t = Table::new(&["job", &j.id.to_string()]);
+    let mut field = |k: &str, v: String| t.row(vec![k.to_string(), v]);
+    field("key", cell(&j.idempotency_key));
+    field("kind", cell(&j.kind));
+    field("queue", cell(&j.queue));
+    field("state", j.state.to_string());
+    field("priority", j.priority.to_string());
+    field(
+        "attempts",
+        format!(
+            "{} of {} charged, {} abandoned",
+            j.attempts, j.max_attempts, j.abandoned
+        ),
+    );
+    field("deliveries", j.deliveries.to_string());
+    field("created", when(Some(j.created_at)));
+    field("run at", when(Some(j.run_at)));
+    field("finished", when(j.finished_at));
+    if let Some(owner) = &j.lease_owner {
+        field(
+            "lease",
+            format!("{} until {}", cell(owner), when(j.lease_expires_at)),
+        );
+    }
+    field(
+        "last error",
+        j.last_error.as_deref().map_or("-".into(), cell),
+    );
+    field("payload", cell_cut(&j.payload, 200));
+    out.table(&t)
+}
+
+/// An attempt table under a title, or a line saying there is none.
+pub fn print_attempts(title: &str, attempts: &[Attempt], out: &mut Out) -> CliResult {
+    if attempts.is_empty() {
+        return out.line(format!("{title}: none"));
+    }
+    out.line(format!("{title}:"))?;
+    let indent = title.len() - title.trim_start().len() + 2;
+    let mut t = Table::new(&["#", "STARTED", "TOOK", "OUTCOME", "WORKER", "ERROR"]).indent(indent);
+    for a in attempts {
+        t.row(vec![
+            a.attempt.to_string(),
+            when(Some(a.started_at)),
+            span(a.finished_at.map(|f| f - a.started_at)),
+            a.outcome.to_string(),
+            cell(&a.worker),
+            a.error.as_deref().map_or("-".into(), |e| cell_cut(e, 200)),
+        ]);
+    }
+    out.table(&t)
+}
+
+/// The outbox rows a job wrote, each followed by its attempts.
+pub fn print_outbox(rows: &[OutboxEntry], out: &mut Out) -> CliResult {
+    if rows.is_empty() {
+        return out.line("outbox rows: none");
+    }
+    for o in rows {
+        let r = &o.row;
+        out.line("")?;
+        out.line(format!(
+            "outbox {}: {} {} ({} of {} attempts), key {}, created {}, sent {}",
+            r.id,
+            cell(&r.kind),
+            r.state,
+            r.attempts,
+            r.max_attempts,
+            cell(&r.key),
+            when(Some(r.created_at)),
+            when(r.sent_at),
+        ))?;
+        if let Some(e) = &r.last_error {
+            out.line(format!("  last error: {}", cell_cut(e, 200)))?;
+        }
+        print_attempts(&format!("  attempts of outbox {}", r.id), &o.attempts, out)?;
+    }
+    Ok(())
+}
