@@ -106,6 +106,19 @@ pub(crate) fn open_file(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     // Read the version before any write (WAL switch included), so a newer
     // file is refused untouched.
     schema::check_not_newer(&conn).map_err(|e| open_err(path, e))?;
+    // SQLite silently falls back to read-only when the file cannot be
+    // written (permissions, immutable attribute): refuse now, naming the
+    // path, rather than fail at the first write with a bare "readonly".
+    if conn
+        .is_readonly(rusqlite::MAIN_DB)
+        .map_err(|e| open_err(path, e))?
+    {
+        return Err(Error::Open(format!(
+            "cannot open {}: the file is read-only (check its permissions and attributes); \
+             litejob needs to write it",
+            path.display()
+        )));
+    }
     let mode: String = conn
         .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
         .map_err(|e| open_err(path, e))?;
