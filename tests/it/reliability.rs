@@ -1,1 +1,23 @@
-//! (tests to come)
+//! The reliability suite (issue 7): the guarantees of DESIGN §2 under faults.
+//!
+//! Crash tests re-run this test binary as a child process (`child_worker`
+//! below, which does nothing unless `LITEJOB_CHILD_DB` is set), SIGKILL it at
+//! random moments or make it abort at an announced fault point
+//! (`LITEJOB_FAULT=point:n`), then run a last clean child to completion and
+//! check the invariants with plain SQL ([`harness::check_invariants`]).
+//!
+//! The CI form of every test is short; `LITEJOB_SOAK=1` runs the heavy ones
+//! longer.
+
+mod crash;
+mod files;
+mod harness;
+mod input;
+mod locks;
+mod model;
+
+/// Entry point of the child processes. Returns at once in a normal test run.
+#[test]
+fn child_worker() {
+    harness::child_main();
+}
