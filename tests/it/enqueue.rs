@@ -464,15 +464,7 @@ fn the_payload_limit_is_configurable() {
 fn several_processes_enqueueing_one_key_make_one_job() {
     let db = TestDb::new();
     drop(db.open());
-    // The command is written by another engineer: until it prints JSON,
-    // skip rather than fail.
-    let probe_db = db.dir.path().join("probe.db");
-    let probe = crate::support::litejob(&probe_db, &["enqueue", "probe", "--key", "p", "--json"]);
-    if serde_json::from_slice::<serde_json::Value>(&probe.stdout).is_err() {
-        eprintln!("`litejob enqueue --json` not available yet: skipped");
-        return;
-    }
-    let children: Vec<_> = (0..6)
+    let children: Vec<_> = (0..8)
         .map(|_| {
             std::process::Command::new(bin())
                 .arg("--db")
@@ -506,7 +498,7 @@ fn several_processes_enqueueing_one_key_make_one_job() {
     assert_eq!(new, 1, "{ids:?}");
     assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
     assert_eq!(jobs(&db), 1);
-    assert_eq!(db.count("SELECT deliveries FROM jobs"), 6);
+    assert_eq!(db.count("SELECT deliveries FROM jobs"), 8);
 }
 
 proptest! {
