@@ -136,7 +136,11 @@ pub fn exit_status(e: &CliError) -> i32 {
     }
 }
 
+/// What to print on stderr; nothing when the reader simply went away.
 fn message(e: &CliError) -> Option<String> {
+    if exit_status(e) == 0 {
+        return None;
+    }
     match e {
         CliError::BrokenPipe => None,
         CliError::Input(m) | CliError::Failed(m) => Some(m.clone()),

@@ -717,3 +717,28 @@ fn every_command_has_help_with_an_example() {
     assert!(out.contains("explain"), "{out}");
     assert!(!db.path.exists(), "--help created the file");
 }
+
+#[test]
+fn the_command_works_while_workers_run_on_the_same_file() {
+    let db = TestDb::new();
+    init(&db);
+    let q = Queue::open(&db.path).unwrap();
+    let mut rt = q
+        .runtime()
+        .handler("live", |_tx, _v: Value| Ok(Outcome::Done))
+        .poll_interval(Duration::from_millis(10))
+        .start()
+        .unwrap();
+    for i in 0..10 {
+        let key = format!("live-{i}");
+        litejob_ok(&db.path, &["enqueue", "live", "--key", &key], 0);
+        litejob_ok(&db.path, &["jobs", "--limit", "5"], 0);
+    }
+    json_of(&db, &["stats"], 0);
+    wait_until("every job succeeded", LONG, || {
+        db.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'") == 10
+    });
+    let v = json_of(&db, &["prune", "--older-than", "0s"], 0);
+    assert_eq!(v["jobs"], 10, "{v}");
+    rt.stop();
+}
