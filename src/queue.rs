@@ -107,11 +107,41 @@ pub(crate) struct Inner {
     pub rules: EnqueueRules,
     pub pool: Pool,
     pub writer: Writer,
-    /// Wakes this process's job claimer after an in-process enqueue. Capacity
-    /// one: a pending wake-up is enough.
-    pub job_wake: (Sender<()>, Receiver<()>),
+    /// Wakes this process's job claimers after an in-process enqueue.
+    pub job_wake: Wakers,
     /// Wakes effect dispatchers after a run wrote outbox rows.
-    pub outbox_wake: (Sender<()>, Receiver<()>),
+    pub outbox_wake: Wakers,
+}
+
+/// The wake-up channels of a queue's runtimes. Each runtime subscribes its
+/// own channel (capacity one: a pending wake-up is enough) and a wake-up
+/// goes to all of them: with one shared channel, two runtimes on one queue
+/// (say, one per kind) swallowed each other's wake-ups and waited for the
+/// next poll. A runtime drops its receiver when it stops; its sender is
+/// pruned at the next wake-up.
+#[derive(Default)]
+pub(crate) struct Wakers(std::sync::Mutex<Vec<Sender<()>>>);
+
+impl Wakers {
+    /// A new channel that every later [`Wakers::wake`] reaches.
+    pub(crate) fn subscribe(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
+        rx
+    }
+
+    /// Wakes every subscriber.
+    pub(crate) fn wake(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|tx| {
+                !matches!(
+                    tx.try_send(()),
+                    Err(crossbeam_channel::TrySendError::Disconnected(_))
+                )
+            });
+    }
 }
 
 impl std::fmt::Debug for Queue {
@@ -193,8 +223,8 @@ impl Queue {
                 rules,
                 pool,
                 writer,
-                job_wake: crossbeam_channel::bounded(1),
-                outbox_wake: crossbeam_channel::bounded(1),
+                job_wake: Wakers::default(),
+                outbox_wake: Wakers::default(),
             }),
         })
     }
@@ -334,11 +364,11 @@ impl Queue {
 
     /// Wakes this process's idle workers (after an [`Queue::enqueue_in`] commit).
     pub fn notify(&self) {
-        let _ = self.inner.job_wake.0.try_send(());
+        self.inner.job_wake.wake();
     }
 
     pub(crate) fn notify_outbox(&self) {
-        let _ = self.inner.outbox_wake.0.try_send(());
+        self.inner.outbox_wake.wake();
     }
 
     /// A new connection to the file with litejob's pragmas (busy timeout,

@@ -241,6 +241,9 @@ struct Shared {
     cfg: RuntimeConfig,
     stopping: AtomicBool,
     in_flight: Mutex<InFlight>,
+    /// This runtime's own wake-up channels (see `queue::Wakers`).
+    job_wake: Receiver<()>,
+    outbox_wake: Receiver<()>,
 }
 
 /// Running workers. [`Runtime::stop`] (or drop) stops them gracefully and
@@ -287,6 +290,8 @@ impl Runtime {
             Rng::from_entropy().next_u64() as u32
         );
         let kinds_vec: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+        let job_wake = b.queue.inner.job_wake.subscribe();
+        let outbox_wake = b.queue.inner.outbox_wake.subscribe();
         let shared = Arc::new(Shared {
             kinds: kinds_vec,
             kinds_json: serde_json::to_string(&kinds)
@@ -305,6 +310,8 @@ impl Runtime {
             cfg: b.cfg,
             stopping: AtomicBool::new(false),
             in_flight: Mutex::new(InFlight::default()),
+            job_wake,
+            outbox_wake,
         });
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let capacity = shared.cfg.workers + shared.cfg.claim_ahead;
@@ -455,7 +462,7 @@ fn supervisor_loop(
     stop: Receiver<()>,
     capacity: usize,
 ) {
-    let wake = s.queue.inner.job_wake.1.clone();
+    let wake = s.job_wake.clone();
     let lease_ms = s.cfg.lease.as_millis() as i64;
     let heartbeat_every = s.cfg.lease / 3;
     let mut next_heartbeat = Instant::now() + heartbeat_every;
@@ -929,7 +936,7 @@ fn release_after_transient(
 fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
-    let wake = s.queue.inner.outbox_wake.1.clone();
+    let wake = s.outbox_wake.clone();
     let lease_ms = s.cfg.lease.as_millis() as i64;
     loop {
         if s.stopping.load(Ordering::SeqCst) {

@@ -930,3 +930,28 @@ fn an_enqueue_seen_by_a_running_runtime_is_not_lost_when_it_is_a_duplicate() {
     let j = q.job(id).unwrap().unwrap();
     assert_eq!((j.deliveries, j.attempts), (2, 1));
 }
+
+#[test]
+fn two_runtimes_on_one_queue_are_both_woken_by_an_in_process_enqueue() {
+    // Regression: the wake-up channel was shared by every runtime of a
+    // queue, so one runtime could swallow the wake meant for the other.
+    let db = TestDb::new();
+    let q = db.open();
+    let start = |kind: &'static str| {
+        q.runtime()
+            .poll_interval(Duration::from_secs(3600))
+            .handler(kind, |_tx, _: Value| Ok(Outcome::Done))
+            .start()
+            .unwrap()
+    };
+    let mut a = start("a");
+    let mut b = start("b");
+    for i in 0..10 {
+        let ida = enqueue(&q, "a", &format!("two:a{i}"));
+        wait_state(&q, ida, JobState::Succeeded);
+        let idb = enqueue(&q, "b", &format!("two:b{i}"));
+        wait_state(&q, idb, JobState::Succeeded);
+    }
+    a.stop();
+    b.stop();
+}
