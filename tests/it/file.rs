@@ -406,3 +406,22 @@ fn job_ids_are_never_reused() {
         .unwrap();
     assert!(sql.contains("jobs"), "{sql}");
 }
+
+#[test]
+fn an_applications_existing_database_gets_the_queue_beside_its_tables() {
+    // Transactional enqueue needs the queue in the app's own file.
+    let db = TestDb::new();
+    {
+        let c = Connection::open(&db.path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT);
+             INSERT INTO orders (note) VALUES ('kept');",
+        )
+        .unwrap();
+    }
+    let q = db.open();
+    assert_eq!(q.schema_version().unwrap(), litejob::schema::SCHEMA_VERSION);
+    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
+    q.enqueue(NewJob::new("k", "app:1", &json!({}))).unwrap();
+    assert_eq!(db.count("SELECT count(*) FROM jobs"), 1);
+}
