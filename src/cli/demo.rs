@@ -144,8 +144,13 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     if args.redeliver == 0 {
         return Err(Error::InvalidInput("--redeliver must be at least 1".into()));
     }
-    if args.workers == 0 || args.effect_workers == 0 {
+    if args.workers == 0 {
         return Err(Error::InvalidInput("--workers must be at least 1".into()));
+    }
+    if args.effect_workers == 0 {
+        return Err(Error::InvalidInput(
+            "--effect-workers must be at least 1".into(),
+        ));
     }
     let lease = litejob::time::parse_duration(&args.lease)?;
     let receipts = args.receipts.clone().unwrap_or_else(|| {
