@@ -142,6 +142,9 @@ impl Error {
                 "storage full: the disk or the database's page limit is full; nothing was written: {e}"
             )),
             Some(NotADatabase) => Error::NotADatabase(format!("not a SQLite database: {e}")),
+            Some(OperationInterrupted) => Error::Interrupted(format!(
+                "the write ran past its transaction time budget and was rolled back: {e}"
+            )),
             Some(DatabaseCorrupt) => {
                 Error::NotADatabase(format!("the database file is corrupt: {e}"))
             }

@@ -74,13 +74,29 @@ pub(crate) struct WriterConfig {
 impl Writer {
     pub(crate) fn spawn(conn: Connection, cfg: WriterConfig) -> Result<Writer> {
         let (sender, receiver) = crossbeam_channel::unbounded::<Op>();
-        // Milliseconds since `epoch` when the current op started, 0 when idle.
+        // Milliseconds since `epoch` when the current op started, 0 when idle,
+        // -1 when the watchdog found it over budget (see below).
         let epoch = Instant::now();
         let op_started = Arc::new(AtomicI64::new(0));
         let watchdog = match cfg.op_budget {
             Some(budget) => {
                 let handle = conn.get_interrupt_handle();
                 let started = op_started.clone();
+                // sqlite3_interrupt only stops a statement running at that
+                // instant; an apply step that hangs in Rust between short
+                // statements would never be stopped. So the watchdog also
+                // marks the op as over budget (-1) and the next statement
+                // the op runs (checked every few VM steps) is interrupted.
+                let over = op_started.clone();
+                conn.progress_handler(
+                    8,
+                    Some(move || {
+                        over.load(Ordering::Relaxed) == -1
+                            && over
+                                .compare_exchange(-1, 0, Ordering::AcqRel, Ordering::Acquire)
+                                .is_ok()
+                    }),
+                )?;
                 let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
                 let tick =
                     (budget / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
@@ -97,8 +113,13 @@ impl Writer {
                             if ran > budget.as_millis() as i64 {
                                 log::warn!(target: "litejob",
                                     "a write ran {ran} ms, past its budget of {} ms: interrupting it", budget.as_millis());
+                                let _ = started.compare_exchange(
+                                    s,
+                                    -1,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                );
                                 handle.interrupt();
-                                started.store(0, Ordering::Release);
                             }
                         }
                     })?;
