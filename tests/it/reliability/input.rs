@@ -136,7 +136,16 @@ fn arbitrary_input_through_the_command() {
                 return Ok(());
             }
             let before = snapshot(&db);
-            let args = ["enqueue", &kind, "--key", &key, "--payload", &payload];
+            // A single argv string is limited to 128 KiB: big payloads go
+            // through --payload-file.
+            let file = db.dir.path().join("payload.json");
+            let (flag, value) = if payload.len() > 100_000 {
+                std::fs::write(&file, &payload).unwrap();
+                ("--payload-file", file.display().to_string())
+            } else {
+                ("--payload", payload.clone())
+            };
+            let args = ["enqueue", &kind, "--key", &key, flag, &value];
             let out = support::litejob(&db.path, &args);
             let after = snapshot(&db);
             let stderr = String::from_utf8_lossy(&out.stderr);

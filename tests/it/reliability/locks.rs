@@ -158,28 +158,31 @@ fn disk_full_refuses_enqueue_pauses_workers_and_resumes() {
     let env = Env::new();
     let q = env.db.open();
     create_app_table(&q);
-    let mut keys = harness::enqueue_n(&q, "work", "full", 0, 20);
+    let mut keys = harness::enqueue_n(&q, "work", "full", 0, 300);
     let pages: u64 = env.db.count("PRAGMA page_count") as u64;
     let limit = q.set_max_page_count(pages).unwrap();
     eprintln!("disk full: page_count {pages}, max_page_count now {limit}");
     let big = "x".repeat(8000);
     let mut full = None;
-    for i in 0..10_000 {
-        let key = format!("fill-{i}");
-        let before = env.db.count("SELECT count(*) FROM jobs");
-        match q.enqueue(NewJob::new("work", key.clone(), &big)) {
-            Ok(_) => keys.push(key),
-            Err(e) => {
-                assert!(e.is_storage_full(), "{e:?}");
-                assert!(e.to_string().contains("full"), "{e}");
-                assert_eq!(
-                    env.db.count("SELECT count(*) FROM jobs"),
-                    before,
-                    "nothing partial"
-                );
-                assert!(q.job_by_key(&key).unwrap().is_none());
-                full = Some(e);
-                break;
+    // Big payloads first, then small ones, until not even a small job fits.
+    for size in [&big[..], "1"] {
+        for i in 0..10_000 {
+            let key = format!("fill-{}-{i}", size.len());
+            let before = env.db.count("SELECT count(*) FROM jobs");
+            match q.enqueue(NewJob::new("work", key.clone(), &size)) {
+                Ok(_) => keys.push(key),
+                Err(e) => {
+                    assert!(e.is_storage_full(), "{e:?}");
+                    assert!(e.to_string().contains("full"), "{e}");
+                    assert_eq!(
+                        env.db.count("SELECT count(*) FROM jobs"),
+                        before,
+                        "nothing partial"
+                    );
+                    assert!(q.job_by_key(&key).unwrap().is_none());
+                    full = Some(e);
+                    break;
+                }
             }
         }
     }
@@ -196,7 +199,10 @@ fn disk_full_refuses_enqueue_pauses_workers_and_resumes() {
     let mut rt = harness::runtime(&q, &env.handlers(Duration::from_secs(5)))
         .start()
         .unwrap();
+    let cpu0 = cpu_ms();
     std::thread::sleep(Duration::from_secs(2));
+    let cpu = cpu_ms() - cpu0;
+    eprintln!("disk full: the process used {cpu} ms of CPU in 2 s while full");
     assert_eq!(
         env.db
             .count("SELECT count(*) FROM jobs WHERE state = 'dead'"),
@@ -207,12 +213,23 @@ fn disk_full_refuses_enqueue_pauses_workers_and_resumes() {
             .count("SELECT count(*) FROM attempts WHERE outcome IN ('failed', 'panicked')"),
         0
     );
-    let runs_while_full = env.db.count("SELECT count(*) FROM attempts");
+    let done = env
+        .db
+        .count("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
     eprintln!(
-        "disk full: {} of {} jobs done while full, {runs_while_full} attempt rows",
+        "disk full: {done} of {} jobs done while full; attempts by outcome: {:?}",
+        keys.len(),
         env.db
-            .count("SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
-        keys.len()
+            .sql()
+            .prepare("SELECT outcome, count(*) FROM attempts GROUP BY outcome")
+            .unwrap()
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .unwrap()
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        done < keys.len() as i64,
+        "the disk was never full for the workers"
     );
     // Space is back: everything completes without a restart.
     q.set_max_page_count(1 << 30).unwrap();
@@ -226,4 +243,16 @@ fn disk_full_refuses_enqueue_pauses_workers_and_resumes() {
     harness::check_invariants(&env, &keys);
     // Enqueue works again.
     q.enqueue(NewJob::new("work", "after-full", &1)).unwrap();
+}
+
+/// CPU time this process used so far (user + system), from /proc.
+fn cpu_ms() -> i64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<i64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the name.
+    (f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) * 10
 }
