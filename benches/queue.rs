@@ -1,2 +1,90 @@
-//! Criterion benches (to come).
-fn main() {}
+//! Criterion benches for the producer and consumer paths on a real file:
+//! one enqueue per call, a batch of 100, and processing no-op jobs through
+//! the full path (claim, ledger, handler, completion, attempt record).
+//! `cargo bench` runs them; `litejob bench` reports the same figures as
+//! jobs/s.
+
+// criterion_group! generates an undocumented public fn.
+#![allow(missing_docs)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use litejob::{NewJob, Outcome, Queue};
+
+fn open() -> (tempfile::TempDir, Queue) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let q = Queue::open(dir.path().join("bench.db")).expect("open");
+    (dir, q)
+}
+
+fn enqueue(c: &mut Criterion) {
+    let (_dir, q) = open();
+    let mut g = c.benchmark_group("enqueue");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    let mut i = 0u64;
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("one_per_call", |b| {
+        b.iter(|| {
+            i += 1;
+            q.enqueue(NewJob::new("bench", format!("one:{i}"), &i))
+                .unwrap()
+        })
+    });
+    g.throughput(Throughput::Elements(100));
+    g.bench_function("batch_of_100", |b| {
+        b.iter(|| {
+            let jobs = (0..100)
+                .map(|_| {
+                    i += 1;
+                    NewJob::new("bench", format!("batch:{i}"), &i)
+                })
+                .collect();
+            q.enqueue_many(jobs).unwrap()
+        })
+    });
+    g.finish();
+}
+
+fn process(c: &mut Criterion) {
+    let mut g = c.benchmark_group("process");
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    const N: usize = 2000;
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("noop_jobs_4_workers", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let (_dir, q) = open();
+                let jobs = (0..N)
+                    .map(|i| NewJob::new("noop", format!("k{i}"), &i))
+                    .collect();
+                q.enqueue_many(jobs).unwrap();
+                let done = Arc::new(AtomicUsize::new(0));
+                let d = done.clone();
+                let t0 = Instant::now();
+                let mut rt = q
+                    .runtime()
+                    .workers(4)
+                    .handler("noop", move |_tx, _p: serde_json::Value| {
+                        d.fetch_add(1, Ordering::Relaxed);
+                        Ok(Outcome::Done)
+                    })
+                    .start()
+                    .unwrap();
+                while done.load(Ordering::Relaxed) < N {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                rt.stop();
+                total += t0.elapsed();
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, enqueue, process);
+criterion_main!(benches);

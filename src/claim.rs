@@ -5,7 +5,7 @@
 use rusqlite::Connection;
 
 use crate::error::Result;
-use crate::history::{self, AttemptOutcome, RunOf};
+use crate::history::{self, AttemptOutcome};
 use crate::time::Millis;
 
 /// A job claimed by this process but not started yet: it holds a lease but
@@ -94,20 +94,19 @@ pub(crate) fn start(
     lease_until: Millis,
     now: Millis,
 ) -> Result<Option<Started>> {
-    const SQL: &str = "UPDATE jobs SET attempts = attempts + 1, lease_expires_at = ?3 \
-         WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL \
-         RETURNING attempts, max_attempts, idempotency_key, queue, payload";
-    let mut st = conn.prepare_cached(SQL)?;
-    let mut rows = st.query(rusqlite::params![job_id, owner, lease_until])?;
-    let Some(r) = rows.next()? else {
+    // The attempt row first (fenced on the claim), then one update of the
+    // job row: two statements, one rewrite of the row.
+    const FENCE: &str =
+        "UPDATE jobs SET attempts = attempts + 1, current_attempt = ?2, lease_expires_at = ?3 \
+         WHERE id = ?1 RETURNING attempts, max_attempts, idempotency_key, queue, payload";
+    let Some(attempt_id) = history::start_job(conn, job_id, owner, worker, now)? else {
         return Ok(None);
     };
-    let (attempt, max_attempts, key, queue, payload): (i64, i64, String, String, String) =
-        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
-    drop(rows);
-    let attempt_id = history::start(conn, RunOf::Job(job_id), attempt, &key, worker, now)?;
-    conn.prepare_cached("UPDATE jobs SET current_attempt = ?2 WHERE id = ?1")?
-        .execute(rusqlite::params![job_id, attempt_id])?;
+    let (attempt, max_attempts, key, queue, payload): (i64, i64, String, String, String) = conn
+        .prepare_cached(FENCE)?
+        .query_row(rusqlite::params![job_id, attempt_id, lease_until], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
     Ok(Some(Started {
         attempt_id,
         attempt,

@@ -13,6 +13,7 @@ use crate::history::{self, AttemptOutcome};
 use crate::job::JobState;
 use crate::ledger;
 use crate::time::Millis;
+use crate::writer::exec_cached;
 
 /// How a run ended, as recorded.
 #[derive(Debug, Clone)]
@@ -139,10 +140,11 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         backoff_at,
     } = input;
     fence(conn, ctx.id, attempt_id)?;
-    conn.execute_batch("SAVEPOINT work")?;
+    exec_cached(conn, "SAVEPOINT work")?;
     if !ledger::record(conn, &ctx.key, ctx.id, now)? {
         // Someone already did this key's work: do nothing, finish the job.
-        conn.execute_batch("ROLLBACK TO work; RELEASE work")?;
+        exec_cached(conn, "ROLLBACK TO work")?;
+        exec_cached(conn, "RELEASE work")?;
         history::finish(
             conn,
             attempt_id,
@@ -183,7 +185,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         Ok(Ok(Outcome::Done)) => {
             complete(conn, ctx.id, attempt_id, now)?;
             history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
-            conn.execute_batch("RELEASE work")?;
+            exec_cached(conn, "RELEASE work")?;
             return Ok(RunEnd {
                 outcome: AttemptOutcome::Succeeded,
                 state: JobState::Succeeded,
@@ -218,7 +220,8 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             Next::RetryAt(backoff_at),
         ),
     };
-    conn.execute_batch("ROLLBACK TO work; RELEASE work")?;
+    exec_cached(conn, "ROLLBACK TO work")?;
+    exec_cached(conn, "RELEASE work")?;
     fail(conn, ctx.id, attempt_id, outcome, &error, next, now)
 }
 

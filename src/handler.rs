@@ -143,6 +143,9 @@ pub(crate) enum PrepareStop {
 
 /// A job handler with its payload type erased.
 pub(crate) trait ErasedHandler: Send + Sync {
+    /// False for apply-only handlers: their `prepare` only decodes the
+    /// payload and runs no user code, so it may run on the writer.
+    fn has_prepare(&self) -> bool;
     fn prepare(
         &self,
         ctx: &JobContext,
@@ -158,6 +161,7 @@ pub(crate) trait ErasedHandler: Send + Sync {
 pub(crate) struct FnHandler<T, P, Prep, App> {
     pub prepare: Prep,
     pub apply: App,
+    pub user_prepare: bool,
     pub _types: PhantomData<fn(T) -> P>,
 }
 
@@ -168,6 +172,10 @@ where
     Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync,
     App: Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync,
 {
+    fn has_prepare(&self) -> bool {
+        self.user_prepare
+    }
+
     fn prepare(
         &self,
         ctx: &JobContext,

@@ -122,30 +122,39 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
     })
 }
 
-/// What a run is of.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum RunOf {
-    Job(i64),
-    Outbox(i64),
+/// Records the start of a claimed job's run, fenced on the claim: only if
+/// the job is still `running` under `owner` and not started. Its number is
+/// the job's charged attempts + 1. Returns the attempt id, or None when the
+/// claim was lost.
+pub(crate) fn start_job(
+    conn: &Connection,
+    job_id: i64,
+    owner: &str,
+    worker: &str,
+    now: Millis,
+) -> Result<Option<i64>> {
+    const SQL: &str = "INSERT INTO attempts (job_id, attempt, key, worker, started_at) \
+         SELECT id, attempts + 1, idempotency_key, ?3, ?4 FROM jobs \
+         WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
+    let n = conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![job_id, owner, worker, now])?;
+    Ok((n == 1).then(|| conn.last_insert_rowid()))
 }
 
-/// Records the start of a run; returns the attempt id.
-pub(crate) fn start(
+/// Records the start of an effect's attempt; returns the attempt id.
+pub(crate) fn start_effect(
     conn: &Connection,
-    of: RunOf,
+    outbox_id: i64,
     attempt: i64,
     key: &str,
     worker: &str,
     now: Millis,
 ) -> Result<i64> {
-    const SQL: &str = "INSERT INTO attempts (job_id, outbox_id, attempt, key, worker, started_at) \
-                       VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-    let (job, outbox) = match of {
-        RunOf::Job(id) => (Some(id), None),
-        RunOf::Outbox(id) => (None, Some(id)),
-    };
+    const SQL: &str = "INSERT INTO attempts (outbox_id, attempt, key, worker, started_at) \
+                       VALUES (?1, ?2, ?3, ?4, ?5)";
     conn.prepare_cached(SQL)?
-        .execute(rusqlite::params![job, outbox, attempt, key, worker, now])?;
+        .execute(rusqlite::params![outbox_id, attempt, key, worker, now])?;
     Ok(conn.last_insert_rowid())
 }
 

@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::history::{self, AttemptOutcome, RunOf};
+use crate::history::{self, AttemptOutcome};
 use crate::time::Millis;
 
 /// Where an outbox row is. The same words as `outbox.state`.
@@ -183,14 +183,7 @@ pub(crate) fn claim_one(
         )
         .optional()?;
     let Some(row) = row else { return Ok(None) };
-    let attempt_id = history::start(
-        conn,
-        RunOf::Outbox(row.id),
-        row.attempts,
-        &row.key,
-        worker,
-        now,
-    )?;
+    let attempt_id = history::start_effect(conn, row.id, row.attempts, &row.key, worker, now)?;
     conn.prepare_cached("UPDATE outbox SET current_attempt = ?2 WHERE id = ?1")?
         .execute(rusqlite::params![row.id, attempt_id])?;
     Ok(Some(ClaimedEffect { row, attempt_id }))

@@ -36,7 +36,7 @@ use crate::outbox::{self, EffectResult};
 use crate::queue::Queue;
 use crate::retry::{Backoff, Rng};
 use crate::time::{now_ms, Millis};
-use crate::writer;
+use crate::writer::{self, Durability};
 
 /// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
 pub struct RuntimeBuilder {
@@ -78,7 +78,7 @@ impl RuntimeBuilder {
                 backoff: Backoff::default(),
                 effect_backoff: Backoff::default(),
                 outbox_max_retries: 1,
-                claim_ahead: 0,
+                claim_ahead: 64,
             },
         }
     }
@@ -92,7 +92,7 @@ impl RuntimeBuilder {
         T: DeserializeOwned + Send + 'static,
         F: Fn(&JobTx<'_>, T) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
     {
-        self.handler_with_prepare(kind, |_: &JobContext, t: T| Ok(t), apply)
+        self.insert_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
     }
 
     /// Registers a two-step handler: `prepare` runs on the worker thread,
@@ -101,10 +101,27 @@ impl RuntimeBuilder {
     /// with what `prepare` returned, and should be short: it holds the write
     /// lock.
     pub fn handler_with_prepare<T, P, Prep, App>(
+        self,
+        kind: impl Into<String>,
+        prepare: Prep,
+        apply: App,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
+        App:
+            Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        self.insert_handler(kind, prepare, apply, true)
+    }
+
+    fn insert_handler<T, P, Prep, App>(
         mut self,
         kind: impl Into<String>,
         prepare: Prep,
         apply: App,
+        user_prepare: bool,
     ) -> Self
     where
         T: DeserializeOwned + Send + 'static,
@@ -118,6 +135,7 @@ impl RuntimeBuilder {
             Arc::new(FnHandler {
                 prepare,
                 apply,
+                user_prepare,
                 _types: PhantomData::<fn(T) -> P>,
             }),
         );
@@ -206,8 +224,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Jobs claimed ahead of free workers, to keep them busy (default 0:
-    /// one per worker). Claimed-ahead jobs are not charged if the process dies.
+    /// Jobs claimed ahead of free workers, so claims come in batches and the
+    /// writer sees large groups (default 64). They hold a lease but no
+    /// attempt: if the process dies they go back to `queued` uncharged once
+    /// the lease expires; at shutdown they are released at once.
     pub fn claim_ahead(mut self, n: usize) -> Self {
         self.cfg.claim_ahead = n;
         self
@@ -492,7 +512,8 @@ fn supervisor_loop(
             next_poll = now_i + s.cfg.poll_interval;
         }
         let free = capacity.saturating_sub(buffer.len());
-        if has_handlers && want_claim && free > 0 {
+        // Claim in batches: when the buffer is half empty (or empty).
+        if has_handlers && want_claim && (free >= capacity.div_ceil(2) || buffer.is_empty()) {
             match claim(&s, free, lease_ms) {
                 Ok(claimed) => {
                     let n = claimed.len();
@@ -661,7 +682,7 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
     // fsync (group commit) even with few workers.
     let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
     loop {
-        while pending.front().is_some_and(|p| !p.rx.is_empty()) {
+        while pending.front().is_some_and(Pending::is_ready) {
             finish_job(&s, pending.pop_front().expect("front exists"));
         }
         let claimed = if pending.is_empty() {
@@ -680,7 +701,9 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
                 Err(crossbeam_channel::TryRecvError::Disconnected) => break,
             }
         };
-        let _ = space.try_send(());
+        if jobs.len() * 2 <= jobs.capacity().unwrap_or(0) {
+            let _ = space.try_send(());
+        }
         if s.stopping.load(Ordering::SeqCst) {
             // Never started: give it back uncharged.
             s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
@@ -707,7 +730,31 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
 }
 
 /// A run handed to the writer, waiting for its commit.
-struct Pending {
+enum Pending {
+    /// Started by the worker; its apply step (or failure) is on the writer.
+    Running(Running),
+    /// An apply-only job whose start and apply were both handed to the
+    /// writer at once (start in a light commit, apply after it).
+    Starting {
+        id: i64,
+        kind: String,
+        start_rx: Receiver<Result<Option<claim::Started>>>,
+        apply_rx: Receiver<Result<execute::RunEnd>>,
+        backoff_unit: f64,
+        t0: Instant,
+    },
+}
+
+impl Pending {
+    fn is_ready(&self) -> bool {
+        match self {
+            Pending::Running(r) => !r.rx.is_empty(),
+            Pending::Starting { apply_rx, .. } => !apply_rx.is_empty(),
+        }
+    }
+}
+
+struct Running {
     rx: Receiver<Result<execute::RunEnd>>,
     ctx: JobContext,
     attempt_id: i64,
@@ -716,11 +763,121 @@ struct Pending {
     t0: Instant,
 }
 
+fn context(id: i64, kind: &str, st: &claim::Started) -> JobContext {
+    JobContext {
+        id,
+        kind: kind.to_string(),
+        key: st.key.clone(),
+        queue: st.queue.clone(),
+        attempt: st.attempt,
+        max_attempts: st.max_attempts,
+    }
+}
+
+/// The simple case, a handler with no prepare step: no user code runs on
+/// the worker, so the worker hands both the start (a light commit) and the
+/// apply step to the writer without waiting, and goes on with its next job.
+/// The writer commits the start before it runs the apply (light operations
+/// first, and this thread sent the start first), so a crash inside the
+/// handler is still seen afterwards as an abandoned run.
+fn begin_apply_only(
+    s: &Arc<Shared>,
+    claimed: &Claimed,
+    worker: &str,
+    rng: &mut Rng,
+    handler: Arc<dyn ErasedHandler>,
+) -> Pending {
+    let lease_ms = s.cfg.lease.as_millis() as i64;
+    let slot: Arc<Mutex<Option<claim::Started>>> = Arc::new(Mutex::new(None));
+    let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
+    let slot_w = slot.clone();
+    let start_rx = s
+        .queue
+        .writer()
+        .submit_with(Durability::Light, move |conn| {
+            let now = now_ms();
+            let st = claim::start(conn, id, &owner, &w, now + lease_ms, now)?;
+            slot_w.lock().unwrap().clone_from(&st);
+            Ok(st)
+        });
+    let backoff_unit = rng.unit();
+    let (sh, kind, w) = (s.clone(), claimed.kind.clone(), worker.to_string());
+    let apply_rx = s.queue.writer().submit(move |conn| {
+        let Some(st) = slot.lock().unwrap().take() else {
+            return Err(Error::LeaseLost(format!("job {id} was not started")));
+        };
+        fault::point("after-start-commit");
+        sh.in_flight
+            .lock()
+            .unwrap()
+            .jobs
+            .insert(id, Some(st.attempt_id));
+        let ctx = context(id, &kind, &st);
+        let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+        log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+            attempt = attempt_str.as_str(), worker = w.as_str(); "job started");
+        let now = now_ms();
+        let backoff_at = now
+            + sh.cfg
+                .backoff
+                .delay(ctx.attempt as u32, backoff_unit)
+                .as_millis() as i64;
+        fault::point("in-handler");
+        match handler.prepare(&ctx, &st.payload) {
+            Ok(prepared) => {
+                let r = execute::apply(
+                    conn,
+                    ApplyInput {
+                        handler: handler.as_ref(),
+                        ctx,
+                        attempt_id: st.attempt_id,
+                        prepared,
+                        outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
+                        backoff_at,
+                    },
+                    now,
+                );
+                fault::point("before-complete-commit");
+                r
+            }
+            Err(PrepareStop::BadPayload(msg)) => execute::fail(
+                conn,
+                id,
+                st.attempt_id,
+                AttemptOutcome::Failed,
+                &msg,
+                Next::Discard,
+                now,
+            ),
+            Err(PrepareStop::Failed(msg)) => execute::fail(
+                conn,
+                id,
+                st.attempt_id,
+                AttemptOutcome::Failed,
+                &msg,
+                Next::RetryAt(backoff_at),
+                now,
+            ),
+        }
+    });
+    Pending::Starting {
+        id,
+        kind: claimed.kind.clone(),
+        start_rx,
+        apply_rx,
+        backoff_unit,
+        t0: Instant::now(),
+    }
+}
+
 /// Starts a claimed job (a light commit, before any user code runs, so a
 /// crash inside the handler is seen afterwards), runs its prepare step here
 /// and hands its apply step (or its failure) to the writer.
 fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) -> Option<Pending> {
     let handler = s.handlers.get(&claimed.kind).cloned()?;
+    if !handler.has_prepare() {
+        return Some(begin_apply_only(s, claimed, worker, rng, handler));
+    }
     let lease_ms = s.cfg.lease.as_millis() as i64;
     let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
     let started = match s.queue.writer().run_light(move |conn| {
@@ -811,27 +968,71 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
             Next::RetryAt(backoff_at),
         ),
     };
-    Some(Pending {
+    Some(Pending::Running(Running {
         rx,
         ctx,
         attempt_id,
         attempt_str,
         backoff_at,
         t0,
-    })
+    }))
 }
 
 /// Waits for a run's commit, handles what the writer could not record, logs
 /// the run's end line and lets go of the job.
 fn finish_job(s: &Arc<Shared>, p: Pending) {
-    let Pending {
+    let running = match p {
+        Pending::Running(r) => r,
+        Pending::Starting {
+            id,
+            kind,
+            start_rx,
+            apply_rx,
+            backoff_unit,
+            t0,
+        } => match writer::wait(start_rx) {
+            Ok(Some(st)) => {
+                let ctx = context(id, &kind, &st);
+                let delay = s.cfg.backoff.delay(ctx.attempt as u32, backoff_unit);
+                Running {
+                    rx: apply_rx,
+                    attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
+                    ctx,
+                    attempt_id: st.attempt_id,
+                    backoff_at: now_ms() + delay.as_millis() as i64,
+                    t0,
+                }
+            }
+            other => {
+                // Not started (the claim was lost, or the start was not
+                // committed): nothing ran. Give the claim back if it is
+                // still ours.
+                let _ = writer::wait(apply_rx);
+                if let Err(e) = other {
+                    log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
+                    let o = s.owner.clone();
+                    let _ = s
+                        .queue
+                        .writer()
+                        .run(move |conn| claim::release(conn, id, &o, None, now_ms()));
+                }
+                s.in_flight.lock().unwrap().jobs.remove(&id);
+                return;
+            }
+        },
+    };
+    finish_running(s, running);
+}
+
+fn finish_running(s: &Arc<Shared>, r: Running) {
+    let Running {
         rx,
         ctx,
         attempt_id,
         attempt_str,
         backoff_at,
         t0,
-    } = p;
+    } = r;
     let id = ctx.id;
     let result = writer::wait(rx);
     if result.is_ok() {

@@ -28,8 +28,11 @@ type Reply = Box<dyn FnOnce(Result<()>) + Send>;
 /// One operation. `run` executes inside its savepoint and says whether it
 /// succeeded (false rolls the savepoint back) and how to answer its caller
 /// after the commit; `reject` answers the caller when it could not be run.
+/// The body of an operation, boxed.
+type RunFn = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+
 struct Op {
-    run: Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>,
+    run: RunFn,
     reject: Box<dyn FnOnce(Error) + Send>,
     durability: Durability,
 }
@@ -245,7 +248,10 @@ fn writer_loop(
 ) {
     let mut light: Vec<Op> = Vec::with_capacity(max_batch);
     let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
+    let stats = std::env::var_os("LITEJOB_WRITER_STATS").is_some();
+    let (mut cycles, mut n_light, mut n_durable, mut busy) = (0u64, 0u64, 0u64, Duration::ZERO);
     while let Ok(first) = receiver.recv() {
+        let t0 = Instant::now();
         let mut push = |op: Op| match op.durability {
             Durability::Light => light.push(op),
             Durability::Durable => durable.push(op),
@@ -264,6 +270,9 @@ fn writer_loop(
         // of other jobs' completions. Operations of one class keep their
         // order; the two classes are independent (each op is atomic and
         // fenced on its own).
+        cycles += 1;
+        n_light += light.len() as u64;
+        n_durable += durable.len() as u64;
         if !light.is_empty() {
             if full_sync {
                 let _ = conn.execute_batch("PRAGMA synchronous = NORMAL");
@@ -276,6 +285,12 @@ fn writer_loop(
         if !durable.is_empty() {
             run_group(&conn, &mut durable, &op_started, epoch);
         }
+        busy += t0.elapsed();
+    }
+    if stats {
+        eprintln!(
+            "litejob writer: {cycles} cycles, {n_light} light ops, {n_durable} durable ops, busy {busy:?}"
+        );
     }
 }
 
@@ -294,7 +309,7 @@ fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epo
             }
             in_tx = true;
         }
-        if let Err(e) = conn.execute_batch("SAVEPOINT op") {
+        if let Err(e) = exec_cached(conn, "SAVEPOINT op") {
             let err = Error::from_sqlite(e);
             reject(err.duplicate());
             for r in replies.drain(..) {
@@ -334,9 +349,10 @@ fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epo
             continue;
         }
         if ok {
-            let _ = conn.execute_batch("RELEASE op");
+            let _ = exec_cached(conn, "RELEASE op");
         } else {
-            let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
+            let _ =
+                exec_cached(conn, "ROLLBACK TO op").and_then(|_| exec_cached(conn, "RELEASE op"));
         }
         match outcome {
             Ok((_, reply)) => replies.push(reply),
@@ -358,4 +374,11 @@ fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epo
             Err(e) => replies.drain(..).for_each(|r| r(Err(e.duplicate()))),
         }
     }
+}
+
+/// Runs a statement from the connection's statement cache. Savepoint
+/// statements run several times per job: parsing them each time would cost
+/// more than the work they bracket.
+pub(crate) fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute([])
 }
