@@ -57,8 +57,47 @@ pub(crate) enum Durability {
 pub(crate) struct Writer {
     /// Dropped first in `Drop`, which ends the writer loop.
     sender: Option<Sender<Op>>,
+    /// The write connection and what every cycle needs, shared by the writer
+    /// thread and by callers that find it idle (see [`Writer::run`]).
+    core: Arc<Core>,
     thread: Option<JoinHandle<()>>,
     watchdog: Option<(Sender<()>, JoinHandle<()>)>,
+}
+
+/// The write connection behind a mutex: whoever holds it runs a cycle.
+struct Core {
+    conn: std::sync::Mutex<Connection>,
+    full_sync: bool,
+    op_started: Arc<AtomicI64>,
+    epoch: Instant,
+}
+
+impl Core {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // Ops run under catch_unwind; a poisoned lock still guards a
+        // connection that is outside any transaction.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One cycle: light operations first, in their own commit without an
+    /// fsync, so a worker waiting to start its next job does not wait for
+    /// the fsync of other jobs' completions; then the durable ones in one
+    /// group commit. Operations of one class keep their order; the two
+    /// classes are independent (each op is atomic and fenced on its own).
+    fn cycle(&self, conn: &Connection, light: &mut Vec<Op>, durable: &mut Vec<Op>) {
+        if !light.is_empty() {
+            if self.full_sync {
+                let _ = exec_cached(conn, "PRAGMA synchronous = NORMAL");
+                run_group(conn, light, &self.op_started, self.epoch);
+                let _ = exec_cached(conn, "PRAGMA synchronous = FULL");
+            } else {
+                run_group(conn, light, &self.op_started, self.epoch);
+            }
+        }
+        if !durable.is_empty() {
+            run_group(conn, durable, &self.op_started, self.epoch);
+        }
+    }
 }
 
 /// Tuning for the writer.
@@ -92,7 +131,7 @@ impl Writer {
                 // the op runs (checked every few VM steps) is interrupted.
                 let over = op_started.clone();
                 conn.progress_handler(
-                    8,
+                    1000,
                     Some(move || {
                         over.load(Ordering::Relaxed) == -1
                             && over
@@ -131,12 +170,19 @@ impl Writer {
             None => None,
         };
         let max_batch = cfg.max_batch.max(1);
-        let full_sync = cfg.full_sync;
+        let core = Arc::new(Core {
+            conn: std::sync::Mutex::new(conn),
+            full_sync: cfg.full_sync,
+            op_started,
+            epoch,
+        });
+        let c = core.clone();
         let thread = std::thread::Builder::new()
             .name("litejob-writer".into())
-            .spawn(move || writer_loop(conn, receiver, max_batch, full_sync, op_started, epoch))?;
+            .spawn(move || writer_loop(c, receiver, max_batch))?;
         Ok(Writer {
             sender: Some(sender),
+            core,
             thread: Some(thread),
             watchdog,
         })
@@ -157,6 +203,49 @@ impl Writer {
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        let (op, rx) = make_op(durability, f);
+        if let Some(s) = &self.sender {
+            // If the writer is gone the op (and its reply sender) is dropped
+            // and the caller's recv sees the disconnect.
+            let _ = s.send(op);
+        }
+        rx
+    }
+
+    /// Runs `f` and waits for its commit. When the writer is idle (nothing
+    /// queued, connection free) the caller runs the cycle itself, on its own
+    /// thread: a lone producer then pays no thread hand-off, only its commit.
+    /// Under load the writer thread groups everyone's operations.
+    fn run_with<R, F>(&self, durability: Durability, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        if let Some(sender) = &self.sender {
+            if sender.is_empty() {
+                if let Ok(conn) = self.core.conn.try_lock() {
+                    let (op, rx) = make_op(durability, f);
+                    let (mut light, mut durable) = match durability {
+                        Durability::Light => (vec![op], Vec::new()),
+                        Durability::Durable => (Vec::new(), vec![op]),
+                    };
+                    self.core.cycle(&conn, &mut light, &mut durable);
+                    drop(conn);
+                    return wait(rx);
+                }
+            }
+        }
+        wait(self.submit_with(durability, f))
+    }
+}
+
+/// Wraps `f` into an operation and the receiver of its answer.
+fn make_op<R, F>(durability: Durability, f: F) -> (Op, Receiver<Result<R>>)
+where
+    R: Send + 'static,
+    F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+{
     {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let reject_tx = tx.clone();
@@ -180,21 +269,18 @@ impl Writer {
             reject,
             durability,
         };
-        if let Some(s) = &self.sender {
-            // If the writer is gone the op (and its reply sender) is dropped
-            // and the caller's recv sees the disconnect.
-            let _ = s.send(op);
-        }
-        rx
+        (op, rx)
     }
+}
 
+impl Writer {
     /// Runs `f` in the writer and waits for its commit.
     pub(crate) fn run<R, F>(&self, f: F) -> Result<R>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
-        wait(self.submit(f))
+        self.run_with(Durability::Durable, f)
     }
 
     /// Runs `f` as a light write (no fsync, see [`Durability::Light`]).
@@ -203,7 +289,7 @@ impl Writer {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
-        wait(self.submit_with(Durability::Light, f))
+        self.run_with(Durability::Light, f)
     }
 }
 
@@ -238,14 +324,7 @@ fn classify_commit_error(e: rusqlite::Error) -> Error {
     }
 }
 
-fn writer_loop(
-    conn: Connection,
-    receiver: Receiver<Op>,
-    max_batch: usize,
-    full_sync: bool,
-    op_started: Arc<AtomicI64>,
-    epoch: Instant,
-) {
+fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
     let mut light: Vec<Op> = Vec::with_capacity(max_batch);
     let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
     let stats = std::env::var_os("LITEJOB_WRITER_STATS").is_some();
@@ -265,26 +344,12 @@ fn writer_loop(
             }
             n += 1;
         }
-        // Light operations first, in their own commit without an fsync, so a
-        // worker waiting to start its next job does not wait for the fsync
-        // of other jobs' completions. Operations of one class keep their
-        // order; the two classes are independent (each op is atomic and
-        // fenced on its own).
         cycles += 1;
         n_light += light.len() as u64;
         n_durable += durable.len() as u64;
-        if !light.is_empty() {
-            if full_sync {
-                let _ = conn.execute_batch("PRAGMA synchronous = NORMAL");
-                run_group(&conn, &mut light, &op_started, epoch);
-                let _ = conn.execute_batch("PRAGMA synchronous = FULL");
-            } else {
-                run_group(&conn, &mut light, &op_started, epoch);
-            }
-        }
-        if !durable.is_empty() {
-            run_group(&conn, &mut durable, &op_started, epoch);
-        }
+        let conn = core.lock();
+        core.cycle(&conn, &mut light, &mut durable);
+        drop(conn);
         busy += t0.elapsed();
     }
     if stats {
