@@ -77,6 +77,17 @@ fn random_kills_lose_nothing_and_double_nothing() {
         t0.elapsed()
     );
     assert!(f.abandoned_runs > 0, "no kill ever landed during a run");
+    let stderr = env.stderr_text();
+    let hit: Vec<String> = litejob::fault::POINTS
+        .iter()
+        .map(|p| {
+            let n = stderr
+                .matches(&format!("litejob-fault: aborting at {p}\n"))
+                .count();
+            format!("{p}={n}")
+        })
+        .collect();
+    eprintln!("random kills: aborts per fault point: {}", hit.join(" "));
 }
 
 /// Two processes with workers on one file; one is killed and restarted

@@ -17,7 +17,7 @@ fn probe(db: &Path) -> String {
     let dir = db.parent().unwrap();
     let out = dir.join("probe.out");
     let err = dir.join("probe.err");
-    let mut c = Command::new(std::env::current_exe().unwrap())
+    let mut c = Command::new(super::harness::self_exe())
         .args([
             "--exact",
             "reliability::child_worker",

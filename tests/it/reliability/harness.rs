@@ -321,7 +321,7 @@ pub fn spawn_child(
         .append(true)
         .open(stderr)
         .expect("stderr file");
-    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+    let mut cmd = Command::new(self_exe());
     cmd.args([
         "--exact",
         "reliability::child_worker",
@@ -341,6 +341,17 @@ pub fn spawn_child(
         cmd.env(k, v);
     }
     cmd.spawn().expect("spawn child")
+}
+
+/// This test binary. `/proc/self/exe` still runs it when cargo rebuilt
+/// (replaced) the file meanwhile, which happens on a shared target dir.
+pub fn self_exe() -> PathBuf {
+    let proc_exe = PathBuf::from("/proc/self/exe");
+    if proc_exe.exists() {
+        proc_exe
+    } else {
+        std::env::current_exe().expect("current_exe")
+    }
 }
 
 /// Waits for a child for at most `d`.
