@@ -120,6 +120,11 @@ pub mod time;
 mod writer;
 
 pub use db::{immediate, Synchronous};
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 pub use error::{Error, Result};
 pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
 pub use history::{Attempt, AttemptOutcome};
