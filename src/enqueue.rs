@@ -115,6 +115,17 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
         };
         return Ok(Enqueued::Duplicate(id));
     }
+    // The common duplicate: count the delivery without touching the
+    // AUTOINCREMENT sequence (an upsert that turns into an update still
+    // spends an id).
+    {
+        const BUMP: &str = "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
+        let mut st = conn.prepare_cached(BUMP)?;
+        let mut rows = st.query([&job.key])?;
+        if let Some(r) = rows.next()? {
+            return Ok(Enqueued::Duplicate(r.get(0)?));
+        }
+    }
     // One statement decides new or duplicate under the write lock, so
     // concurrent producers (threads or processes) never see a constraint
     // error: the loser's insert turns into a delivery count.
