@@ -119,7 +119,8 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
     // AUTOINCREMENT sequence (an upsert that turns into an update still
     // spends an id).
     {
-        const BUMP: &str = "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
+        const BUMP: &str =
+            "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
         let mut st = conn.prepare_cached(BUMP)?;
         let mut rows = st.query([&job.key])?;
         if let Some(r) = rows.next()? {
