@@ -131,11 +131,17 @@ impl Writer {
                 // the op runs (checked every few VM steps) is interrupted.
                 let over = op_started.clone();
                 conn.progress_handler(
-                    1000,
+                    8,
                     Some(move || {
                         over.load(Ordering::Relaxed) == -1
                             && over
                                 .compare_exchange(-1, 0, Ordering::AcqRel, Ordering::Acquire)
+                // The period must stay below the length of a one-row INSERT
+                // (about 10 steps; SQLite checks at the end of a step only
+                // once the statement ran that many): with 1000 a handler
+                // looping over short statements was never stopped (test
+                // reliability::locks::handler_hanging_inside_its_transaction).
+                // The callback is one relaxed atomic load.
                                 .is_ok()
                     }),
                 )?;
