@@ -13,7 +13,7 @@
 //! returned" still means "it is durable".
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,6 +70,13 @@ struct Core {
     full_sync: bool,
     op_started: Arc<AtomicI64>,
     epoch: Instant,
+    /// Operations sent to the writer thread and not yet applied (still in
+    /// the channel, or taken by the thread and waiting for the connection).
+    /// A caller runs its cycle inline only when this is 0: otherwise a
+    /// caller writing back to back (a prune's batches) re-took the mutex
+    /// each time before the woken writer thread could, and starved the
+    /// operations that thread held for seconds.
+    queued: AtomicUsize,
 }
 
 impl Core {
@@ -181,6 +188,7 @@ impl Writer {
             full_sync: cfg.full_sync,
             op_started,
             epoch,
+            queued: AtomicUsize::new(0),
         });
         let c = core.clone();
         let thread = std::thread::Builder::new()
@@ -214,7 +222,10 @@ impl Writer {
         if let Some(s) = &self.sender {
             // If the writer is gone the op (and its reply sender) is dropped
             // and the caller's recv sees the disconnect.
-            let _ = s.send(op);
+            self.core.queued.fetch_add(1, Ordering::AcqRel);
+            if s.send(op).is_err() {
+                self.core.queued.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         rx
     }
@@ -229,7 +240,7 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
         if let Some(sender) = &self.sender {
-            if sender.is_empty() {
+            if sender.is_empty() && self.core.queued.load(Ordering::Acquire) == 0 {
                 if let Ok(conn) = self.core.conn.try_lock() {
                     let (op, rx) = make_op(durability, f);
                     let (mut light, mut durable) = match durability {
@@ -353,9 +364,11 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
         cycles += 1;
         n_light += light.len() as u64;
         n_durable += durable.len() as u64;
+        let taken = light.len() + durable.len();
         let conn = core.lock();
         core.cycle(&conn, &mut light, &mut durable);
         drop(conn);
+        core.queued.fetch_sub(taken, Ordering::AcqRel);
         busy += t0.elapsed();
     }
     if stats {

@@ -3,6 +3,11 @@
 //! processing no-op jobs (claim, ledger row, handler, completion, attempt
 //! record) and the latency from an in-process enqueue to the handler's
 //! start. Writes a temporary queue file (or `--db`, kept).
+//!
+//! `--preload N` first fills the file with N extra jobs (half finished, half
+//! queued for a kind nobody handles) with plain SQL, so the same figures can
+//! be compared at scale; `--prune-check` then prunes the finished half while
+//! a producer enqueues, and reports the longest single enqueue.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,6 +33,20 @@ pub struct BenchArgs {
     /// `PRAGMA synchronous`: full (durable, the default) or normal.
     #[arg(long, default_value = "full")]
     pub sync: String,
+    /// Before measuring, fill the file with N extra jobs written with plain
+    /// SQL: half `succeeded` (with their ledger and attempt rows, finished two
+    /// days ago), half `queued` for the kind `bench.idle`, which the bench
+    /// does not handle. On a fresh file, `SELECT count(*) FROM jobs WHERE
+    /// state='succeeded'` then equals --jobs + N/2 (N/2 rounded down).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub preload: usize,
+    /// After measuring, prune the preloaded finished jobs (`admin::prune`,
+    /// older than one hour, batches of 1000) while another thread enqueues
+    /// one `bench.idle` job per call, and report the longest single enqueue
+    /// and the prune's duration. The preloaded finished jobs are gone
+    /// afterwards: the succeeded count is then --jobs.
+    #[arg(long)]
+    pub prune_check: bool,
 }
 
 /// The figures, as printed with `--json`.
@@ -53,6 +72,24 @@ pub struct BenchReport {
     pub producers: usize,
     /// Settings.
     pub sync: String,
+    /// Extra jobs written before measuring (`--preload`).
+    pub preload: usize,
+    /// Seconds the preload took.
+    pub preload_secs: f64,
+    /// Peak resident memory of the process (VmHWM), in KiB.
+    pub max_rss_kb: u64,
+    /// `--prune-check`: jobs the prune deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prune_jobs: Option<usize>,
+    /// `--prune-check`: seconds the prune took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prune_secs: Option<f64>,
+    /// `--prune-check`: the longest single enqueue during the prune, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prune_max_enqueue_block_ms: Option<f64>,
+    /// `--prune-check`: enqueues made during the prune.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prune_enqueues: Option<usize>,
     /// The file used.
     pub db: String,
     /// Whether the file was kept.
@@ -113,19 +150,23 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
             serde_json::to_string(&report).unwrap_or_default()
         )
     } else {
-        writeln!(
-            out,
-            "litejob bench: {} jobs, {} workers, synchronous={}\n\
-             enqueue, one per call, 1 thread   {:>10.0} jobs/s\n\
+        let mut text = format!(
+            "litejob bench: {} jobs, {} workers, synchronous={}\n",
+            report.jobs, report.workers, report.sync
+        );
+        if report.preload > 0 {
+            text += &format!(
+                "preloaded {} jobs (half succeeded, half queued for bench.idle) in {:.1} s\n",
+                report.preload, report.preload_secs
+            );
+        }
+        text += &format!(
+            "enqueue, one per call, 1 thread   {:>10.0} jobs/s\n\
              enqueue, one per call, {} threads {:>10.0} jobs/s\n\
              enqueue, batches of 100           {:>10.0} jobs/s\n\
              process (claim, ledger, handler,\n\
              \x20        completion, attempt row)  {:>10.0} jobs/s\n\
-             enqueue -> handler start          p50 {} us, p99 {} us\n\
-             file: {}{}",
-            report.jobs,
-            report.workers,
-            report.sync,
+             enqueue -> handler start          p50 {} us, p99 {} us\n",
             report.enqueue_per_sec,
             report.producers,
             report.enqueue_concurrent_per_sec,
@@ -133,9 +174,26 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
             report.process_per_sec,
             report.latency_p50_us,
             report.latency_p99_us,
+        );
+        if let (Some(jobs), Some(secs), Some(block), Some(n)) = (
+            report.prune_jobs,
+            report.prune_secs,
+            report.prune_max_enqueue_block_ms,
+            report.prune_enqueues,
+        ) {
+            text += &format!(
+                "prune of {jobs} finished jobs: {secs:.1} s; {n} enqueues meanwhile, \
+                 the longest {block:.1} ms\n"
+            );
+        }
+        text += &format!(
+            "peak resident memory              {:>10.1} MB\n\
+             file: {}{}",
+            report.max_rss_kb as f64 / 1024.0,
             report.db,
             if kept { " (kept)" } else { " (removed)" }
-        )
+        );
+        writeln!(out, "{text}")
     };
     Ok(0)
 }
@@ -151,6 +209,16 @@ fn measure(
     let run_id = format!("{:x}", litejob::retry::Rng::from_entropy().next_u64());
     let key = |phase: &str, i: usize| format!("bench:{run_id}:{phase}:{i}");
     let payload = Probe { t: None };
+
+    let t0 = Instant::now();
+    if args.preload > 0 {
+        preload(&queue, &run_id, args.preload)?;
+    }
+    let preload_secs = t0.elapsed().as_secs_f64();
+    // The measured jobs come after every row already in the file: counting
+    // them reads only their id range, not a million preloaded rows.
+    let base_id: i64 = queue
+        .read(|c| Ok(c.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?))?;
 
     let probes = (args.jobs / 10).min(1000);
     let backlog = args.jobs - probes;
@@ -261,8 +329,9 @@ fn measure(
         std::thread::sleep(Duration::from_millis(2));
     }
     let succeeded = |filter: &str| -> Result<i64, Error> {
-        let sql = format!("SELECT count(*) FROM jobs WHERE state = 'succeeded' {filter}");
-        queue.read(|c| Ok(c.query_row(&sql, [], |r| r.get(0))?))
+        let sql =
+            format!("SELECT count(*) FROM jobs WHERE id > ?1 AND state = 'succeeded' {filter}");
+        queue.read(|c| Ok(c.query_row(&sql, [base_id], |r| r.get(0))?))
     };
     // Counted in the apply step, before the commit: confirm the commits.
     while succeeded("AND priority = 0")? < backlog as i64 {
@@ -289,6 +358,12 @@ fn measure(
             .unwrap_or(0)
     };
 
+    let prune = if args.prune_check {
+        Some(prune_check(&queue, &run_id)?)
+    } else {
+        None
+    };
+
     let report = BenchReport {
         enqueue_per_sec,
         enqueue_concurrent_per_sec,
@@ -300,8 +375,152 @@ fn measure(
         workers: args.workers,
         producers: args.producers,
         sync: sync.as_str().to_ascii_lowercase(),
+        preload: args.preload,
+        preload_secs,
+        max_rss_kb: peak_rss_kb(),
+        prune_jobs: prune.as_ref().map(|p| p.jobs),
+        prune_secs: prune.as_ref().map(|p| p.secs),
+        prune_max_enqueue_block_ms: prune.as_ref().map(|p| p.max_enqueue_ms),
+        prune_enqueues: prune.as_ref().map(|p| p.enqueues),
         db: path.display().to_string(),
         kept,
     };
     Ok(report)
+}
+
+/// The kind of the preloaded queued jobs and of the prune check's enqueues:
+/// no handler in the bench, so they stay queued.
+const IDLE_KIND: &str = "bench.idle";
+
+/// Rows per preload transaction.
+const PRELOAD_BATCH: usize = 50_000;
+
+/// Writes `n` jobs with plain SQL, `PRELOAD_BATCH` per transaction: the first
+/// half `succeeded` two days ago (each with its ledger row and a succeeded
+/// attempt row, as a real run leaves them), the rest `queued` for
+/// [`IDLE_KIND`]. Keys are `bench:<run>:done:<i>` and `bench:<run>:idle:<i>`.
+fn preload(queue: &Queue, run_id: &str, n: usize) -> Result<(), Error> {
+    const DONE: &str =
+        "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
+         INSERT INTO jobs (queue, kind, idempotency_key, payload, state, run_at, attempts, \
+                           created_at, finished_at) \
+         SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', 'succeeded', ?5 + x, 1, \
+                ?5 + x, ?5 + x + 1 FROM s";
+    const ATTEMPTS: &str =
+        "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome) \
+         SELECT id, 1, idempotency_key, 'bench-preload', finished_at - 1, finished_at, 'succeeded' \
+         FROM jobs WHERE id > ?1";
+    const LEDGER: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) \
+         SELECT idempotency_key, finished_at, id FROM jobs WHERE id > ?1";
+    const IDLE: &str =
+        "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
+         INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
+         SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', ?5, ?5 FROM s";
+    let finished = n / 2;
+    let now = litejob::time::now_ms();
+    let finished_base = now - 2 * 86_400_000;
+    let mut lo = 0;
+    while lo < n {
+        let hi = if lo < finished {
+            (lo + PRELOAD_BATCH).min(finished)
+        } else {
+            (lo + PRELOAD_BATCH).min(n)
+        };
+        let done = lo < finished;
+        let prefix = format!("bench:{run_id}:{}:", if done { "done" } else { "idle" });
+        let (a, b) = (lo as i64, hi as i64);
+        queue.write(move |tx| {
+            if done {
+                let base: i64 =
+                    tx.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?;
+                tx.execute(DONE, rusqlite::params![a, b, KIND, prefix, finished_base])?;
+                tx.execute(ATTEMPTS, [base])?;
+                tx.execute(LEDGER, [base])?;
+            } else {
+                tx.execute(IDLE, rusqlite::params![a, b, IDLE_KIND, prefix, now])?;
+            }
+            Ok(())
+        })?;
+        lo = hi;
+    }
+    // Start measuring from an empty WAL, as on a file that has lived long
+    // enough to be checkpointed, not one that just took 50,000-row commits.
+    queue
+        .connect()?
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    Ok(())
+}
+
+/// What `--prune-check` saw.
+struct PruneCheck {
+    jobs: usize,
+    secs: f64,
+    max_enqueue_ms: f64,
+    enqueues: usize,
+}
+
+/// Prunes jobs finished more than an hour ago (the preloaded ones) in one
+/// thread while this one enqueues one job per call, back to back, timing
+/// each enqueue.
+fn prune_check(queue: &Queue, run_id: &str) -> Result<PruneCheck, Error> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pruner = {
+        let (queue, stop) = (queue.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let r = litejob::admin::prune(
+                &queue,
+                &litejob::admin::PruneOptions {
+                    finished_before: litejob::time::now_ms() - 3_600_000,
+                    ledger_before: None,
+                    // The default of `litejob prune`.
+                    batch: 1000,
+                },
+            );
+            stop.store(true, Ordering::SeqCst);
+            r.map(|r| (r, t0.elapsed().as_secs_f64()))
+        })
+    };
+    let payload = Probe { t: None };
+    let mut max = Duration::ZERO;
+    let mut n = 0;
+    let mut failed = None;
+    while !stop.load(Ordering::SeqCst) {
+        let t = Instant::now();
+        if let Err(e) = queue.enqueue(NewJob::new(
+            IDLE_KIND,
+            format!("bench:{run_id}:prune-probe:{n}"),
+            &payload,
+        )) {
+            failed = Some(e);
+            break;
+        }
+        max = max.max(t.elapsed());
+        n += 1;
+    }
+    let (report, secs) = pruner
+        .join()
+        .map_err(|_| Error::Internal("prune thread panicked".into()))??;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(PruneCheck {
+        jobs: report.jobs,
+        secs,
+        max_enqueue_ms: max.as_secs_f64() * 1000.0,
+        enqueues: n,
+    })
+}
+
+/// Peak resident memory of this process (VmHWM), in KiB; 0 where
+/// /proc/self/status is not available.
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
