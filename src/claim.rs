@@ -14,6 +14,11 @@ use crate::time::Millis;
 pub(crate) struct Claimed {
     pub id: i64,
     pub kind: String,
+    /// Runs of this job cut short by a crash so far. A job with one is a
+    /// suspect: the runtime runs it with nothing else of its worker in
+    /// flight, so that if it is the one that kills the process, it does not
+    /// take a healthy neighbour's uncommitted run down with it again.
+    pub abandoned: i64,
 }
 
 /// Claims up to `limit` runnable jobs of `kinds` (and `queues`, if given), in
@@ -31,14 +36,14 @@ pub(crate) fn claim_batch(
     // then a merge: O(kinds × (log n + limit)) however many jobs have
     // finished or wait for other kinds. A single `kind IN (...) ORDER BY
     // priority` query would have to sort every queued job of those kinds.
-    const CANDIDATES: &str = "SELECT id, priority, run_at FROM jobs \
+    const CANDIDATES: &str = "SELECT id, priority, run_at, abandoned FROM jobs \
          WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
          AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
          ORDER BY priority, run_at, id LIMIT ?4";
     const TAKE: &str =
         "UPDATE jobs SET state = 'running', lease_owner = ?2, lease_expires_at = ?3 \
          WHERE id = ?1 AND state = 'queued'";
-    let mut candidates: Vec<(i64, i64, i64, usize)> = Vec::new();
+    let mut candidates: Vec<(i64, i64, i64, usize, i64)> = Vec::new();
     {
         let mut st = conn.prepare_cached(CANDIDATES)?;
         for (k, kind) in kinds.iter().enumerate() {
@@ -50,6 +55,7 @@ pub(crate) fn claim_batch(
                         r.get::<_, i64>(2)?,
                         r.get::<_, i64>(0)?,
                         k,
+                        r.get::<_, i64>(3)?,
                     ))
                 },
             )?;
@@ -62,11 +68,12 @@ pub(crate) fn claim_batch(
     candidates.truncate(limit);
     let mut take = conn.prepare_cached(TAKE)?;
     let mut claimed = Vec::with_capacity(candidates.len());
-    for (_, _, id, k) in candidates {
+    for (_, _, id, k, abandoned) in candidates {
         if take.execute(rusqlite::params![id, owner, lease_until])? == 1 {
             claimed.push(Claimed {
                 id,
                 kind: kinds[k].clone(),
+                abandoned,
             });
         }
     }

@@ -714,10 +714,19 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
                 .run(move |conn| claim::release(conn, claimed.id, &o, None, now_ms()));
             continue;
         }
-        if pending.len() >= MAX_PIPELINE {
+        // A suspect (a run of it was cut short by a crash) may be a poison
+        // pill: run it alone on this worker, with every earlier run
+        // committed first and its own seen through before the next job.
+        // Otherwise, when it aborts the process again, the neighbours whose
+        // apply steps were still in the pipeline are abandoned with it,
+        // crash after crash, until a healthy job dies as a poison pill
+        // (reliability::crash::poison_pill_dies_after_three_abandoned_runs).
+        let suspect = claimed.abandoned > 0;
+        while pending.len() >= MAX_PIPELINE || (suspect && !pending.is_empty()) {
             finish_job(&s, pending.pop_front().expect("not empty"));
         }
         match begin_job(&s, &claimed, &worker, &mut rng) {
+            Some(p) if suspect => finish_job(&s, p),
             Some(p) => pending.push_back(p),
             None => {
                 s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
