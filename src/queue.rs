@@ -90,6 +90,21 @@ impl QueueOptions {
         self.transaction_budget = d;
         self
     }
+
+    /// Checks `job` against these options exactly as an enqueue would
+    /// (names, JSON, payload size, retries), without opening any file: a
+    /// caller can refuse bad input before it creates a queue file.
+    pub fn check(&self, job: &NewJob) -> Result<()> {
+        enqueue::validate(job, &self.rules(), now_ms()).map(|_| ())
+    }
+
+    fn rules(&self) -> EnqueueRules {
+        EnqueueRules {
+            max_payload_bytes: self.max_payload_bytes,
+            default_max_retries: self.default_max_retries,
+            kind_max_retries: self.kind_max_retries.clone(),
+        }
+    }
 }
 
 /// A queue on one SQLite file. Cheap to clone; all clones share one writer
@@ -210,11 +225,7 @@ impl Queue {
                 op_budget: opts.transaction_budget,
             },
         )?;
-        let rules = EnqueueRules {
-            max_payload_bytes: opts.max_payload_bytes,
-            default_max_retries: opts.default_max_retries,
-            kind_max_retries: opts.kind_max_retries.clone(),
-        };
+        let rules = opts.rules();
         Ok(Queue {
             inner: Arc::new(Inner {
                 path,

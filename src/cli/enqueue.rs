@@ -77,32 +77,15 @@ struct EnqueueReport {
     duplicate: bool,
 }
 
-/// `litejob enqueue`. Input is checked before the file is opened, so bad
-/// input writes nothing, not even a new empty file.
+/// `litejob enqueue`. Input is checked (by the library's own rules) before
+/// the file is opened, so bad input writes nothing, not even a new file.
 pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResult {
-    let limit = QueueOptions::default().max_payload_bytes;
+    let opts = QueueOptions::default();
     let payload = match (&a.payload, &a.payload_file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => read_payload_file(f, limit)?,
+        (None, Some(f)) => read_payload_file(f, opts.max_payload_bytes)?,
         (None, None) => "{}".to_string(),
     };
-    if a.kind.trim().is_empty() {
-        return Err(CliError::Input("the kind must not be empty".into()));
-    }
-    if a.key.trim().is_empty() {
-        return Err(CliError::Input("--key must not be empty".into()));
-    }
-    if payload.len() > limit {
-        return Err(CliError::Input(format!(
-            "the payload is {} bytes, over the limit of {limit} bytes",
-            payload.len()
-        )));
-    }
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&payload) {
-        return Err(CliError::Input(format!(
-            "the payload is not valid JSON: {e}"
-        )));
-    }
     let mut job = NewJob::from_json(&a.kind, &a.key, payload)
         .with_queue(&a.queue)
         .with_priority(a.priority);
@@ -120,7 +103,8 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
     if let Some(t) = a.run_at {
         job = job.with_run_at(t);
     }
-    let queue = Queue::open(db)?;
+    opts.check(&job)?;
+    let queue = Queue::open_with(db, opts)?;
     let r = queue.enqueue(job)?;
     if json {
         out.json(&EnqueueReport {

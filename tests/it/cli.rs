@@ -164,6 +164,16 @@ fn bad_input_exits_2_and_writes_nothing() {
     let e = stderr_of(&db, &["enqueue", "k", "--key", "a", "--payload", "{"], 2);
     assert!(e.contains("litejob: error:") && e.contains("JSON"), "{e}");
     assert!(!db.path.exists(), "bad input created the file");
+    // Every rule the library checks is checked before the file is opened:
+    // an empty queue name, a key over the length limit.
+    let long_key = "k".repeat(2000);
+    for args in [
+        vec!["enqueue", "k", "--key", "a", "--queue", ""],
+        vec!["enqueue", "k", "--key", long_key.as_str()],
+    ] {
+        stderr_of(&db, &args, 2);
+        assert!(!db.path.exists(), "{args:?}: bad input created the file");
+    }
 
     init(&db);
     let big = db.dir.path().join("big.json");
