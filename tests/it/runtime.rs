@@ -106,6 +106,39 @@ fn claims_only_kinds_it_has_handlers_for() {
 }
 
 #[test]
+fn a_runtime_limited_to_some_queues_claims_only_their_jobs() {
+    let db = TestDb::new();
+    let q = db.open();
+    // The other queue's job comes first in priority order.
+    let other = q
+        .enqueue(NewJob::new("k", "other", &json!({})).with_priority(-10))
+        .unwrap()
+        .id();
+    let mine: Vec<i64> = ["mail", "sms"]
+        .iter()
+        .map(|queue| {
+            q.enqueue(NewJob::new("k", *queue, &json!({})).with_queue(*queue))
+                .unwrap()
+                .id()
+        })
+        .collect();
+    let mut rt = q
+        .runtime()
+        .queues(["mail", "sms"])
+        .poll_interval(Duration::from_millis(20))
+        .handler("k", |_tx, _: Value| Ok(Outcome::Done))
+        .start()
+        .unwrap();
+    for id in &mine {
+        wait_state(&q, *id, JobState::Succeeded);
+    }
+    rt.stop();
+    let j = q.job(other).unwrap().unwrap();
+    assert_eq!(j.state, JobState::Queued);
+    assert!(q.attempts(other).unwrap().is_empty());
+}
+
+#[test]
 fn worker_threads_are_named_and_stopping_twice_is_harmless() {
     let db = TestDb::new();
     let q = db.open();
