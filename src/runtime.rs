@@ -1173,14 +1173,21 @@ fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
                 continue;
             }
         };
+        let Some(effect) = s.effects.get(&c.row.kind).cloned() else {
+            // Cannot happen (the claim asks only for our kinds), but never
+            // leave a row `sending` under a lease nobody works on.
+            let (oid, aid) = (c.row.id, c.attempt_id);
+            let _ = s
+                .queue
+                .writer()
+                .run(move |conn| outbox::release(conn, oid, aid, now_ms()));
+            continue;
+        };
         s.in_flight
             .lock()
             .unwrap()
             .effects
             .insert(c.row.id, c.attempt_id);
-        let Some(effect) = s.effects.get(&c.row.kind).cloned() else {
-            continue;
-        };
         let ctx = EffectContext {
             id: c.row.id,
             kind: c.row.kind.clone(),
@@ -1195,25 +1202,22 @@ fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
         let t0 = Instant::now();
         let called = catch_unwind(AssertUnwindSafe(|| effect.call(&ctx, &c.row.payload)));
         fault::point("after-effect-before-ack");
+        let retry_at = now_ms()
+            + s.cfg
+                .effect_backoff
+                .delay(ctx.attempt as u32, rng.unit())
+                .as_millis() as i64;
         let result = match called {
             Ok(Ok(())) => EffectResult::Sent,
             Ok(Err(error)) => EffectResult::Failed {
                 error,
                 panicked: false,
-                retry_at: now_ms()
-                    + s.cfg
-                        .effect_backoff
-                        .delay(ctx.attempt as u32, rng.unit())
-                        .as_millis() as i64,
+                retry_at,
             },
             Err(p) => EffectResult::Failed {
                 error: panic_message(p.as_ref()),
                 panicked: true,
-                retry_at: now_ms()
-                    + s.cfg
-                        .effect_backoff
-                        .delay(ctx.attempt as u32, rng.unit())
-                        .as_millis() as i64,
+                retry_at,
             },
         };
         let (outcome, err) = match &result {
