@@ -205,6 +205,7 @@ pub(crate) fn release(
     job_id: i64,
     owner: &str,
     attempt: Option<i64>,
+    reason: &str,
     now: Millis,
 ) -> Result<bool> {
     match attempt {
@@ -224,7 +225,7 @@ pub(crate) fn release(
                 )?
                 .execute(rusqlite::params![job_id, a])?;
             if n == 1 {
-                history::finish(conn, a, AttemptOutcome::Released, Some("released at shutdown"), now)?;
+                history::finish(conn, a, AttemptOutcome::Released, Some(reason), now)?;
             }
             Ok(n == 1)
         }

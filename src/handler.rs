@@ -139,6 +139,8 @@ pub(crate) enum PrepareStop {
     BadPayload(String),
     /// The prepare step returned an error.
     Failed(String),
+    /// Decoding or the prepare step panicked.
+    Panicked(String),
 }
 
 /// A job handler with its payload type erased.

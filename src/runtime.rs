@@ -36,7 +36,7 @@ use crate::outbox::{self, EffectResult};
 use crate::queue::Queue;
 use crate::retry::{Backoff, Rng};
 use crate::time::{now_ms, Millis};
-use crate::writer::{self, Durability};
+use crate::writer;
 
 /// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
 pub struct RuntimeBuilder {
@@ -424,7 +424,7 @@ impl Runtime {
                 .shared
                 .queue
                 .writer()
-                .run(move |conn| claim::release(conn, c.id, &o, None, now))
+                .run(move |conn| claim::release(conn, c.id, &o, None, "", now))
             {
                 report.released_jobs += 1;
             }
@@ -435,11 +435,10 @@ impl Runtime {
         };
         for (id, attempt) in jobs {
             let o = owner.clone();
-            if let Ok(true) = self
-                .shared
-                .queue
-                .writer()
-                .run(move |conn| claim::release(conn, id, &o, attempt, now))
+            if let Ok(true) =
+                self.shared.queue.writer().run(move |conn| {
+                    claim::release(conn, id, &o, attempt, "released at shutdown", now)
+                })
             {
                 report.released_jobs += 1;
                 log::info!(target: "litejob", job_id = id; "released at shutdown");
@@ -521,10 +520,9 @@ fn supervisor_loop(
                         if buffer.try_send(c.clone()).is_err() {
                             // Cannot happen (we checked the space), but never lose a claim.
                             let o = s.owner.clone();
-                            let _ = s
-                                .queue
-                                .writer()
-                                .run(move |conn| claim::release(conn, c.id, &o, None, now_ms()));
+                            let _ = s.queue.writer().run(move |conn| {
+                                claim::release(conn, c.id, &o, None, "", now_ms())
+                            });
                         }
                     }
                     // A full batch means more may be waiting: claim again
@@ -711,7 +709,7 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
             let _ = s
                 .queue
                 .writer()
-                .run(move |conn| claim::release(conn, claimed.id, &o, None, now_ms()));
+                .run(move |conn| claim::release(conn, claimed.id, &o, None, "", now_ms()));
             continue;
         }
         // A suspect (a run of it was cut short by a crash) may be a poison
@@ -800,18 +798,15 @@ fn begin_apply_only(
     let slot: Arc<Mutex<Option<claim::Started>>> = Arc::new(Mutex::new(None));
     let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
     let slot_w = slot.clone();
-    let start_rx = s
-        .queue
-        .writer()
-        .submit_with(Durability::Light, move |conn| {
-            let now = now_ms();
-            let st = claim::start(conn, id, &owner, &w, now + lease_ms, now)?;
-            slot_w.lock().unwrap().clone_from(&st);
-            Ok(st)
-        });
+    let start = move |conn: &rusqlite::Connection| {
+        let now = now_ms();
+        let st = claim::start(conn, id, &owner, &w, now + lease_ms, now)?;
+        slot_w.lock().unwrap().clone_from(&st);
+        Ok(st)
+    };
     let backoff_unit = rng.unit();
     let (sh, kind, w) = (s.clone(), claimed.kind.clone(), worker.to_string());
-    let apply_rx = s.queue.writer().submit(move |conn| {
+    let apply = move |conn: &rusqlite::Connection| {
         let Some(st) = slot.lock().unwrap().take() else {
             return Err(Error::LeaseLost(format!("job {id} was not started")));
         };
@@ -832,7 +827,11 @@ fn begin_apply_only(
                 .delay(ctx.attempt as u32, backoff_unit)
                 .as_millis() as i64;
         fault::point("in-handler");
-        match handler.prepare(&ctx, &st.payload) {
+        // Decoding runs user code too (a Deserialize impl): guard it like
+        // the handler.
+        let decoded = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &st.payload)))
+            .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+        match decoded {
             Ok(prepared) => {
                 let r = execute::apply(
                     conn,
@@ -867,8 +866,24 @@ fn begin_apply_only(
                 Next::RetryAt(backoff_at),
                 now,
             ),
+            Err(PrepareStop::Panicked(msg)) => execute::fail(
+                conn,
+                id,
+                st.attempt_id,
+                AttemptOutcome::Panicked,
+                &msg,
+                Next::RetryAt(backoff_at),
+                now,
+            ),
         }
-    });
+    };
+    // A suspect (a run of it was cut short by a crash: perhaps a poison
+    // pill) runs in a writer cycle of its own, so that if it kills the
+    // process again no healthy job's run is started and unfinished with it.
+    let (start_rx, apply_rx) = s
+        .queue
+        .writer()
+        .submit_pair(claimed.abandoned > 0, start, apply);
     Pending::Starting {
         id,
         kind: claimed.kind.clone(),
@@ -901,7 +916,7 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
             let _ = s
                 .queue
                 .writer()
-                .run(move |conn| claim::release(conn, id, &o, None, now_ms()));
+                .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()));
             return None;
         }
     };
@@ -968,6 +983,14 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
             msg,
             Next::RetryAt(backoff_at),
         ),
+        Ok(Err(PrepareStop::Panicked(msg))) => submit_fail(
+            s,
+            id,
+            attempt_id,
+            AttemptOutcome::Panicked,
+            msg,
+            Next::RetryAt(backoff_at),
+        ),
         Err(p) => submit_fail(
             s,
             id,
@@ -1023,7 +1046,7 @@ fn finish_job(s: &Arc<Shared>, p: Pending) {
                     let _ = s
                         .queue
                         .writer()
-                        .run(move |conn| claim::release(conn, id, &o, None, now_ms()));
+                        .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()));
                 }
                 s.in_flight.lock().unwrap().jobs.remove(&id);
                 return;
@@ -1124,11 +1147,17 @@ fn release_after_transient(
     let give_up = Instant::now() + s.cfg.lease;
     loop {
         let o = s.owner.clone();
-        match s
-            .queue
-            .writer()
-            .run(move |conn| claim::release(conn, id, &o, Some(attempt_id), now_ms()))
-        {
+        let why = e.to_string();
+        match s.queue.writer().run(move |conn| {
+            claim::release(
+                conn,
+                id,
+                &o,
+                Some(attempt_id),
+                &format!("released uncharged: the run's write failed ({why})"),
+                now_ms(),
+            )
+        }) {
             Ok(_) => return Err(e),
             Err(e2)
                 if e2.is_transient()

@@ -35,6 +35,15 @@ struct Op {
     run: RunFn,
     reject: Box<dyn FnOnce(Error) + Send>,
     durability: Durability,
+    /// A durable operation that must run in the same cycle as this light
+    /// one, after its commit: a run's apply step, paired with its start.
+    /// A cycle then never ends with a run started but not applied, so a
+    /// crash abandons only the runs of the cycle it hit.
+    pair: Option<Box<Op>>,
+    /// Run this pair alone, in a cycle of its own (a suspect job, perhaps a
+    /// poison pill: when it kills the process, no other run of this writer
+    /// is started and unfinished, so no healthy job is charged with it).
+    isolated: bool,
 }
 
 /// How hard an operation's commit must push to the disk.
@@ -136,6 +145,12 @@ impl Writer {
                 // statements would never be stopped. So the watchdog also
                 // marks the op as over budget (-1) and the next statement
                 // the op runs (checked every few VM steps) is interrupted.
+                // The period must stay below the length of a one-row INSERT
+                // (about 10 steps; SQLite checks at the end of a step only
+                // once the statement ran that many): with 1000 a handler
+                // looping over short statements was never stopped (test
+                // reliability::locks::handler_hanging_inside_its_transaction).
+                // The callback is one relaxed atomic load.
                 let over = op_started.clone();
                 conn.progress_handler(
                     8,
@@ -143,12 +158,6 @@ impl Writer {
                         over.load(Ordering::Relaxed) == -1
                             && over
                                 .compare_exchange(-1, 0, Ordering::AcqRel, Ordering::Acquire)
-                // The period must stay below the length of a one-row INSERT
-                // (about 10 steps; SQLite checks at the end of a step only
-                // once the statement ran that many): with 1000 a handler
-                // looping over short statements was never stopped (test
-                // reliability::locks::handler_hanging_inside_its_transaction).
-                // The callback is one relaxed atomic load.
                                 .is_ok()
                     }),
                 )?;
@@ -230,6 +239,34 @@ impl Writer {
         rx
     }
 
+    /// Sends a run's start (light) and its apply step (durable) as one
+    /// unit: the writer commits the start, then applies in the same cycle.
+    /// `isolated` runs the pair in a cycle of its own.
+    pub(crate) fn submit_pair<S, A, FS, FA>(
+        &self,
+        isolated: bool,
+        start: FS,
+        apply: FA,
+    ) -> (Receiver<Result<S>>, Receiver<Result<A>>)
+    where
+        S: Send + 'static,
+        A: Send + 'static,
+        FS: FnOnce(&Connection) -> Result<S> + Send + 'static,
+        FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
+    {
+        let (mut op, start_rx) = make_op(Durability::Light, start);
+        let (apply_op, apply_rx) = make_op(Durability::Durable, apply);
+        op.pair = Some(Box::new(apply_op));
+        op.isolated = isolated;
+        if let Some(s) = &self.sender {
+            self.core.queued.fetch_add(1, Ordering::AcqRel);
+            if s.send(op).is_err() {
+                self.core.queued.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        (start_rx, apply_rx)
+    }
+
     /// Runs `f` and waits for its commit. When the writer is idle (nothing
     /// queued, connection free) the caller runs the cycle itself, on its own
     /// thread: a lone producer then pays no thread hand-off, only its commit.
@@ -285,6 +322,8 @@ where
             run,
             reject,
             durability,
+            pair: None,
+            isolated: false,
         };
         (op, rx)
     }
@@ -348,26 +387,47 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
     let (mut cycles, mut n_light, mut n_durable, mut busy) = (0u64, 0u64, 0u64, Duration::ZERO);
     while let Ok(first) = receiver.recv() {
         let t0 = Instant::now();
-        let mut push = |op: Op| match op.durability {
-            Durability::Light => light.push(op),
-            Durability::Durable => durable.push(op),
-        };
-        push(first);
-        let mut n = 1;
-        while n < max_batch {
-            match receiver.try_recv() {
-                Ok(op) => push(op),
-                Err(_) => break,
+        let mut taken = 0;
+        let mut next = Some(first);
+        while let Some(mut op) = next.take() {
+            taken += 1;
+            if op.isolated {
+                // Finish what came before, then the pair alone.
+                if !light.is_empty() || !durable.is_empty() {
+                    cycles += 1;
+                    let conn = core.lock();
+                    core.cycle(&conn, &mut light, &mut durable);
+                }
+                let mut l = Vec::with_capacity(1);
+                let mut d = Vec::with_capacity(1);
+                if let Some(pair) = op.pair.take() {
+                    d.push(*pair);
+                }
+                l.push(op);
+                cycles += 1;
+                let conn = core.lock();
+                core.cycle(&conn, &mut l, &mut d);
+            } else {
+                if let Some(pair) = op.pair.take() {
+                    durable.push(*pair);
+                }
+                match op.durability {
+                    Durability::Light => light.push(op),
+                    Durability::Durable => durable.push(op),
+                }
             }
-            n += 1;
+            if taken < max_batch {
+                next = receiver.try_recv().ok();
+            }
         }
-        cycles += 1;
         n_light += light.len() as u64;
         n_durable += durable.len() as u64;
-        let taken = light.len() + durable.len();
-        let conn = core.lock();
-        core.cycle(&conn, &mut light, &mut durable);
-        drop(conn);
+        if !light.is_empty() || !durable.is_empty() {
+            cycles += 1;
+            let conn = core.lock();
+            core.cycle(&conn, &mut light, &mut durable);
+            drop(conn);
+        }
         core.queued.fetch_sub(taken, Ordering::AcqRel);
         busy += t0.elapsed();
     }
