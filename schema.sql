@@ -124,7 +124,6 @@ CREATE TABLE IF NOT EXISTS attempts (
 );
 CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id) WHERE job_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (outbox_id) WHERE outbox_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS attempts_key ON attempts (key);
 
 -- Views for people: the same rows with readable times (UTC).
 

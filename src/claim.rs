@@ -98,20 +98,21 @@ pub(crate) fn start(
     job_id: i64,
     owner: &str,
     worker: &str,
-    lease_until: Millis,
     now: Millis,
 ) -> Result<Option<Started>> {
+    // The lease is not renewed here: the claim set it and the supervisor
+    // renews every held lease (claimed or started) every lease/3. Leaving
+    // lease_expires_at alone spares an update of the jobs_lease index.
     // The attempt row first (fenced on the claim), then one update of the
     // job row: two statements, one rewrite of the row.
-    const FENCE: &str =
-        "UPDATE jobs SET attempts = attempts + 1, current_attempt = ?2, lease_expires_at = ?3 \
+    const FENCE: &str = "UPDATE jobs SET attempts = attempts + 1, current_attempt = ?2 \
          WHERE id = ?1 RETURNING attempts, max_attempts, idempotency_key, queue, payload";
     let Some(attempt_id) = history::start_job(conn, job_id, owner, worker, now)? else {
         return Ok(None);
     };
     let (attempt, max_attempts, key, queue, payload): (i64, i64, String, String, String) = conn
         .prepare_cached(FENCE)?
-        .query_row(rusqlite::params![job_id, attempt_id, lease_until], |r| {
+        .query_row(rusqlite::params![job_id, attempt_id], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?;
     Ok(Some(Started {

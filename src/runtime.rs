@@ -794,13 +794,12 @@ fn begin_apply_only(
     rng: &mut Rng,
     handler: Arc<dyn ErasedHandler>,
 ) -> Pending {
-    let lease_ms = s.cfg.lease.as_millis() as i64;
     let slot: Arc<Mutex<Option<claim::Started>>> = Arc::new(Mutex::new(None));
     let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
     let slot_w = slot.clone();
     let start = move |conn: &rusqlite::Connection| {
         let now = now_ms();
-        let st = claim::start(conn, id, &owner, &w, now + lease_ms, now)?;
+        let st = claim::start(conn, id, &owner, &w, now)?;
         slot_w.lock().unwrap().clone_from(&st);
         Ok(st)
     };
@@ -902,11 +901,10 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
     if !handler.has_prepare() {
         return Some(begin_apply_only(s, claimed, worker, rng, handler));
     }
-    let lease_ms = s.cfg.lease.as_millis() as i64;
     let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
     let started = match s.queue.writer().run_light(move |conn| {
         let now = now_ms();
-        claim::start(conn, id, &owner, &w, now + lease_ms, now)
+        claim::start(conn, id, &owner, &w, now)
     }) {
         Ok(Some(st)) => st,
         Ok(None) => return None,
