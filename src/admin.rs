@@ -123,7 +123,7 @@ pub fn cancel_job(queue: &Queue, id: i64, now: Millis) -> Result<Transition> {
 /// Requeues one dead outbox row with a fresh attempt budget. `NotFound` when
 /// there is no such row; `Refused` when it is not dead.
 pub fn retry_outbox(queue: &Queue, id: i64, now: Millis) -> Result<Transition> {
-    queue.write(move |tx| match outbox::get(tx, id)? {
+    let t = queue.write(move |tx| match outbox::get(tx, id)? {
         None => Err(Error::NotFound(format!("no outbox row with id {id}"))),
         Some(row) if row.state == OutboxState::Dead => {
             outbox::retry_dead(tx, id, now)?;
@@ -132,7 +132,12 @@ pub fn retry_outbox(queue: &Queue, id: i64, now: Millis) -> Result<Transition> {
         Some(row) => Ok(Transition::Refused {
             state: row.state.as_str().to_string(),
         }),
-    })
+    })?;
+    if t == Transition::Changed {
+        // Effect threads of this process pick it up now, not at their next poll.
+        queue.notify_outbox();
+    }
+    Ok(t)
 }
 
 /// What [`prune`] removes.
