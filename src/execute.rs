@@ -36,7 +36,7 @@ pub(crate) enum Next {
     Discard,
 }
 
-/// Fails the job unless this run no longer holds it.
+/// Fails the job unless this run still holds it.
 fn fence(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<()> {
     let held: bool = conn
         .prepare_cached(
@@ -126,8 +126,9 @@ pub(crate) struct ApplyInput<'h> {
     pub backoff_at: Millis,
 }
 
-/// The run's transaction, inside the writer's savepoint for this operation:
-/// fence, ledger row first, the handler's SQL and outbox rows, completion.
+/// The run's transaction, inside the writer's savepoint for this operation
+/// (which it rolls back to on failure, so it must run as a writer
+/// operation): ledger row first, fenced on the attempt, the handler's SQL and outbox rows, completion.
 /// Any other outcome rolls the work back (ledger row included) and records
 /// the failure instead.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
@@ -139,12 +140,12 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         outbox_max_attempts,
         backoff_at,
     } = input;
-    fence(conn, ctx.id, attempt_id)?;
-    exec_cached(conn, "SAVEPOINT work")?;
-    if !ledger::record(conn, &ctx.key, ctx.id, now)? {
+    // The ledger row first, fenced on the run in the same statement: it is
+    // written only while this attempt still holds the job. No row means a
+    // duplicate key or a lost lease; the fence alone tells which.
+    if !ledger::record_fenced(conn, &ctx.key, ctx.id, attempt_id, now)? {
+        fence(conn, ctx.id, attempt_id)?;
         // Someone already did this key's work: do nothing, finish the job.
-        exec_cached(conn, "ROLLBACK TO work")?;
-        exec_cached(conn, "RELEASE work")?;
         history::finish(
             conn,
             attempt_id,
@@ -185,7 +186,6 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         Ok(Ok(Outcome::Done)) => {
             complete(conn, ctx.id, attempt_id, now)?;
             history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
-            exec_cached(conn, "RELEASE work")?;
             return Ok(RunEnd {
                 outcome: AttemptOutcome::Succeeded,
                 state: JobState::Succeeded,
@@ -220,8 +220,10 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             Next::RetryAt(backoff_at),
         ),
     };
-    exec_cached(conn, "ROLLBACK TO work")?;
-    exec_cached(conn, "RELEASE work")?;
+    // Undo the ledger row and the handler's writes: everything this
+    // operation wrote since the writer opened its savepoint (the ledger row
+    // is its first write), then record the failure inside it.
+    exec_cached(conn, crate::writer::ROLLBACK_OP)?;
     fail(conn, ctx.id, attempt_id, outcome, &error, next, now)
 }
 

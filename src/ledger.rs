@@ -6,14 +6,24 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::error::Result;
 use crate::time::Millis;
 
-/// Inserts `key` into the ledger. Returns false when it is already there:
-/// the work for this key committed before, and this run is a duplicate.
-pub(crate) fn record(conn: &Connection, key: &str, job_id: i64, now: Millis) -> Result<bool> {
-    const SQL: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3) \
-                       ON CONFLICT (key) DO NOTHING";
+/// Inserts `key` into the ledger, fenced on a run: only while `attempt_id`
+/// still holds job `job_id`. False when the key is already there (the work
+/// for this key committed before: this run is a duplicate) or the run lost
+/// the job; the caller tells the two apart.
+pub(crate) fn record_fenced(
+    conn: &Connection,
+    key: &str,
+    job_id: i64,
+    attempt_id: i64,
+    now: Millis,
+) -> Result<bool> {
+    const SQL: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) \
+         SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs \
+         WHERE id = ?3 AND current_attempt = ?4 AND state = 'running') \
+         ON CONFLICT (key) DO NOTHING";
     Ok(conn
         .prepare_cached(SQL)?
-        .execute(rusqlite::params![key, now, job_id])?
+        .execute(rusqlite::params![key, now, job_id, attempt_id])?
         == 1)
 }
 

@@ -520,6 +520,11 @@ fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epo
     }
 }
 
+/// Rolls the running operation back to its savepoint (which stays open: the
+/// operation may write again, and the writer releases it). For an operation
+/// that records its own failure after undoing its work.
+pub(crate) const ROLLBACK_OP: &str = "ROLLBACK TO op";
+
 /// Runs a statement from the connection's statement cache. Savepoint
 /// statements run several times per job: parsing them each time would cost
 /// more than the work they bracket.
