@@ -102,42 +102,21 @@ pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Resul
 /// Inserts a validated job, or counts a duplicate delivery. Runs inside the
 /// caller's transaction: the writer's, or the application's own.
 pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueued> {
-    // A key whose work already committed is a duplicate even when its job row
-    // was pruned.
-    if let Some((_, ledger_job)) = ledger::lookup(conn, &job.key)? {
-        const BUMP: &str =
-            "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
-        let mut st = conn.prepare_cached(BUMP)?;
-        let mut rows = st.query([&job.key])?;
-        let id = match rows.next()? {
-            Some(r) => r.get(0)?,
-            None => ledger_job.unwrap_or(0),
-        };
-        return Ok(Enqueued::Duplicate(id));
-    }
-    // The common duplicate: count the delivery without touching the
-    // AUTOINCREMENT sequence (an upsert that turns into an update still
-    // spends an id).
+    // The common case, a new key, in one statement: insert unless the key is
+    // already a job or (its job row pruned) in the ledger. One statement
+    // decides under the write lock, so concurrent producers (threads or
+    // processes) never see a constraint error. A key that is there inserts
+    // no row, so it spends no AUTOINCREMENT id (an upsert that turns into an
+    // update, or an INSERT … DO NOTHING that conflicts, would).
+    const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 \
+         WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = ?3) \
+         AND NOT EXISTS (SELECT 1 FROM processed_jobs WHERE key = ?3) \
+         RETURNING id";
     {
-        const BUMP: &str =
-            "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
-        let mut st = conn.prepare_cached(BUMP)?;
-        let mut rows = st.query([&job.key])?;
-        if let Some(r) = rows.next()? {
-            return Ok(Enqueued::Duplicate(r.get(0)?));
-        }
-    }
-    // One statement decides new or duplicate under the write lock, so
-    // concurrent producers (threads or processes) never see a constraint
-    // error: the loser's insert turns into a delivery count.
-    const UPSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
-         ON CONFLICT (idempotency_key) DO UPDATE SET deliveries = deliveries + 1 \
-         RETURNING id, deliveries";
-    let mut st = conn.prepare_cached(UPSERT)?;
-    let (id, deliveries): (i64, i64) = st
-        .query_row(
-            rusqlite::params![
+        let mut st = conn.prepare_cached(INSERT)?;
+        let mut rows = st
+            .query(rusqlite::params![
                 job.queue,
                 job.kind,
                 job.key,
@@ -146,18 +125,33 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
                 job.run_at,
                 job.max_attempts,
                 now
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::ConstraintViolation) => {
-                Error::invalid(format!("refused by the schema's constraints: {e}"))
-            }
-            _ => Error::from_sqlite(e),
-        })?;
-    Ok(if deliveries == 1 {
-        Enqueued::New(id)
-    } else {
-        Enqueued::Duplicate(id)
-    })
+            ])
+            .map_err(constraint)?;
+        if let Some(r) = rows.next().map_err(constraint)? {
+            return Ok(Enqueued::New(r.get(0)?));
+        }
+    }
+    // A duplicate: count the delivery on its job row, if it still has one.
+    const BUMP: &str =
+        "UPDATE jobs SET deliveries = deliveries + 1 WHERE idempotency_key = ?1 RETURNING id";
+    {
+        let mut st = conn.prepare_cached(BUMP)?;
+        let mut rows = st.query([&job.key])?;
+        if let Some(r) = rows.next()? {
+            return Ok(Enqueued::Duplicate(r.get(0)?));
+        }
+    }
+    // A key whose work already committed is a duplicate even when its job
+    // row was pruned.
+    let ledger_job = ledger::lookup(conn, &job.key)?.and_then(|(_, j)| j);
+    Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)))
+}
+
+fn constraint(e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::ConstraintViolation) => {
+            Error::invalid(format!("refused by the schema's constraints: {e}"))
+        }
+        _ => Error::from_sqlite(e),
+    }
 }
