@@ -44,6 +44,9 @@ struct Op {
     /// poison pill: when it kills the process, no other run of this writer
     /// is started and unfinished, so no healthy job is charged with it).
     isolated: bool,
+    /// Sent by a caller blocked until its commit ([`Writer::run`]), not
+    /// pipelined: the writer waits a moment for such callers to come back.
+    blocking: bool,
 }
 
 /// How hard an operation's commit must push to the disk.
@@ -86,6 +89,11 @@ struct Core {
     /// each time before the woken writer thread could, and starved the
     /// operations that thread held for seconds.
     queued: AtomicUsize,
+    /// Callers inside [`Writer::run_with`] (waiting for their commit or
+    /// about to run one). A caller runs its cycle inline only when it is
+    /// alone: with several producers, one that ran inline committed alone
+    /// while the others queued behind its fsync, and groups split in two.
+    callers: AtomicUsize,
 }
 
 impl Core {
@@ -198,6 +206,7 @@ impl Writer {
             op_started,
             epoch,
             queued: AtomicUsize::new(0),
+            callers: AtomicUsize::new(0),
         });
         let c = core.clone();
         let thread = std::thread::Builder::new()
@@ -276,8 +285,16 @@ impl Writer {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
+        struct Caller<'a>(&'a AtomicUsize);
+        impl Drop for Caller<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let alone = self.core.callers.fetch_add(1, Ordering::AcqRel) == 0;
+        let _caller = Caller(&self.core.callers);
         if let Some(sender) = &self.sender {
-            if sender.is_empty() && self.core.queued.load(Ordering::Acquire) == 0 {
+            if alone && sender.is_empty() && self.core.queued.load(Ordering::Acquire) == 0 {
                 if let Ok(conn) = self.core.conn.try_lock() {
                     let (op, rx) = make_op(durability, f);
                     let (mut light, mut durable) = match durability {
@@ -290,7 +307,15 @@ impl Writer {
                 }
             }
         }
-        wait(self.submit_with(durability, f))
+        let (mut op, rx) = make_op(durability, f);
+        op.blocking = true;
+        if let Some(s) = &self.sender {
+            self.core.queued.fetch_add(1, Ordering::AcqRel);
+            if s.send(op).is_err() {
+                self.core.queued.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        wait(rx)
     }
 }
 
@@ -324,6 +349,7 @@ where
             durability,
             pair: None,
             isolated: false,
+            blocking: false,
         };
         (op, rx)
     }
@@ -385,12 +411,17 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
     let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
     let stats = std::env::var_os("LITEJOB_WRITER_STATS").is_some();
     let (mut cycles, mut n_light, mut n_durable, mut busy) = (0u64, 0u64, 0u64, Duration::ZERO);
+    // Blocked callers answered by the last cycle, and how long it took.
+    let (mut last_blocking, mut last_cycle) = (0usize, Duration::ZERO);
     while let Ok(first) = receiver.recv() {
         let t0 = Instant::now();
+        let gather_until = t0 + (last_cycle / 2).min(Duration::from_micros(500));
         let mut taken = 0;
         let mut next = Some(first);
+        let mut blocking = 0;
         while let Some(mut op) = next.take() {
             taken += 1;
+            blocking += op.blocking as usize;
             if op.isolated {
                 // Finish what came before, then the pair alone.
                 if !light.is_empty() || !durable.is_empty() {
@@ -418,17 +449,33 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
             }
             if taken < max_batch {
                 next = receiver.try_recv().ok();
+                if next.is_none() && last_blocking > 2 && blocking < last_blocking {
+                    // The last group answered more blocked callers (several
+                    // producers): they are likely sending their next
+                    // operations right now, woken by their answers. Wait a
+                    // moment for them rather than commit a small group and
+                    // leave them to the next fsync; at most half the last
+                    // cycle's time, and 0.5 ms. Pipelined operations
+                    // (workers' runs) never make the writer wait.
+                    let left = gather_until.saturating_duration_since(Instant::now());
+                    if !left.is_zero() {
+                        next = receiver.recv_timeout(left).ok();
+                    }
+                }
             }
         }
         n_light += light.len() as u64;
         n_durable += durable.len() as u64;
         if !light.is_empty() || !durable.is_empty() {
             cycles += 1;
+            let t1 = Instant::now();
             let conn = core.lock();
             core.cycle(&conn, &mut light, &mut durable);
             drop(conn);
+            last_cycle = t1.elapsed();
         }
         core.queued.fetch_sub(taken, Ordering::AcqRel);
+        last_blocking = blocking;
         busy += t0.elapsed();
     }
     if stats {
