@@ -488,6 +488,9 @@ fn supervisor_loop(
     let mut next_reap = Instant::now();
     let mut next_poll = Instant::now();
     let mut want_claim = true;
+    // The last claim filled its batch: more work is surely waiting, so the
+    // next claim skips the read-only look first.
+    let mut more_known = false;
     let has_handlers = !s.handlers.is_empty();
     loop {
         if s.stopping.load(Ordering::SeqCst) {
@@ -513,7 +516,7 @@ fn supervisor_loop(
         let free = capacity.saturating_sub(buffer.len());
         // Claim in batches: when the buffer is half empty (or empty).
         if has_handlers && want_claim && (free >= capacity.div_ceil(2) || buffer.is_empty()) {
-            match claim(&s, free, lease_ms) {
+            match claim(&s, free, lease_ms, more_known) {
                 Ok(claimed) => {
                     let n = claimed.len();
                     for c in claimed {
@@ -528,6 +531,7 @@ fn supervisor_loop(
                     // A full batch means more may be waiting: claim again
                     // as soon as a worker frees up.
                     want_claim = n == free;
+                    more_known = want_claim && n > 0;
                     if n > 0 {
                         fault::point("after-claim-commit");
                     }
@@ -535,6 +539,7 @@ fn supervisor_loop(
                 Err(e) => {
                     log::warn!(target: "litejob", "claim failed: {e}");
                     want_claim = true;
+                    more_known = false;
                     sleep_or_stop(&stop, Duration::from_millis(200));
                     continue;
                 }
@@ -557,19 +562,21 @@ fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
     let _ = stop.recv_timeout(d);
 }
 
-fn claim(s: &Arc<Shared>, n: usize, lease_ms: i64) -> Result<Vec<Claimed>> {
+/// Claims up to `n` jobs. Unless `more_known` (the last claim filled its
+/// batch), looks first through a reader: an idle poll must not write.
+fn claim(s: &Arc<Shared>, n: usize, lease_ms: i64, more_known: bool) -> Result<Vec<Claimed>> {
     let now = now_ms();
-    // Look before taking the write lock: an idle poll must not write.
     let kinds = s.kinds_json.clone();
     let queues = s.queues_json.clone();
-    let any: bool = s.queue.read(|c| {
-        Ok(c.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
+    let any: bool = more_known
+        || s.queue.read(|c| {
+            Ok(c.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
              AND kind IN (SELECT value FROM json_each(?2)) \
              AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))))",
-        )?
-        .query_row(rusqlite::params![now, kinds, queues], |r| r.get(0))?)
-    })?;
+            )?
+            .query_row(rusqlite::params![now, kinds, queues], |r| r.get(0))?)
+        })?;
     if !any {
         return Ok(Vec::new());
     }
