@@ -219,3 +219,46 @@ fn read_only_directory_gives_a_clear_error_naming_the_path() {
         }
     }
 }
+
+/// DESIGN §2: "An enqueue whose commit failed with an I/O error reports
+/// 'outcome unknown': retrying with the same key is always safe." The WAL
+/// file is made immutable under the open queue, so the commit's write
+/// fails with an I/O error; the error must say the outcome is unknown and
+/// that retrying with the same key is safe — and, once the disk is back, the
+/// retry with the same key must leave exactly one job.
+#[test]
+fn an_io_error_at_commit_is_outcome_unknown_and_a_retry_is_safe() {
+    let db = TestDb::new();
+    let q = db.open();
+    q.enqueue(NewJob::new("warm", "warm:1", &1)).unwrap();
+    let wal = PathBuf::from(format!("{}-wal", db.path.display()));
+    assert!(wal.exists(), "WAL mode leaves a -wal file while open");
+    let err = {
+        let Some(_guard) = Immutable::set(&wal) else {
+            return read_only_note("I/O error at commit");
+        };
+        q.enqueue(NewJob::new("pay", "evt:io", &1))
+            .expect_err("a commit whose WAL write fails must not report success")
+    };
+    eprintln!("commit error: {err}");
+    assert!(err.is_outcome_unknown(), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("retrying with the same key is safe"), "{msg}");
+    // The disk is back: retrying with the same key is safe and leaves one job.
+    let again = q.enqueue(NewJob::new("pay", "evt:io", &1));
+    if let Err(e) = again {
+        // The connection may need a fresh open after the failed write.
+        eprintln!("retry on the same queue failed ({e}); reopening");
+        drop(q);
+        db.open().enqueue(NewJob::new("pay", "evt:io", &1)).unwrap();
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM jobs WHERE idempotency_key = 'evt:io'"),
+        1
+    );
+    let check: String = db
+        .sql()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok", "the file is intact");
+}
