@@ -67,6 +67,10 @@ pub struct DemoArgs {
     /// Effect (receipt sending) threads.
     #[arg(long, default_value_t = 2, hide = true)]
     pub effect_workers: usize,
+    /// A slow mail provider: each send takes this long (for tests of a
+    /// shutdown that has to wait for running sends).
+    #[arg(long, default_value = "0ms", hide = true)]
+    pub send_delay: String,
 }
 
 /// One webhook delivery from the provider: the job's payload.
@@ -267,6 +271,7 @@ fn start_runtime(
     receipts: &Path,
 ) -> Result<litejob::Runtime, Error> {
     let failure_rate = args.mail_failure_rate;
+    let send_delay = litejob::time::parse_duration(&args.send_delay)?;
     let mail_rng = Mutex::new(Rng::from_entropy());
     let receipts = receipts.to_path_buf();
     queue
@@ -291,6 +296,7 @@ fn start_runtime(
         })
         .handler(JOB_KIND, record_invoice)
         .effect(EFFECT_KIND, move |_effect, r: Receipt| {
+            std::thread::sleep(send_delay);
             let fail = mail_rng.lock().unwrap_or_else(|p| p.into_inner()).unit() < failure_rate;
             if fail {
                 return Err("mail provider unavailable (simulated), nothing sent".into());

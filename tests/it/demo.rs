@@ -348,3 +348,46 @@ fn sigterm_stops_gracefully_with_a_partial_summary_and_a_rerun_finishes() {
     let dups = check_finished(&t, 600);
     check_duplicates_were_abandoned(&t, &dups);
 }
+
+#[test]
+fn a_second_signal_exits_at_once_with_130_and_a_rerun_finishes() {
+    let t = TestDb::new();
+    // Every send takes 3 s, so the graceful stop has running sends to wait for.
+    let args = ["--events", "20", "--lease", "1s", "--send-delay", "3s"];
+    let mut child = demo_child(&t.path, &args, None);
+    support::wait_until("a receipt is being sent", Duration::from_secs(30), || {
+        t.path.exists()
+            && t.sql()
+                .query_row(
+                    "SELECT count(*) FROM outbox WHERE state = 'sending'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| n > 0)
+                .unwrap_or(false)
+    });
+    let pid = child.id().to_string();
+    let kill = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    kill("-TERM");
+    // The first signal is being handled (the stop waits for the sends)...
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the graceful stop waits for the running sends"
+    );
+    // ...and the second one exits at once.
+    kill("-INT");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "a second signal exits with 130");
+    // Nothing was lost: a normal run finishes the work, each receipt once
+    // (the interrupted sends had not written their line yet).
+    demo_json(&t.path, &["--events", "20", "--lease", "1s"]);
+    let dups = check_finished(&t, 20);
+    assert!(dups.is_empty(), "{dups:?}");
+}
