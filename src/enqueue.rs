@@ -108,6 +108,9 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
     // processes) never see a constraint error. A key that is there inserts
     // no row, so it spends no AUTOINCREMENT id (an upsert that turns into an
     // update, or an INSERT … DO NOTHING that conflicts, would).
+    if !conn.is_autocommit() {
+        return insert_in_tx(conn, job, now);
+    }
     const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
          SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 \
          WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = ?3) \
@@ -145,6 +148,48 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
     // row was pruned.
     let ledger_job = ledger::lookup(conn, &job.key)?.and_then(|(_, j)| j);
     Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)))
+}
+
+/// [`insert`] inside an open transaction (the writer's, or an application's
+/// own): one look at both keys, then a plain insert. The transaction holds
+/// its snapshot from the look to the insert (in WAL mode a write from a
+/// stale snapshot fails with SQLITE_BUSY_SNAPSHOT, never a constraint
+/// error), so the two statements decide as one. Cheaper than the single
+/// `INSERT … SELECT … WHERE NOT EXISTS … RETURNING`: that one reads `jobs`
+/// while writing it, so SQLite materializes the SELECT in a temporary table,
+/// and RETURNING fills another; this path opens neither.
+fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueued> {
+    const LOOK: &str = "SELECT (SELECT id FROM jobs WHERE idempotency_key = ?1), \
+         EXISTS (SELECT 1 FROM processed_jobs WHERE key = ?1)";
+    let (existing, in_ledger): (Option<i64>, bool) = conn
+        .prepare_cached(LOOK)?
+        .query_row([&job.key], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if let Some(id) = existing {
+        // A duplicate: count the delivery on its job row.
+        const BUMP: &str = "UPDATE jobs SET deliveries = deliveries + 1 WHERE id = ?1";
+        conn.prepare_cached(BUMP)?.execute([id])?;
+        return Ok(Enqueued::Duplicate(id));
+    }
+    if in_ledger {
+        // Its work already committed, its job row pruned.
+        let ledger_job = ledger::lookup(conn, &job.key)?.and_then(|(_, j)| j);
+        return Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)));
+    }
+    const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    conn.prepare_cached(INSERT)?
+        .execute(rusqlite::params![
+            job.queue,
+            job.kind,
+            job.key,
+            job.payload,
+            job.priority,
+            job.run_at,
+            job.max_attempts,
+            now
+        ])
+        .map_err(constraint)?;
+    Ok(Enqueued::New(conn.last_insert_rowid()))
 }
 
 fn constraint(e: rusqlite::Error) -> Error {
