@@ -27,7 +27,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- running: claimed by a worker that holds the lease below
     -- succeeded / dead / cancelled: finished, see finished_at
     state            TEXT    NOT NULL DEFAULT 'queued'
-                     CHECK (state IN ('queued', 'running', 'succeeded', 'dead', 'cancelled')),
+                     -- (OR chains, not IN lists: SQLite builds a temporary table for an
+                     -- IN list each time a CHECK runs, on every insert and update.)
+                     CHECK (state = 'queued' OR state = 'running' OR state = 'succeeded'
+                            OR state = 'dead' OR state = 'cancelled'),
     priority         INTEGER NOT NULL DEFAULT 0,        -- smaller runs first
     run_at           INTEGER NOT NULL,                  -- not claimed before this time
     -- runs charged against max_attempts (failed, panicked, and the run in
@@ -49,7 +52,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     current_attempt  INTEGER,
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
-    CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL))
+    CHECK ((state = 'succeeded' OR state = 'dead' OR state = 'cancelled') = (finished_at IS NOT NULL))
 );
 
 -- Claiming reads only this index: the queued set of one kind in claim order
@@ -84,7 +87,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     -- pending: waiting (see next_attempt_at); sending: an effect is running
     -- under the lease below; sent / dead: finished
     state            TEXT    NOT NULL DEFAULT 'pending'
-                     CHECK (state IN ('pending', 'sending', 'sent', 'dead')),
+                     CHECK (state = 'pending' OR state = 'sending' OR state = 'sent' OR state = 'dead'),
     attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0), -- counted before the effect is called
     max_attempts     INTEGER NOT NULL DEFAULT 2 CHECK (max_attempts >= 1),
     job_id           INTEGER REFERENCES jobs (id) ON DELETE SET NULL, -- the job that wrote it
@@ -116,8 +119,9 @@ CREATE TABLE IF NOT EXISTS attempts (
     started_at  INTEGER NOT NULL,
     finished_at INTEGER,
     outcome     TEXT    NOT NULL DEFAULT 'running'
-                CHECK (outcome IN ('running', 'succeeded', 'failed', 'panicked',
-                                   'duplicate', 'abandoned', 'released')),
+                CHECK (outcome = 'running' OR outcome = 'succeeded' OR outcome = 'failed'
+                       OR outcome = 'panicked' OR outcome = 'duplicate' OR outcome = 'abandoned'
+                       OR outcome = 'released'),
     error       TEXT,
     CHECK ((job_id IS NULL) <> (outbox_id IS NULL)),
     CHECK ((outcome = 'running') = (finished_at IS NULL))
