@@ -51,8 +51,46 @@ fn check_name(what: &str, s: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`validate`] for a job the caller owns: the strings move instead of
+/// being copied.
+pub(crate) fn validate_owned(job: NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
+    let (run_at, max_attempts) = validate_parts(&job, rules, now)?;
+    Ok(into_valid(job, run_at, max_attempts))
+}
+
+/// A checked job (see [`validate_parts`]) as a `ValidJob`, moving its strings.
+pub(crate) fn into_valid(job: NewJob, run_at: Millis, max_attempts: i64) -> ValidJob {
+    ValidJob {
+        kind: job.kind,
+        key: job.key,
+        payload: job.payload.unwrap_or_default(),
+        queue: job.queue,
+        priority: job.priority,
+        run_at,
+        max_attempts,
+    }
+}
+
 /// Checks everything that can be checked before touching the file.
 pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
+    let (run_at, max_attempts) = validate_parts(job, rules, now)?;
+    Ok(ValidJob {
+        kind: job.kind.clone(),
+        key: job.key.clone(),
+        payload: job.payload.clone().unwrap_or_default(),
+        queue: job.queue.clone(),
+        priority: job.priority,
+        run_at,
+        max_attempts,
+    })
+}
+
+/// The checks; returns `(run_at, max_attempts)`.
+pub(crate) fn validate_parts(
+    job: &NewJob,
+    rules: &EnqueueRules,
+    now: Millis,
+) -> Result<(Millis, i64)> {
     check_name("kind", &job.kind)?;
     check_name("key", &job.key)?;
     check_name("queue", &job.queue)?;
@@ -71,8 +109,10 @@ pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Resul
             rules.max_payload_bytes
         )));
     }
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(payload) {
-        return Err(Error::invalid(format!("payload is not valid JSON: {e}")));
+    if !job.payload_is_serde_output {
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(payload) {
+            return Err(Error::invalid(format!("payload is not valid JSON: {e}")));
+        }
     }
     let retries = job
         .max_retries
@@ -88,15 +128,7 @@ pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Resul
         (None, Some(d)) => now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64),
         (None, None) => now,
     };
-    Ok(ValidJob {
-        kind: job.kind.clone(),
-        key: job.key.clone(),
-        payload: payload.clone(),
-        queue: job.queue.clone(),
-        priority: job.priority,
-        run_at,
-        max_attempts: retries as i64 + 1,
-    })
+    Ok((run_at, retries as i64 + 1))
 }
 
 /// Inserts a validated job, or counts a duplicate delivery. Runs inside the

@@ -83,6 +83,9 @@ pub struct NewJob {
     pub(crate) key: String,
     /// The payload as JSON text, or why it could not be serialized.
     pub(crate) payload: std::result::Result<String, String>,
+    /// True when serde_json wrote the payload: valid JSON by construction,
+    /// so enqueue need not parse it again. False for `from_json` text.
+    pub(crate) payload_is_serde_output: bool,
     pub(crate) queue: String,
     pub(crate) priority: i64,
     pub(crate) run_at: Option<Millis>,
@@ -99,7 +102,10 @@ impl NewJob {
         payload: &impl Serialize,
     ) -> NewJob {
         let payload = serde_json::to_string(payload).map_err(|e| e.to_string());
-        NewJob::with_payload(kind.into(), key.into(), payload)
+        NewJob {
+            payload_is_serde_output: true,
+            ..NewJob::with_payload(kind.into(), key.into(), payload)
+        }
     }
 
     /// A job whose payload is JSON text (checked at enqueue).
@@ -120,6 +126,7 @@ impl NewJob {
             kind,
             key,
             payload,
+            payload_is_serde_output: false,
             queue: "default".into(),
             priority: 0,
             run_at: None,

@@ -259,7 +259,7 @@ impl Queue {
     /// `synchronous=FULL`): `New(id)`, or `Duplicate(id)` when the key was
     /// seen before (its `deliveries` count grows, nothing else changes).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let valid = enqueue::validate(&job, &self.inner.rules, now_ms())?;
+        let valid = enqueue::validate_owned(job, &self.inner.rules, now_ms())?;
         let r = self.write_retrying(move |conn| {
             let now = now_ms();
             enqueue::insert(conn, &valid, now)
@@ -274,11 +274,12 @@ impl Queue {
     /// invalid job refuses the whole batch before anything is written.
     pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let now = now_ms();
-        let valid = jobs
+        // Check every job before writing any: one bad job refuses the batch.
+        let checked = jobs
             .iter()
             .enumerate()
             .map(|(i, j)| {
-                enqueue::validate(j, &self.inner.rules, now).map_err(|e| match e {
+                enqueue::validate_parts(j, &self.inner.rules, now).map_err(|e| match e {
                     Error::InvalidInput(m) => {
                         Error::InvalidInput(format!("job {i} ({}): {m}", j.key))
                     }
@@ -286,6 +287,11 @@ impl Queue {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let valid: Vec<_> = jobs
+            .into_iter()
+            .zip(checked)
+            .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
+            .collect();
         let valid = Arc::new(valid);
         let r = self.write_retrying(move |conn| {
             let now = now_ms();
