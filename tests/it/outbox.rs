@@ -6,41 +6,18 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use litejob::retry::Backoff;
 use litejob::{AttemptOutcome, Error, JobState, NewJob, OutboxState, Outcome, Queue};
 use serde_json::{json, Value};
 
-use crate::support::{wait_until, TestDb};
-
-const LONG: Duration = Duration::from_secs(20);
-
-fn tiny_backoff() -> Backoff {
-    Backoff {
-        base: Duration::from_millis(10),
-        max: Duration::from_millis(20),
-        jitter: 0.0,
-    }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+use crate::support::{tiny_backoff, wait_state, wait_until, TestDb, LONG};
+use litejob::time::now_ms;
 
 fn enqueue(q: &Queue, key: &str) -> i64 {
     q.enqueue(NewJob::new("k", key, &json!({ "key": key })).with_max_retries(0))
         .unwrap()
         .id()
-}
-
-fn wait_state(q: &Queue, id: i64, state: JobState) {
-    wait_until(&format!("job {id} {state}"), LONG, || {
-        q.job(id).unwrap().unwrap().state == state
-    });
 }
 
 fn row(q: &Queue, key: &str) -> Option<litejob::OutboxRow> {

@@ -45,6 +45,25 @@ impl TestDb {
     }
 }
 
+/// How long a test waits for something the runtime should do soon.
+pub const LONG: Duration = Duration::from_secs(20);
+
+/// Backoff short enough that retries happen within a test.
+pub fn tiny_backoff() -> litejob::retry::Backoff {
+    litejob::retry::Backoff {
+        base: Duration::from_millis(10),
+        max: Duration::from_millis(20),
+        jitter: 0.0,
+    }
+}
+
+/// Waits until job `id` is in `state`.
+pub fn wait_state(q: &Queue, id: i64, state: litejob::JobState) {
+    wait_until(&format!("job {id} {state}"), LONG, || {
+        q.job(id).unwrap().unwrap().state == state
+    });
+}
+
 /// Polls `f` until it returns true, panicking with `label` after `timeout`.
 pub fn wait_until(label: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
