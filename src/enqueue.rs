@@ -151,16 +151,7 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
     {
         let mut st = conn.prepare_cached(INSERT)?;
         let mut rows = st
-            .query(rusqlite::params![
-                job.queue,
-                job.kind,
-                job.key,
-                job.payload,
-                job.priority,
-                job.run_at,
-                job.max_attempts,
-                now
-            ])
+            .query(job_params(job, &now).as_slice())
             .map_err(constraint)?;
         if let Some(r) = rows.next().map_err(constraint)? {
             return Ok(Enqueued::New(r.get(0)?));
@@ -176,10 +167,28 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
             return Ok(Enqueued::Duplicate(r.get(0)?));
         }
     }
-    // A key whose work already committed is a duplicate even when its job
-    // row was pruned.
-    let ledger_job = ledger::lookup(conn, &job.key)?.and_then(|(_, j)| j);
+    ledger_duplicate(conn, &job.key)
+}
+
+/// A key whose work already committed is a duplicate even when its job row
+/// was pruned: the answer is the job id the ledger recorded.
+fn ledger_duplicate(conn: &Connection, key: &str) -> Result<Enqueued> {
+    let ledger_job = ledger::lookup(conn, key)?.and_then(|(_, j)| j);
     Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)))
+}
+
+/// The `?1`…`?8` of both INSERTs, in their column order.
+fn job_params<'a>(job: &'a ValidJob, now: &'a Millis) -> [&'a dyn rusqlite::ToSql; 8] {
+    [
+        &job.queue,
+        &job.kind,
+        &job.key,
+        &job.payload,
+        &job.priority,
+        &job.run_at,
+        &job.max_attempts,
+        now,
+    ]
 }
 
 /// [`insert`] inside an open transaction (the writer's, or an application's
@@ -204,22 +213,12 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
     }
     if in_ledger {
         // Its work already committed, its job row pruned.
-        let ledger_job = ledger::lookup(conn, &job.key)?.and_then(|(_, j)| j);
-        return Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)));
+        return ledger_duplicate(conn, &job.key);
     }
     const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
     conn.prepare_cached(INSERT)?
-        .execute(rusqlite::params![
-            job.queue,
-            job.kind,
-            job.key,
-            job.payload,
-            job.priority,
-            job.run_at,
-            job.max_attempts,
-            now
-        ])
+        .execute(job_params(job, &now).as_slice())
         .map_err(constraint)?;
     Ok(Enqueued::New(conn.last_insert_rowid()))
 }
