@@ -119,9 +119,7 @@ pub(crate) fn open_file(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
             path.display()
         )));
     }
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .map_err(|e| open_err(path, e))?;
+    let mode = switch_to_wal(&conn, cfg.busy_timeout).map_err(|e| open_err(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::Open(format!(
             "cannot open {}: could not switch to WAL mode (journal_mode is {mode})",
@@ -131,6 +129,27 @@ pub(crate) fn open_file(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     configure(&conn, cfg).map_err(|e| open_err(path, e))?;
     schema::migrate(&mut conn).map_err(|e| open_err(path, e))?;
     Ok(conn)
+}
+
+/// `PRAGMA journal_mode=WAL`, retried while another connection holds a
+/// lock. Leaving rollback mode needs an exclusive lock, and SQLite takes it
+/// by upgrading the pragma's own read lock, which never waits for the busy
+/// handler (waiting there could deadlock): two processes opening a new file
+/// at the same moment saw "database is locked" at once
+/// (demo::two_copies_at_once_on_one_file_finish_with_the_same_result).
+fn switch_to_wal(conn: &Connection, patience: Duration) -> rusqlite::Result<String> {
+    let give_up = std::time::Instant::now() + patience;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Opens one more connection to a file that [`open_file`] already prepared.

@@ -459,17 +459,15 @@ fn the_payload_limit_is_configurable() {
     assert_eq!(jobs(&db), 1);
 }
 
-/// Several processes: the real binary enqueues the same key in parallel.
-#[test]
-fn several_processes_enqueueing_one_key_make_one_job() {
-    let db = TestDb::new();
-    drop(db.open());
-    let children: Vec<_> = (0..8)
+/// The real binary, `n` copies at once, enqueueing the same key; returns
+/// each copy's (id, duplicate) after asserting it succeeded.
+fn enqueue_in_processes(db: &TestDb, n: usize, key: &str) -> Vec<(i64, bool)> {
+    let children: Vec<_> = (0..n)
         .map(|_| {
             std::process::Command::new(bin())
                 .arg("--db")
                 .arg(&db.path)
-                .args(["enqueue", "proc", "--key", "proc:1", "--json"])
+                .args(["enqueue", "proc", "--key", key, "--json"])
                 .env_remove("LITEJOB_DB")
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -477,28 +475,57 @@ fn several_processes_enqueueing_one_key_make_one_job() {
                 .expect("spawn litejob")
         })
         .collect();
-    let mut ids = Vec::new();
-    let mut new = 0;
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "status {:?}\nstdout: {stdout}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
-        ids.push(v["id"].as_i64().expect("id"));
-        if !v["duplicate"].as_bool().expect("duplicate") {
-            new += 1;
-        }
-    }
-    assert_eq!(new, 1, "{ids:?}");
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "status {:?}\nstdout: {stdout}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_str(stdout.trim())
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+            (
+                v["id"].as_i64().expect("id"),
+                v["duplicate"].as_bool().expect("duplicate"),
+            )
+        })
+        .collect()
+}
+
+/// Several processes: the real binary enqueues the same key in parallel.
+#[test]
+fn several_processes_enqueueing_one_key_make_one_job() {
+    let db = TestDb::new();
+    drop(db.open());
+    let runs = enqueue_in_processes(&db, 8, "proc:1");
+    let ids: Vec<i64> = runs.iter().map(|r| r.0).collect();
+    assert_eq!(runs.iter().filter(|r| !r.1).count(), 1, "{runs:?}");
     assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
     assert_eq!(jobs(&db), 1);
     assert_eq!(db.count("SELECT deliveries FROM jobs"), 8);
+}
+
+/// Processes that find no file yet create it together: none of them is
+/// refused with "database is locked" (switching a new file to WAL needs a
+/// lock the others' reads can hold for a moment), and there is one schema
+/// and one job. Several rounds, each on a new file: the race is narrow.
+#[test]
+fn several_processes_creating_the_file_at_once_all_succeed() {
+    for round in 0..40 {
+        let db = TestDb::new();
+        let runs = enqueue_in_processes(&db, 6, "first");
+        assert_eq!(
+            runs.iter().filter(|r| !r.1).count(),
+            1,
+            "round {round}: {runs:?}"
+        );
+        assert_eq!(jobs(&db), 1, "round {round}");
+        assert_eq!(db.count("PRAGMA user_version"), 1);
+    }
 }
 
 proptest! {
