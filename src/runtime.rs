@@ -78,7 +78,7 @@ impl RuntimeBuilder {
                 backoff: Backoff::default(),
                 effect_backoff: Backoff::default(),
                 outbox_max_retries: 1,
-                claim_ahead: 32,
+                claim_ahead: 64,
             },
         }
     }
@@ -225,7 +225,7 @@ impl RuntimeBuilder {
     }
 
     /// Jobs claimed ahead of free workers, so claims come in batches and the
-    /// writer sees large groups (default 32). They hold a lease but no
+    /// writer sees large groups (default 64). They hold a lease but no
     /// attempt: if the process dies they go back to `queued` uncharged once
     /// the lease expires; at shutdown they are released at once.
     pub fn claim_ahead(mut self, n: usize) -> Self {

@@ -73,13 +73,17 @@ pub(crate) struct Writer {
     /// thread and by callers that find it idle (see [`Writer::run`]).
     core: Arc<Core>,
     thread: Option<JoinHandle<()>>,
+    /// Fsyncs the WAL for the writer thread's durable groups
+    /// ([`SyncMode::Wal`]); ends when the writer thread drops its sender.
+    syncer: Option<JoinHandle<()>>,
     watchdog: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
 /// The write connection behind a mutex: whoever holds it runs a cycle.
 struct Core {
     conn: std::sync::Mutex<Connection>,
-    full_sync: bool,
+    /// How durable commits reach the disk (see [`SyncMode`]).
+    sync: SyncMode,
     op_started: Arc<AtomicI64>,
     epoch: Instant,
     /// Operations sent to the writer thread and not yet applied (still in
@@ -108,18 +112,77 @@ impl Core {
     /// the fsync of other jobs' completions; then the durable ones in one
     /// group commit. Operations of one class keep their order; the two
     /// classes are independent (each op is atomic and fenced on its own).
-    fn cycle(&self, conn: &Connection, light: &mut Vec<Op>, durable: &mut Vec<Op>) {
+    /// The durable group's callers are answered once its commit is on disk:
+    /// here, after an fsync on this thread, or by the syncer thread if
+    /// `syncer` is given (then the writer goes on with the next cycle while
+    /// the disk works).
+    fn cycle(
+        &self,
+        conn: &Connection,
+        light: &mut Vec<Op>,
+        durable: &mut Vec<Op>,
+        syncer: Option<&Sender<Vec<Reply>>>,
+    ) {
         if !light.is_empty() {
-            if self.full_sync {
-                let _ = exec_cached(conn, "PRAGMA synchronous = NORMAL");
-                run_group(conn, light, &self.op_started, self.epoch);
-                let _ = exec_cached(conn, "PRAGMA synchronous = FULL");
-            } else {
-                run_group(conn, light, &self.op_started, self.epoch);
-            }
+            let committed = run_group(conn, light, &self.op_started, self.epoch);
+            committed.into_iter().for_each(|r| r(Ok(())));
         }
         if !durable.is_empty() {
-            run_group(conn, durable, &self.op_started, self.epoch);
+            let committed = run_group(conn, durable, &self.op_started, self.epoch);
+            if committed.is_empty() {
+                return;
+            }
+            match (&self.sync, syncer) {
+                (SyncMode::Wal(_), Some(syncer)) => {
+                    if let Err(e) = syncer.send(committed) {
+                        // The syncer is gone (it never is while the writer
+                        // runs); sync here rather than answer unsynced.
+                        let result = self.sync.sync();
+                        e.0.into_iter()
+                            .for_each(|r| r(result.as_ref().map_err(Error::duplicate).copied()));
+                    }
+                }
+                _ => {
+                    let result = self.sync.sync();
+                    committed
+                        .into_iter()
+                        .for_each(|r| r(result.as_ref().map_err(Error::duplicate).copied()));
+                }
+            }
+        }
+    }
+}
+
+/// How a durable commit reaches the disk with `synchronous=FULL`.
+enum SyncMode {
+    /// SQLite's own: the connection runs with the file's `synchronous`
+    /// (NORMAL, or FULL when the WAL file could not be opened for
+    /// [`SyncMode::Wal`]); every commit, light ones too, syncs as it says.
+    Sqlite,
+    /// Pipelined: the write connection runs with `synchronous=NORMAL` (a
+    /// commit writes its WAL frames, no fsync), and litejob fsyncs the WAL
+    /// file itself, through its own handle, before it answers a durable
+    /// commit's callers. The writer thread hands that fsync to the syncer
+    /// thread and applies the next group meanwhile; one fsync covers every
+    /// commit made before it (the WAL is appended in order, and recovery
+    /// keeps only a prefix whose checksums chain). Light commits are simply
+    /// not synced. Nothing outside reacts to a commit before its fsync: a
+    /// caller waits for it, and an effect runs only after its own claim (a
+    /// later, durable commit) was synced, which covers the job's commit too.
+    Wal(std::fs::File),
+}
+
+impl SyncMode {
+    /// Makes every commit so far durable.
+    fn sync(&self) -> Result<()> {
+        match self {
+            SyncMode::Sqlite => Ok(()),
+            SyncMode::Wal(f) => f.sync_data().map_err(|e| {
+                log::error!(target: "litejob", "fsync of the WAL failed: {e}");
+                Error::OutcomeUnknown(format!(
+                    "the commit was written but its fsync failed ({e}); it may be lost on power loss"
+                ))
+            }),
         }
     }
 }
@@ -152,6 +215,31 @@ impl Writer {
         // Every statement the writer runs stays prepared (rusqlite keeps 16
         // by default; enqueue, claim, run, outbox and admin paths use more).
         conn.set_prepared_statement_cache_capacity(128);
+        let sync = if cfg.full_sync {
+            let wal = conn
+                .path()
+                .filter(|p| !p.is_empty())
+                .map(|p| format!("{p}-wal"))
+                .and_then(|p| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(p)
+                        .ok()
+                });
+            match wal {
+                Some(f) => {
+                    conn.pragma_update(None, "synchronous", "NORMAL")?;
+                    SyncMode::Wal(f)
+                }
+                None => {
+                    log::warn!(target: "litejob", "cannot open the WAL file to fsync it: every commit syncs (slower)");
+                    SyncMode::Sqlite
+                }
+            }
+        } else {
+            SyncMode::Sqlite
+        };
         let (sender, receiver) = crossbeam_channel::unbounded::<Op>();
         // Milliseconds since `epoch` when the current op started, 0 when idle,
         // -1 when the watchdog found it over budget (see below).
@@ -215,20 +303,36 @@ impl Writer {
         let max_batch = cfg.max_batch.max(1);
         let core = Arc::new(Core {
             conn: std::sync::Mutex::new(conn),
-            full_sync: cfg.full_sync,
+            sync,
             op_started,
             epoch,
             queued: AtomicUsize::new(0),
             callers: AtomicUsize::new(0),
         });
+        let syncer = match &core.sync {
+            SyncMode::Wal(_) => {
+                let (tx, rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
+                let c = core.clone();
+                let t = std::thread::Builder::new()
+                    .name("litejob-syncer".into())
+                    .spawn(move || syncer_loop(c, rx))?;
+                Some((tx, t))
+            }
+            SyncMode::Sqlite => None,
+        };
+        let (syncer_tx, syncer_thread) = match syncer {
+            Some((tx, t)) => (Some(tx), Some(t)),
+            None => (None, None),
+        };
         let c = core.clone();
         let thread = std::thread::Builder::new()
             .name("litejob-writer".into())
-            .spawn(move || writer_loop(c, receiver, max_batch))?;
+            .spawn(move || writer_loop(c, receiver, max_batch, syncer_tx))?;
         Ok(Writer {
             sender: Some(sender),
             core,
             thread: Some(thread),
+            syncer: syncer_thread,
             watchdog,
         })
     }
@@ -314,7 +418,7 @@ impl Writer {
                         Durability::Light => (vec![op], Vec::new()),
                         Durability::Durable => (Vec::new(), vec![op]),
                     };
-                    self.core.cycle(&conn, &mut light, &mut durable);
+                    self.core.cycle(&conn, &mut light, &mut durable, None);
                     drop(conn);
                     return wait(rx);
                 }
@@ -404,6 +508,9 @@ impl Drop for Writer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some(t) = self.syncer.take() {
+            let _ = t.join();
+        }
         if let Some((stop, t)) = self.watchdog.take() {
             drop(stop);
             let _ = t.join();
@@ -419,7 +526,26 @@ fn classify_commit_error(e: rusqlite::Error) -> Error {
     }
 }
 
-fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
+/// Answers durable groups once an fsync after their commit returned; one
+/// fsync for every group waiting.
+fn syncer_loop(core: Arc<Core>, groups: Receiver<Vec<Reply>>) {
+    while let Ok(first) = groups.recv() {
+        let mut waiting = vec![first];
+        waiting.extend(groups.try_iter());
+        let result = core.sync.sync();
+        for r in waiting.into_iter().flatten() {
+            r(result.as_ref().map_err(Error::duplicate).copied());
+        }
+    }
+}
+
+fn writer_loop(
+    core: Arc<Core>,
+    receiver: Receiver<Op>,
+    max_batch: usize,
+    syncer: Option<Sender<Vec<Reply>>>,
+) {
+    let syncer = syncer.as_ref();
     let mut light: Vec<Op> = Vec::with_capacity(max_batch);
     let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
     let stats = std::env::var_os("LITEJOB_WRITER_STATS").is_some();
@@ -440,7 +566,7 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
                 if !light.is_empty() || !durable.is_empty() {
                     cycles += 1;
                     let conn = core.lock();
-                    core.cycle(&conn, &mut light, &mut durable);
+                    core.cycle(&conn, &mut light, &mut durable, syncer);
                 }
                 let mut l = Vec::with_capacity(1);
                 let mut d = Vec::with_capacity(1);
@@ -450,7 +576,7 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
                 l.push(op);
                 cycles += 1;
                 let conn = core.lock();
-                core.cycle(&conn, &mut l, &mut d);
+                core.cycle(&conn, &mut l, &mut d, syncer);
             } else {
                 if let Some(pair) = op.pair.take() {
                     durable.push(*pair);
@@ -483,7 +609,7 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
             cycles += 1;
             let t1 = Instant::now();
             let conn = core.lock();
-            core.cycle(&conn, &mut light, &mut durable);
+            core.cycle(&conn, &mut light, &mut durable, syncer);
             drop(conn);
             last_cycle = t1.elapsed();
         }
@@ -499,9 +625,17 @@ fn writer_loop(core: Arc<Core>, receiver: Receiver<Op>, max_batch: usize) {
 }
 
 /// Applies `batch` in as few transactions as possible (one, unless an
-/// operation's failure rolled the whole transaction back) and answers every
-/// caller after its transaction's commit.
-fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epoch: Instant) {
+/// operation's failure rolled the whole transaction back). Answers the
+/// callers whose operation or transaction failed; returns the answers of
+/// those whose commit succeeded, for the caller to give once the commit is
+/// as durable as it must be.
+#[must_use]
+fn run_group(
+    conn: &Connection,
+    batch: &mut Vec<Op>,
+    op_started: &AtomicI64,
+    epoch: Instant,
+) -> Vec<Reply> {
     let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
     let mut in_tx = false;
     for Op { run, reject, .. } in batch.drain(..) {
@@ -576,10 +710,11 @@ fn run_group(conn: &Connection, batch: &mut Vec<Op>, op_started: &AtomicI64, epo
             let _ = exec_cached(conn, "ROLLBACK");
         }
         match commit {
-            Ok(()) => replies.drain(..).for_each(|r| r(Ok(()))),
+            Ok(()) => return replies,
             Err(e) => replies.drain(..).for_each(|r| r(Err(e.duplicate()))),
         }
     }
+    Vec::new()
 }
 
 /// Rolls the running operation back to its savepoint (which stays open: the

@@ -47,6 +47,9 @@ pub struct BenchArgs {
     /// afterwards: the succeeded count is then --jobs.
     #[arg(long)]
     pub prune_check: bool,
+    /// Jobs the runtime claims ahead of its workers (tuning experiments).
+    #[arg(long, hide = true)]
+    pub claim_ahead: Option<usize>,
 }
 
 /// The figures, as printed with `--json`.
@@ -287,9 +290,11 @@ fn measure(
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(probes)));
     let (d, l) = (done.clone(), latencies.clone());
     let t0 = Instant::now();
-    let mut runtime = queue
-        .runtime()
-        .workers(args.workers)
+    let mut builder = queue.runtime().workers(args.workers);
+    if let Some(n) = args.claim_ahead {
+        builder = builder.claim_ahead(n);
+    }
+    let mut runtime = builder
         // Apply-only, like most handlers: the latency is to the start of
         // the handler inside its transaction.
         .handler(KIND, move |_tx, p: Probe| {

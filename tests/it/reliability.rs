@@ -10,6 +10,7 @@
 //! longer.
 
 mod crash;
+mod durable;
 mod files;
 mod harness;
 mod input;

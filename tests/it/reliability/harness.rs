@@ -162,6 +162,11 @@ pub fn child_main() {
         probe(Path::new(&db));
         return;
     }
+    if std::env::var("LITEJOB_CHILD_MODE").as_deref() == Ok("enqueue-threads") {
+        let returned = std::env::var("LITEJOB_CHILD_RETURNED").expect("returned file");
+        super::durable::child(Path::new(&db), Path::new(&returned));
+        return;
+    }
     let h = Handlers {
         starts: std::env::var("LITEJOB_CHILD_STARTS")
             .expect("starts")
