@@ -103,23 +103,28 @@ pub(crate) fn start(
     // The lease is not renewed here: the claim set it and the supervisor
     // renews every held lease (claimed or started) every lease/3. Leaving
     // lease_expires_at alone spares an update of the jobs_lease index.
-    // The attempt row first (fenced on the claim), then one update of the
-    // job row and a read of it: a RETURNING clause would have SQLite build
-    // and tear down a temporary b-tree (its own pager and page cache) on
-    // every start, a few per cent of the writer's CPU.
-    const FENCE: &str =
-        "UPDATE jobs SET attempts = attempts + 1, current_attempt = ?2 WHERE id = ?1";
-    const READ: &str =
-        "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs WHERE id = ?1";
-    let Some(attempt_id) = history::start_job(conn, job_id, owner, worker, now)? else {
+    // Three one-row statements: read the job (fenced on the claim: still
+    // running under `owner`, not started), write the attempt row, fence the
+    // job on it. Not `INSERT … SELECT` (a statement journal for one row)
+    // nor `UPDATE … RETURNING` (a temporary b-tree per start).
+    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
+         WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
+    const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
+    let row: Option<(i64, i64, String, String, String)> = {
+        let mut st = conn.prepare_cached(READ)?;
+        let mut rows = st.query(rusqlite::params![job_id, owner])?;
+        match rows.next()? {
+            Some(r) => Some((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            None => None,
+        }
+    };
+    let Some((charged, max_attempts, key, queue, payload)) = row else {
         return Ok(None);
     };
+    let attempt = charged + 1;
+    let attempt_id = history::start_job(conn, job_id, attempt, &key, worker, now)?;
     conn.prepare_cached(FENCE)?
-        .execute(rusqlite::params![job_id, attempt_id])?;
-    let (attempt, max_attempts, key, queue, payload): (i64, i64, String, String, String) =
-        conn.prepare_cached(READ)?.query_row([job_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })?;
+        .execute(rusqlite::params![job_id, attempt, attempt_id])?;
     Ok(Some(Started {
         attempt_id,
         attempt,

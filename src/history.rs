@@ -122,24 +122,24 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
     })
 }
 
-/// Records the start of a claimed job's run, fenced on the claim: only if
-/// the job is still `running` under `owner` and not started. Its number is
-/// the job's charged attempts + 1. Returns the attempt id, or None when the
-/// claim was lost.
+/// Records the start of a job's run, attempt number `attempt`; returns the
+/// attempt id. The caller (claim::start) has checked the claim under the
+/// same write lock.
 pub(crate) fn start_job(
     conn: &Connection,
     job_id: i64,
-    owner: &str,
+    attempt: i64,
+    key: &str,
     worker: &str,
     now: Millis,
-) -> Result<Option<i64>> {
+) -> Result<i64> {
+    // One row, VALUES: an INSERT … SELECT would make SQLite keep a statement
+    // journal (a copy of every page it touches) for what is one row.
     const SQL: &str = "INSERT INTO attempts (job_id, attempt, key, worker, started_at) \
-         SELECT id, attempts + 1, idempotency_key, ?3, ?4 FROM jobs \
-         WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
-    let n = conn
-        .prepare_cached(SQL)?
-        .execute(rusqlite::params![job_id, owner, worker, now])?;
-    Ok((n == 1).then(|| conn.last_insert_rowid()))
+                       VALUES (?1, ?2, ?3, ?4, ?5)";
+    conn.prepare_cached(SQL)?
+        .execute(rusqlite::params![job_id, attempt, key, worker, now])?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// Records the start of an effect's attempt; returns the attempt id.
