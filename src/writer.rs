@@ -805,13 +805,11 @@ mod tests {
         v
     }
 
+    type TestOp = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
     /// Runs `ops` as one group of the writer thread: the connection is held
     /// while they are queued behind a first, empty operation.
-    fn one_group(
-        w: &Writer,
-        durability: Durability,
-        ops: Vec<Box<dyn FnOnce(&Connection) -> Result<()> + Send>>,
-    ) -> Vec<Result<()>> {
+    fn one_group(w: &Writer, durability: Durability, ops: Vec<TestOp>) -> Vec<Result<()>> {
         let held = w.core.lock();
         let first = w.submit_with(durability, |_| Ok(()));
         std::thread::sleep(Duration::from_millis(50));
