@@ -36,29 +36,33 @@ pub(crate) fn claim_batch(
     // then a merge: O(kinds × (log n + limit)) however many jobs have
     // finished or wait for other kinds. A single `kind IN (...) ORDER BY
     // priority` query would have to sort every queued job of those kinds.
-    const CANDIDATES: &str = "SELECT id, priority, run_at, abandoned FROM jobs \
+    // The LIMIT is written into the SQL, not bound: SQLite (built with
+    // STAT4) re-prepares a statement every time a bound LIMIT changes, which
+    // cost ~5 % of the writer's time. Rounded up to a power of two, so a
+    // handful of texts stay prepared; the merge below takes `limit`.
+    let cap = limit.max(1).next_power_of_two();
+    let candidates_sql = format!(
+        "SELECT id, priority, run_at, abandoned FROM jobs \
          WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
          AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
-         ORDER BY priority, run_at, id LIMIT ?4";
+         ORDER BY priority, run_at, id LIMIT {cap}"
+    );
     const TAKE: &str =
         "UPDATE jobs SET state = 'running', lease_owner = ?2, lease_expires_at = ?3 \
          WHERE id = ?1 AND state = 'queued'";
     let mut candidates: Vec<(i64, i64, i64, usize, i64)> = Vec::new();
     {
-        let mut st = conn.prepare_cached(CANDIDATES)?;
+        let mut st = conn.prepare_cached(&candidates_sql)?;
         for (k, kind) in kinds.iter().enumerate() {
-            let rows = st.query_map(
-                rusqlite::params![kind, now, queues_json, limit as i64],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, i64>(0)?,
-                        k,
-                        r.get::<_, i64>(3)?,
-                    ))
-                },
-            )?;
+            let rows = st.query_map(rusqlite::params![kind, now, queues_json], |r| {
+                Ok((
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(0)?,
+                    k,
+                    r.get::<_, i64>(3)?,
+                ))
+            })?;
             for row in rows {
                 candidates.push(row?);
             }
@@ -110,11 +114,20 @@ pub(crate) fn start(
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
+    // Text read leniently: a row written by hand with bytes that are not
+    // UTF-8 must not make every start fail (a failing light operation
+    // undoes its whole transaction, the other workers' starts with it).
+    let text = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<String> {
+        Ok(
+            String::from_utf8_lossy(r.get_ref(i)?.as_bytes_or_null()?.unwrap_or_default())
+                .into_owned(),
+        )
+    };
     let row: Option<(i64, i64, String, String, String)> = {
         let mut st = conn.prepare_cached(READ)?;
         let mut rows = st.query(rusqlite::params![job_id, owner])?;
         match rows.next()? {
-            Some(r) => Some((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
             None => None,
         }
     };

@@ -7,13 +7,14 @@
 //! their own write transaction fight over the lock with sleeps; funnelling
 //! them into one thread turns the fight into a queue. Why group commit: with
 //! `synchronous=FULL` each commit costs an fsync; the writer takes every
-//! operation waiting in its channel, runs each inside its own SAVEPOINT (so a
-//! failing one rolls back alone) and commits them together — one fsync for
-//! the group. A caller is answered only after the commit returned, so "it
-//! returned" still means "it is durable".
+//! operation waiting in its channel, runs each durable one inside its own
+//! SAVEPOINT (so a failing one rolls back alone) and commits them together —
+//! one fsync for the group, run by the syncer thread while the writer goes on
+//! (see [`SyncMode`]). A durable caller is answered only after an fsync that
+//! began after its commit, so "it returned" still means "it is durable".
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,15 +26,18 @@ use crate::error::{Error, Result};
 
 /// Called once the group's commit finished, with its result.
 type Reply = Box<dyn FnOnce(Result<()>) + Send>;
-/// One operation. `run` executes inside its savepoint and says whether it
-/// succeeded (false rolls the savepoint back) and how to answer its caller
-/// after the commit; `reject` answers the caller when it could not be run.
-/// The body of an operation, boxed.
+/// The body of an operation, boxed. It runs inside the writer's transaction
+/// (a durable one inside its own savepoint) and says whether it succeeded
+/// (false undoes it) and how to answer its caller after the commit.
 type RunFn = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
 
+/// Answers a caller whose operation could not be run at all.
+type Reject = Box<dyn FnOnce(Error) + Send>;
+
+/// One operation: `run`, or `reject` when it cannot run.
 struct Op {
     run: RunFn,
-    reject: Box<dyn FnOnce(Error) + Send>,
+    reject: Reject,
     durability: Durability,
     /// A durable operation that must run in the same cycle as this light
     /// one, after its commit: a run's apply step, paired with its start.
@@ -52,15 +56,17 @@ struct Op {
 /// How hard an operation's commit must push to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Durability {
-    /// Committed with the file's `synchronous` setting (FULL by default: an
-    /// fsync before the caller is answered). Enqueues, completions, failures,
-    /// acknowledgements.
+    /// Answered once the commit is on disk (with FULL, the default: after an
+    /// fsync of the WAL that began after the commit), each in its own
+    /// savepoint. Enqueues, completions, failures, acknowledgements.
     Durable,
-    /// Committed without an fsync (`synchronous=NORMAL` for this commit): it
-    /// survives a process crash — the commit is in the WAL — but a power loss
-    /// may undo it. Only for bookkeeping whose loss is harmless: claims, the
-    /// start of a run, lease renewals, reaping. A lost claim or start just
-    /// means the job runs again; its work is still fenced by the ledger.
+    /// Answered right after the commit, without an fsync, and run without a
+    /// savepoint (a failure undoes the whole light transaction): it survives
+    /// a process crash — the commit is in the WAL — but a power loss may
+    /// undo it. Only for bookkeeping whose loss is harmless and that runs no
+    /// user code: claims, the start of a run, lease renewals, reaping. A
+    /// lost claim or start just means the job runs again; its work is still
+    /// fenced by the ledger.
     Light,
 }
 
@@ -135,14 +141,14 @@ impl Core {
         }
         let committed = run_group(conn, durable, &self.op_started, self.epoch, true);
         match (&self.sync, syncer) {
-            (SyncMode::Wal(_), _) if committed.is_empty() => Vec::new(),
-            (SyncMode::Wal(_), Some(syncer)) => match syncer.send(committed) {
+            (SyncMode::Wal { .. }, _) if committed.is_empty() => Vec::new(),
+            (SyncMode::Wal { .. }, Some(syncer)) => match syncer.send(committed) {
                 Ok(()) => Vec::new(),
                 // The syncer is gone (it never is while the writer runs):
                 // the caller syncs rather than answer unsynced.
                 Err(e) => e.0,
             },
-            (SyncMode::Wal(_), None) => committed,
+            (SyncMode::Wal { .. }, None) => committed,
             (SyncMode::Sqlite, _) => {
                 // SQLite's commit already synced as the file says.
                 committed.into_iter().for_each(|r| r(Ok(())));
@@ -179,7 +185,14 @@ enum SyncMode {
     /// not synced. Nothing outside reacts to a commit before its fsync: a
     /// caller waits for it, and an effect runs only after its own claim (a
     /// later, durable commit) was synced, which covers the job's commit too.
-    Wal(std::fs::File),
+    Wal {
+        wal: std::fs::File,
+        /// Set by the first failed fsync, for good: after one, Linux may have
+        /// dropped the unwritten pages and report the next fsync as a
+        /// success, and recovery would stop at the hole. No later commit can
+        /// then be called durable (PostgreSQL's "fsyncgate" rule).
+        failed: AtomicBool,
+    },
 }
 
 impl SyncMode {
@@ -187,12 +200,22 @@ impl SyncMode {
     fn sync(&self) -> Result<()> {
         match self {
             SyncMode::Sqlite => Ok(()),
-            SyncMode::Wal(f) => f.sync_data().map_err(|e| {
-                log::error!(target: "litejob", "fsync of the WAL failed: {e}");
-                Error::OutcomeUnknown(format!(
-                    "the commit was written but its fsync failed ({e}); it may be lost on power loss"
-                ))
-            }),
+            SyncMode::Wal { wal, failed } => {
+                if failed.load(Ordering::Acquire) {
+                    return Err(Error::OutcomeUnknown(
+                        "an earlier fsync of the WAL failed: no commit of this process can be \
+                         called durable any more; restart it"
+                            .into(),
+                    ));
+                }
+                wal.sync_data().map_err(|e| {
+                    failed.store(true, Ordering::Release);
+                    log::error!(target: "litejob", "fsync of the WAL failed: {e}; every later durable write reports 'outcome unknown' until the process restarts");
+                    Error::OutcomeUnknown(format!(
+                        "the commit was written but its fsync failed ({e}); it may be lost on power loss"
+                    ))
+                })
+            }
         }
     }
 }
@@ -202,7 +225,8 @@ impl SyncMode {
 pub(crate) struct WriterConfig {
     /// Most operations applied in one transaction.
     pub max_batch: usize,
-    /// Whether durable commits fsync (FULL): light ones then switch to NORMAL.
+    /// Whether durable commits must be fsynced (FULL) before their callers
+    /// are answered.
     pub full_sync: bool,
     /// An operation running longer than this is interrupted (its whole
     /// transaction rolls back), so a handler that hangs inside its
@@ -212,16 +236,6 @@ pub(crate) struct WriterConfig {
 
 impl Writer {
     pub(crate) fn spawn(conn: Connection, cfg: WriterConfig) -> Result<Writer> {
-        // With SQLite's planner free to specialise on bound values (it is
-        // built with STAT4), a statement whose LIMIT or range takes a bound
-        // parameter is re-prepared every time that value changes: the claim
-        // query was parsed again on nearly every batch (about 5 % of the
-        // writer's CPU). The writer's statements do not need
-        // value-specific plans.
-        conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-            true,
-        )?;
         // Every statement the writer runs stays prepared (rusqlite keeps 16
         // by default; enqueue, claim, run, outbox and admin paths use more).
         conn.set_prepared_statement_cache_capacity(128);
@@ -238,9 +252,12 @@ impl Writer {
                         .ok()
                 });
             match wal {
-                Some(f) => {
+                Some(wal) => {
                     conn.pragma_update(None, "synchronous", "NORMAL")?;
-                    SyncMode::Wal(f)
+                    SyncMode::Wal {
+                        wal,
+                        failed: AtomicBool::new(false),
+                    }
                 }
                 None => {
                     log::warn!(target: "litejob", "cannot open the WAL file to fsync it: every commit syncs (slower)");
@@ -293,15 +310,16 @@ impl Writer {
                         let s = started.load(Ordering::Acquire);
                         if s > 0 {
                             let ran = epoch.elapsed().as_millis() as i64 - s;
-                            if ran > budget.as_millis() as i64 {
+                            // Only if that op is still the one running: an
+                            // interrupt that arrived after it finished would
+                            // hit the next op or the COMMIT.
+                            if ran > budget.as_millis() as i64
+                                && started
+                                    .compare_exchange(s, -1, Ordering::AcqRel, Ordering::Acquire)
+                                    .is_ok()
+                            {
                                 log::warn!(target: "litejob",
                                     "a write ran {ran} ms, past its budget of {} ms: interrupting it", budget.as_millis());
-                                let _ = started.compare_exchange(
-                                    s,
-                                    -1,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                );
                                 handle.interrupt();
                             }
                         }
@@ -320,7 +338,7 @@ impl Writer {
             callers: AtomicUsize::new(0),
         });
         let syncer = match &core.sync {
-            SyncMode::Wal(_) => {
+            SyncMode::Wal { .. } => {
                 let (tx, rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
                 let c = core.clone();
                 let t = std::thread::Builder::new()
@@ -391,7 +409,41 @@ impl Writer {
         FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
     {
         let (mut op, start_rx) = make_op(Durability::Light, start);
-        let (apply_op, apply_rx) = make_op(Durability::Durable, apply);
+        let (mut apply_op, apply_rx) = make_op(Durability::Durable, apply);
+        // The apply step runs only if its start committed: when the light
+        // transaction was undone, no user code of the run may run (its
+        // attempt row is not there to be charged if that code crashes).
+        let started = Arc::new(AtomicBool::new(false));
+        let (run, flag) = (op.run, started.clone());
+        op.run = Box::new(move |conn: &Connection| {
+            let (ok, reply) = run(conn);
+            let reply: Reply = Box::new(move |commit: Result<()>| {
+                flag.store(ok && commit.is_ok(), Ordering::Release);
+                reply(commit)
+            });
+            (ok, reply)
+        });
+        let reject = Arc::new(std::sync::Mutex::new(Some(apply_op.reject)));
+        let reject_run = reject.clone();
+        apply_op.reject = Box::new(move |e: Error| {
+            if let Some(r) = reject.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                r(e)
+            }
+        });
+        let run = apply_op.run;
+        apply_op.run = Box::new(move |conn: &Connection| {
+            if started.load(Ordering::Acquire) {
+                return run(conn);
+            }
+            let reply: Reply = Box::new(move |_| {
+                if let Some(r) = reject_run.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    r(Error::Aborted(
+                        "the run's start was not committed: nothing of it ran".into(),
+                    ))
+                }
+            });
+            (false, reply)
+        });
         op.pair = Some(Box::new(apply_op));
         op.isolated = isolated;
         if let Some(s) = &self.sender {
@@ -661,7 +713,20 @@ fn run_group(
 ) -> Vec<Reply> {
     let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
     let mut in_tx = false;
-    for Op { run, reject, .. } in batch.drain(..) {
+    let stuck = || {
+        Error::Internal(
+            "the write connection holds a transaction it cannot roll back; nothing was written"
+                .into(),
+        )
+    };
+    let mut ops = batch.drain(..);
+    // A transaction left open (a COMMIT and its ROLLBACK both failed last
+    // time) would swallow this group into it.
+    if !rollback(conn) {
+        ops.for_each(|op| (op.reject)(stuck()));
+        return Vec::new();
+    }
+    while let Some(Op { run, reject, .. }) = ops.next() {
         if !in_tx {
             if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
                 // Not executed at all: answer with the reason.
@@ -680,8 +745,11 @@ fn run_group(
             for r in replies.drain(..) {
                 r(Err(err.duplicate()));
             }
-            let _ = exec_cached(conn, "ROLLBACK");
             in_tx = false;
+            if !rollback(conn) {
+                ops.for_each(|op| (op.reject)(stuck()));
+                return Vec::new();
+            }
             continue;
         }
         op_started.store(
@@ -691,9 +759,24 @@ fn run_group(
         let outcome = catch_unwind(AssertUnwindSafe(|| run(conn)));
         op_started.store(0, Ordering::Release);
         let ok = matches!(outcome, Ok((true, _)));
-        if !ok && !isolate && !conn.is_autocommit() {
-            // No savepoint to roll back to: undo the whole transaction.
-            let _ = exec_cached(conn, "ROLLBACK");
+        if !ok && !conn.is_autocommit() {
+            // Undo it: back to its savepoint, or (without one, or if that
+            // fails) the whole transaction. Never commit half an operation.
+            let alone = isolate
+                && exec_cached(conn, "ROLLBACK TO op")
+                    .and_then(|_| exec_cached(conn, "RELEASE op"))
+                    .is_ok();
+            if !alone && !rollback(conn) {
+                for r in replies.drain(..) {
+                    r(Err(stuck()));
+                }
+                match outcome {
+                    Ok((_, reply)) => reply(Err(stuck())),
+                    Err(_) => reject(stuck()),
+                }
+                ops.for_each(|op| (op.reject)(stuck()));
+                return Vec::new();
+            }
         }
         if conn.is_autocommit() {
             // The whole transaction was rolled back (by SQLite: disk full,
@@ -722,13 +805,8 @@ fn run_group(
             }
             continue;
         }
-        if !isolate {
-            // Succeeded (a failure rolled back above).
-        } else if ok {
+        if ok && isolate {
             let _ = exec_cached(conn, "RELEASE op");
-        } else {
-            let _ =
-                exec_cached(conn, "ROLLBACK TO op").and_then(|_| exec_cached(conn, "RELEASE op"));
         }
         match outcome {
             Ok((_, reply)) => replies.push(reply),
@@ -744,8 +822,9 @@ fn run_group(
         let commit = exec_cached(conn, "COMMIT")
             .map(|_| ())
             .map_err(classify_commit_error);
-        if commit.is_err() && !conn.is_autocommit() {
-            let _ = exec_cached(conn, "ROLLBACK");
+        if commit.is_err() {
+            // If this fails too, the next group's first step tries again.
+            rollback(conn);
         }
         match commit {
             Ok(()) => return replies,
@@ -753,6 +832,19 @@ fn run_group(
         }
     }
     Vec::new()
+}
+
+/// Ends the open transaction, if any, without committing it; false when the
+/// connection is still inside one afterwards.
+fn rollback(conn: &Connection) -> bool {
+    if conn.is_autocommit() {
+        return true;
+    }
+    if exec_cached(conn, "ROLLBACK").is_err() && !conn.is_autocommit() {
+        // Not through the statement cache this time.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    conn.is_autocommit()
 }
 
 /// Rolls the running operation back to its savepoint (which stays open: the
@@ -875,5 +967,54 @@ mod tests {
         assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
         assert!(r[1].is_err() && r[2].is_err(), "{r:?}");
         assert_eq!(rows(&w), ["a", "b", "taken"]);
+    }
+
+    #[test]
+    fn an_apply_step_runs_only_if_its_start_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("taken")).unwrap();
+        let held = w.core.lock();
+        let first = w.submit_with(Durability::Light, |_| Ok(()));
+        std::thread::sleep(Duration::from_millis(50));
+        let pair = |start: TestOp, apply: &'static str| w.submit_pair(false, start, insert(apply));
+        let a = pair(Box::new(insert("start a")), "apply a");
+        // Its start fails: the light transaction (a's start with it) is undone.
+        let b = pair(Box::new(insert("taken")), "apply b");
+        let c = pair(Box::new(insert("start c")), "apply c");
+        drop(held);
+        let _ = wait(first);
+        let [(a_start, a_apply), (b_start, b_apply), (c_start, c_apply)] =
+            [a, b, c].map(|(s, a)| (wait(s), wait(a)));
+        assert!(matches!(a_start, Err(Error::Aborted(_))), "{a_start:?}");
+        assert!(matches!(a_apply, Err(Error::Aborted(_))), "{a_apply:?}");
+        assert!(b_start.is_err() && matches!(b_apply, Err(Error::Aborted(_))));
+        assert!(
+            c_start.is_ok() && c_apply.is_ok(),
+            "{c_start:?} {c_apply:?}"
+        );
+        assert_eq!(rows(&w), ["apply c", "start c", "taken"]);
+    }
+
+    #[test]
+    fn after_a_failed_fsync_no_durable_write_is_called_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("before")).unwrap();
+        let SyncMode::Wal { failed, .. } = &w.core.sync else {
+            panic!("a file queue syncs its WAL itself");
+        };
+        // What a failed sync_data() leaves behind.
+        failed.store(true, Ordering::Release);
+        for v in ["inline", "queued"] {
+            let r = if v == "inline" {
+                w.run(insert("inline"))
+            } else {
+                wait(w.submit(insert("queued")))
+            };
+            assert!(matches!(r, Err(Error::OutcomeUnknown(_))), "{v}: {r:?}");
+        }
+        // Light writes never claimed durability: still answered.
+        w.run_light(insert("light")).unwrap();
     }
 }
