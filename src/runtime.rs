@@ -699,8 +699,17 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
             match jobs.try_recv() {
                 Ok(c) => c,
                 Err(crossbeam_channel::TryRecvError::Empty) => {
-                    // Nothing else to do: see the oldest run through.
-                    finish_job(&s, pending.pop_front().expect("not empty"));
+                    // Nothing to start now: wait for the oldest run's answer
+                    // or for a new job, whichever comes first. Blocking on
+                    // the answer alone (an fsync away) left newly claimed
+                    // jobs unstarted meanwhile and the writer idle.
+                    let oldest = pending.front().expect("not empty");
+                    let mut sel = crossbeam_channel::Select::new();
+                    let answered = sel.recv(oldest.answer());
+                    sel.recv(&jobs);
+                    if sel.ready() == answered {
+                        finish_job(&s, pending.pop_front().expect("not empty"));
+                    }
                     continue;
                 }
                 Err(crossbeam_channel::TryRecvError::Disconnected) => break,
@@ -760,11 +769,16 @@ enum Pending {
 }
 
 impl Pending {
-    fn is_ready(&self) -> bool {
+    /// Where the run's final answer arrives.
+    fn answer(&self) -> &Receiver<Result<execute::RunEnd>> {
         match self {
-            Pending::Running(r) => !r.rx.is_empty(),
-            Pending::Starting { apply_rx, .. } => !apply_rx.is_empty(),
+            Pending::Running(r) => &r.rx,
+            Pending::Starting { apply_rx, .. } => apply_rx,
         }
+    }
+
+    fn is_ready(&self) -> bool {
+        !self.answer().is_empty()
     }
 }
 
