@@ -13,8 +13,11 @@ use crate::schema;
 /// How hard a commit pushes data to the disk (`PRAGMA synchronous`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
-    /// Every commit is fsynced before it returns: a returned enqueue survives
-    /// power loss. The default.
+    /// Every commit that answers a caller (an enqueue, a completion, an
+    /// acknowledgement) is fsynced before the caller is answered: a returned
+    /// enqueue survives power loss. The default. (The writer does the fsync
+    /// of the WAL itself, off its thread; the file's other connections read
+    /// back `synchronous=2`.)
     #[default]
     Full,
     /// Commits are fsynced only at checkpoints: a process crash loses nothing,
