@@ -514,8 +514,12 @@ fn supervisor_loop(
             next_poll = now_i + s.cfg.poll_interval;
         }
         let free = capacity.saturating_sub(buffer.len());
-        // Claim in batches: when the buffer is half empty (or empty).
-        if has_handlers && want_claim && (free >= capacity.div_ceil(2) || buffer.is_empty()) {
+        // Claim in whole batches, once the workers took every claimed job
+        // (they hold up to MAX_PIPELINE runs each in flight meanwhile): the
+        // claim and the runs it feeds then fill writer cycles of ~capacity
+        // runs. Re-claiming at half empty made cycles of half that, and
+        // processing ~10 % slower (6 alternating runs, same minutes).
+        if has_handlers && want_claim && buffer.is_empty() {
             match claim(&s, free, lease_ms, more_known) {
                 Ok(claimed) => {
                     let n = claimed.len();
@@ -715,7 +719,7 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
                 Err(crossbeam_channel::TryRecvError::Disconnected) => break,
             }
         };
-        if jobs.len() * 2 <= jobs.capacity().unwrap_or(0) {
+        if jobs.is_empty() {
             let _ = space.try_send(());
         }
         if s.stopping.load(Ordering::SeqCst) {
