@@ -135,7 +135,14 @@ pub(crate) fn start(
         return Ok(None);
     };
     let attempt = charged + 1;
-    let attempt_id = history::start_job(conn, job_id, attempt, &key, worker, now)?;
+    let attempt_id = history::start(
+        conn,
+        history::RunOf::Job(job_id),
+        attempt,
+        &key,
+        worker,
+        now,
+    )?;
     conn.prepare_cached(FENCE)?
         .execute(rusqlite::params![job_id, attempt, attempt_id])?;
     Ok(Some(Started {

@@ -122,12 +122,19 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
     })
 }
 
-/// Records the start of a job's run, attempt number `attempt`; returns the
-/// attempt id. The caller (claim::start) has checked the claim under the
-/// same write lock.
-pub(crate) fn start_job(
+/// What an attempt is a run of: a job, or an outbox row's effect.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RunOf {
+    Job(i64),
+    Effect(i64),
+}
+
+/// Records the start of attempt number `attempt` of `of`; returns the
+/// attempt id. The caller has checked, under the same write lock, that the
+/// run is its to start (the job's claim, the outbox row's lease).
+pub(crate) fn start(
     conn: &Connection,
-    job_id: i64,
+    of: RunOf,
     attempt: i64,
     key: &str,
     worker: &str,
@@ -135,26 +142,15 @@ pub(crate) fn start_job(
 ) -> Result<i64> {
     // One row, VALUES: an INSERT … SELECT would make SQLite keep a statement
     // journal (a copy of every page it touches) for what is one row.
-    const SQL: &str = "INSERT INTO attempts (job_id, attempt, key, worker, started_at) \
-                       VALUES (?1, ?2, ?3, ?4, ?5)";
-    conn.prepare_cached(SQL)?
-        .execute(rusqlite::params![job_id, attempt, key, worker, now])?;
-    Ok(conn.last_insert_rowid())
-}
-
-/// Records the start of an effect's attempt; returns the attempt id.
-pub(crate) fn start_effect(
-    conn: &Connection,
-    outbox_id: i64,
-    attempt: i64,
-    key: &str,
-    worker: &str,
-    now: Millis,
-) -> Result<i64> {
-    const SQL: &str = "INSERT INTO attempts (outbox_id, attempt, key, worker, started_at) \
-                       VALUES (?1, ?2, ?3, ?4, ?5)";
-    conn.prepare_cached(SQL)?
-        .execute(rusqlite::params![outbox_id, attempt, key, worker, now])?;
+    const SQL: &str = "INSERT INTO attempts (job_id, outbox_id, attempt, key, worker, started_at) \
+                       VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    let (job_id, outbox_id) = match of {
+        RunOf::Job(id) => (Some(id), None),
+        RunOf::Effect(id) => (None, Some(id)),
+    };
+    conn.prepare_cached(SQL)?.execute(rusqlite::params![
+        job_id, outbox_id, attempt, key, worker, now
+    ])?;
     Ok(conn.last_insert_rowid())
 }
 

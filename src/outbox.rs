@@ -183,7 +183,14 @@ pub(crate) fn claim_one(
         )
         .optional()?;
     let Some(row) = row else { return Ok(None) };
-    let attempt_id = history::start_effect(conn, row.id, row.attempts, &row.key, worker, now)?;
+    let attempt_id = history::start(
+        conn,
+        history::RunOf::Effect(row.id),
+        row.attempts,
+        &row.key,
+        worker,
+        now,
+    )?;
     conn.prepare_cached("UPDATE outbox SET current_attempt = ?2 WHERE id = ?1")?
         .execute(rusqlite::params![row.id, attempt_id])?;
     Ok(Some(ClaimedEffect { row, attempt_id }))

@@ -899,18 +899,25 @@ mod tests {
 
     type TestOp = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
 
-    /// Runs `ops` as one group of the writer thread: the connection is held
-    /// while they are queued behind a first, empty operation.
-    fn one_group(w: &Writer, durability: Durability, ops: Vec<TestOp>) -> Vec<Result<()>> {
+    /// Whatever `submit` sends reaches the writer thread as one group: the
+    /// connection is held while it is queued behind a first, empty operation.
+    fn as_one_group<T>(w: &Writer, submit: impl FnOnce() -> T) -> T {
         let held = w.core.lock();
-        let first = w.submit_with(durability, |_| Ok(()));
+        let first = w.submit_with(Durability::Light, |_| Ok(()));
         std::thread::sleep(Duration::from_millis(50));
-        let rx: Vec<_> = ops
-            .into_iter()
-            .map(|f| w.submit_with(durability, f))
-            .collect();
+        let sent = submit();
         drop(held);
         let _ = wait(first);
+        sent
+    }
+
+    /// Runs `ops` as one group of the writer thread.
+    fn one_group(w: &Writer, durability: Durability, ops: Vec<TestOp>) -> Vec<Result<()>> {
+        let rx: Vec<_> = as_one_group(w, || {
+            ops.into_iter()
+                .map(|f| w.submit_with(durability, f))
+                .collect()
+        });
         rx.into_iter().map(wait).collect()
     }
 
@@ -974,16 +981,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
         w.run(insert("taken")).unwrap();
-        let held = w.core.lock();
-        let first = w.submit_with(Durability::Light, |_| Ok(()));
-        std::thread::sleep(Duration::from_millis(50));
         let pair = |start: TestOp, apply: &'static str| w.submit_pair(false, start, insert(apply));
-        let a = pair(Box::new(insert("start a")), "apply a");
-        // Its start fails: the light transaction (a's start with it) is undone.
-        let b = pair(Box::new(insert("taken")), "apply b");
-        let c = pair(Box::new(insert("start c")), "apply c");
-        drop(held);
-        let _ = wait(first);
+        let (a, b, c) = as_one_group(&w, || {
+            let a = pair(Box::new(insert("start a")), "apply a");
+            // Its start fails: the light transaction (a's start with it) is undone.
+            let b = pair(Box::new(insert("taken")), "apply b");
+            let c = pair(Box::new(insert("start c")), "apply c");
+            (a, b, c)
+        });
         let [(a_start, a_apply), (b_start, b_apply), (c_start, c_apply)] =
             [a, b, c].map(|(s, a)| (wait(s), wait(a)));
         assert!(matches!(a_start, Err(Error::Aborted(_))), "{a_start:?}");

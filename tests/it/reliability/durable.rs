@@ -163,20 +163,15 @@ fn an_enqueue_returns_only_after_an_fsync_of_the_wal_frames_holding_its_job() {
     drop(db.open());
     let dir = db.path.parent().unwrap();
     let (trace_path, returned) = (dir.join("trace"), dir.join("returned"));
-    let mut c = Command::new("strace")
+    let mut strace = Command::new("strace");
+    strace
         .args(["-f", "-y", "-xx", "-s", "65536"])
         .args(["-e", "trace=pwrite64,pwritev,fsync,fdatasync,write"])
         .arg("-o")
         .arg(&trace_path)
         // Not /proc/self/exe: strace would resolve that to itself.
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "reliability::child_worker",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env_remove("LITEJOB_FAULT")
+        .arg(std::env::current_exe().unwrap());
+    let mut c = super::harness::child_args(&mut strace)
         .env("LITEJOB_CHILD_DB", &db.path)
         .env("LITEJOB_CHILD_MODE", "enqueue-threads")
         .env("LITEJOB_CHILD_RETURNED", &returned)

@@ -17,14 +17,7 @@ fn probe(db: &Path) -> String {
     let dir = db.parent().unwrap();
     let out = dir.join("probe.out");
     let err = dir.join("probe.err");
-    let mut c = Command::new(super::harness::self_exe())
-        .args([
-            "--exact",
-            "reliability::child_worker",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env_remove("LITEJOB_FAULT")
+    let mut c = super::harness::child_args(&mut Command::new(super::harness::self_exe()))
         .env("LITEJOB_CHILD_DB", db)
         .env("LITEJOB_CHILD_MODE", "probe")
         .env("RUST_LOG", "litejob=warn")

@@ -327,21 +327,15 @@ pub fn spawn_child(
         .open(stderr)
         .expect("stderr file");
     let mut cmd = Command::new(self_exe());
-    cmd.args([
-        "--exact",
-        "reliability::child_worker",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env_remove("LITEJOB_FAULT")
-    .env_remove("LITEJOB_CHILD_MODE")
-    .env("LITEJOB_CHILD_DB", db)
-    .env("LITEJOB_CHILD_STARTS", starts)
-    .env("LITEJOB_CHILD_EFFECTS", effects)
-    .env("RUST_LOG", "litejob=warn")
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::from(err));
+    child_args(&mut cmd)
+        .env_remove("LITEJOB_CHILD_MODE")
+        .env("LITEJOB_CHILD_DB", db)
+        .env("LITEJOB_CHILD_STARTS", starts)
+        .env("LITEJOB_CHILD_EFFECTS", effects)
+        .env("RUST_LOG", "litejob=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(err));
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -350,6 +344,18 @@ pub fn spawn_child(
 
 /// This test binary. `/proc/self/exe` still runs it when cargo rebuilt
 /// (replaced) the file meanwhile, which happens on a shared target dir.
+/// Makes `cmd` (this test binary, run directly or under a tracer) run only
+/// the child entry point, with no fault point inherited.
+pub fn child_args(cmd: &mut Command) -> &mut Command {
+    cmd.args([
+        "--exact",
+        "reliability::child_worker",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env_remove("LITEJOB_FAULT")
+}
+
 pub fn self_exe() -> PathBuf {
     let proc_exe = PathBuf::from("/proc/self/exe");
     if proc_exe.exists() {
