@@ -66,6 +66,14 @@ fn check_all_connections(opts: QueueOptions, synchronous: i64) {
     }
     // The application's own connection.
     check_pragmas(&pragmas(&q.connect().unwrap()), synchronous);
+    // The write connection (where `Queue::write` runs) commits without
+    // SQLite's own fsync in both modes: with FULL, litejob fsyncs the WAL
+    // itself before answering (reliability::durable checks that), so a
+    // second, SQLite-side fsync per commit would only cost time.
+    let mut writer = q.write(|tx| Ok(pragmas(tx))).unwrap();
+    assert_eq!(writer.synchronous, 1, "{writer:?}");
+    writer.synchronous = synchronous;
+    check_pragmas(&writer, synchronous);
     // WAL is a property of the file: a plain connection sees it too.
     assert_eq!(pragmas(&db.sql()).journal_mode.to_ascii_lowercase(), "wal");
 }
