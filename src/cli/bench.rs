@@ -85,6 +85,15 @@ pub struct BenchReport {
     pub preload_secs: f64,
     /// Peak resident memory of the process (VmHWM), in KiB.
     pub max_rss_kb: u64,
+    /// The machine, measured after the phases: one 4 KiB overwrite and
+    /// `fdatasync` of a file beside the queue file, median, in µs. A group
+    /// commit cannot answer faster than this.
+    pub machine_fsync_us: f64,
+    /// The machine: one thread waking another and being woken back
+    /// (mutex and condvar), mean, in µs. Each hand-off between threads (a
+    /// producer to the writer, the writer to the syncer, the syncer back to
+    /// the producer) costs about half of it.
+    pub machine_wake_round_trip_us: f64,
     /// `--prune-check`: jobs the prune deleted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prune_jobs: Option<usize>,
@@ -195,6 +204,11 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
                  the longest {block:.1} ms\n"
             );
         }
+        text += &format!(
+            "machine: 4 KiB write + fdatasync  {:>10.0} us\n\
+             machine: thread wake round trip   {:>10.0} us\n",
+            report.machine_fsync_us, report.machine_wake_round_trip_us
+        );
         text += &format!(
             "peak resident memory              {:>10.1} MB\n\
              file: {}{}",
@@ -392,6 +406,8 @@ fn measure(
         preload: args.preload,
         preload_secs,
         max_rss_kb: peak_rss_kb(),
+        machine_fsync_us: fsync_probe(path)?,
+        machine_wake_round_trip_us: wake_probe(),
         prune_jobs: prune.as_ref().map(|p| p.jobs),
         prune_secs: prune.as_ref().map(|p| p.secs),
         prune_max_enqueue_block_ms: prune.as_ref().map(|p| p.max_enqueue_ms),
@@ -528,6 +544,78 @@ fn prune_check(queue: &Queue, run_id: &str) -> Result<PruneCheck, Error> {
 
 /// CPU time so far of this process's live threads, in nanoseconds (the
 /// first field of each /proc/self/task/*/schedstat); 0 without /proc.
+/// Median time of a 4 KiB overwrite plus `fdatasync` of a scratch file
+/// beside `db` (same file system), in µs. Overwrites, as the WAL is once it
+/// has wrapped: an append also syncs the file's new size.
+fn fsync_probe(db: &Path) -> Result<f64, Error> {
+    use std::io::{Seek, SeekFrom};
+    let path = PathBuf::from(format!("{}-fsync-probe", db.display()));
+    let io = |e: std::io::Error| Error::Open(format!("{}: {e}", path.display()));
+    let run = || -> Result<f64, Error> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        let page = [0x5au8; 4096];
+        f.write_all(&page).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        let mut times: Vec<f64> = (0..200)
+            .map(|_| {
+                let t = Instant::now();
+                f.seek(SeekFrom::Start(0))?;
+                f.write_all(&page)?;
+                f.sync_data()?;
+                Ok(t.elapsed().as_secs_f64() * 1e6)
+            })
+            .collect::<std::io::Result<_>>()
+            .map_err(io)?;
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    };
+    let r = run();
+    let _ = std::fs::remove_file(&path);
+    r
+}
+
+/// Mean round trip of two threads waking each other through a mutex and
+/// condvar, in µs. On a virtual machine a wake across CPUs can cost tens of
+/// µs (the idle virtual CPU must be woken by the host).
+fn wake_probe() -> f64 {
+    const ROUNDS: u64 = 2000;
+    let pair = Arc::new((Mutex::new(0u64), std::sync::Condvar::new()));
+    let other = pair.clone();
+    let echo = std::thread::spawn(move || {
+        let (m, c) = &*other;
+        let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+        // Odd: the main thread's turn is over, answer it.
+        while *n < 2 * ROUNDS {
+            if *n % 2 == 1 {
+                *n += 1;
+                c.notify_one();
+            } else {
+                n = c.wait(n).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    });
+    let (m, c) = &*pair;
+    let t = Instant::now();
+    let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..ROUNDS {
+        *n += 1;
+        c.notify_one();
+        while *n % 2 == 1 {
+            n = c.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64;
+    drop(n);
+    let _ = echo.join();
+    us
+}
+
 fn cpu_ns() -> u64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;
