@@ -504,7 +504,7 @@ impl Writer {
 /// Where an operation's answer goes: a channel (pipelined callers select
 /// over several) or a [`OneShot`] (a caller blocked on this one answer).
 trait Sink<T>: Clone + Send + 'static {
-    /// Delivers the answer; the first one delivered wins.
+    /// Delivers the answer (each operation is answered once).
     fn put(&self, v: T);
 }
 
