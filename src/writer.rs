@@ -1005,6 +1005,16 @@ mod tests {
         sent
     }
 
+    /// An operation that writes a row ('half'), then fails on the unique
+    /// 'taken' row: what it wrote must not survive.
+    fn half_then_fail() -> impl FnOnce(&Connection) -> Result<()> + Send + 'static {
+        |c: &Connection| {
+            c.execute("INSERT INTO t (v) VALUES ('half')", [])?;
+            c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
+            Ok(())
+        }
+    }
+
     /// Runs `ops` as one group of the writer thread.
     fn one_group(w: &Writer, durability: Durability, ops: Vec<TestOp>) -> Vec<Result<()>> {
         let rx: Vec<_> = as_one_group(w, || {
@@ -1025,13 +1035,8 @@ mod tests {
             Durability::Light,
             vec![
                 Box::new(insert("a")),
-                // Writes, then fails: no savepoint, so its row goes with
-                // the whole transaction.
-                Box::new(|c: &Connection| {
-                    c.execute("INSERT INTO t (v) VALUES ('half')", [])?;
-                    c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
-                    Ok(())
-                }),
+                // No savepoint: its half goes with the whole transaction.
+                Box::new(half_then_fail()),
                 Box::new(insert("b")),
                 Box::new(insert("c")),
             ],
@@ -1056,11 +1061,7 @@ mod tests {
             Durability::Durable,
             vec![
                 Box::new(insert("a")),
-                Box::new(|c: &Connection| {
-                    c.execute("INSERT INTO t (v) VALUES ('half')", [])?;
-                    c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
-                    Ok(())
-                }),
+                Box::new(half_then_fail()),
                 Box::new(|_: &Connection| panic!("an operation panics")),
                 Box::new(insert("b")),
             ],

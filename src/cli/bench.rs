@@ -7,7 +7,10 @@
 //! `--preload N` first fills the file with N extra jobs (half finished, half
 //! queued for a kind nobody handles) with plain SQL, so the same figures can
 //! be compared at scale; `--prune-check` then prunes the finished half while
-//! a producer enqueues, and reports the longest single enqueue.
+//! a producer enqueues, and reports the longest single enqueue. Last, it
+//! times the machine itself: a 4 KiB overwrite plus `fdatasync` of a
+//! scratch file beside the queue file (`<db>-fsync-probe`, removed), and a
+//! thread wake round trip.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

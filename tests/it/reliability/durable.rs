@@ -24,7 +24,10 @@ const PER_THREAD: usize = 25;
 pub fn child(db: &Path, returned: &Path) {
     use std::io::Write;
     let q = Queue::open(db).expect("child: open");
-    let line = |f: &mut std::fs::File, key: &str| {
+    // Enqueues `key` and notes (after it returned) that it returned.
+    let enqueue = |q: &Queue, f: &mut std::fs::File, key: &str| {
+        q.enqueue(NewJob::new("work", key, &serde_json::json!({})))
+            .expect("enqueue");
         f.write_all(format!("returned {key}\n").as_bytes())
             .expect("write returned");
     };
@@ -37,21 +40,15 @@ pub fn child(db: &Path, returned: &Path) {
     };
     let mut f = open();
     for i in 0..ALONE {
-        let key = format!("durable-alone-{i}");
-        q.enqueue(NewJob::new("work", &key, &serde_json::json!({})))
-            .expect("enqueue");
-        line(&mut f, &key);
+        enqueue(&q, &mut f, &format!("durable-alone-{i}"));
     }
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let (q, open) = (q.clone(), &open);
+            let (q, open, enqueue) = (q.clone(), &open, &enqueue);
             s.spawn(move || {
                 let mut f = open();
                 for i in 0..PER_THREAD {
-                    let key = format!("durable-{t}-{i}");
-                    q.enqueue(NewJob::new("work", &key, &serde_json::json!({})))
-                        .expect("enqueue");
-                    line(&mut f, &key);
+                    enqueue(&q, &mut f, &format!("durable-{t}-{i}"));
                 }
             });
         }
