@@ -95,7 +95,7 @@ impl QueueOptions {
     /// (names, JSON, payload size, retries), without opening any file: a
     /// caller can refuse bad input before it creates a queue file.
     pub fn check(&self, job: &NewJob) -> Result<()> {
-        enqueue::validate(job, &self.rules(), now_ms()).map(|_| ())
+        enqueue::validate_parts(job, &self.rules(), now_ms()).map(|_| ())
     }
 
     fn rules(&self) -> EnqueueRules {
@@ -180,7 +180,7 @@ pub struct WriteTx<'a> {
 impl WriteTx<'_> {
     /// Enqueues inside this transaction.
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let valid = enqueue::validate(&job, self.rules, self.now)?;
+        let valid = enqueue::validate_owned(job, self.rules, self.now)?;
         let r = enqueue::insert(self.conn, &valid, self.now)?;
         if !r.is_duplicate() {
             self.enqueued.set(true);
