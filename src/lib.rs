@@ -100,6 +100,7 @@
 //! [`Error`]s.
 
 pub mod admin;
+mod checkpoint;
 mod claim;
 mod db;
 mod enqueue;

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
+use crate::checkpoint::Checkpointer;
 use crate::error::{Error, Result};
 
 /// Called once the group's commit finished, with its result.
@@ -87,6 +88,8 @@ pub(crate) struct Writer {
 
 /// The write connection behind a mutex: whoever holds it runs a cycle.
 struct Core {
+    /// Declared first, so it stops before the write connection closes.
+    checkpointer: Option<Checkpointer>,
     conn: std::sync::Mutex<Connection>,
     /// How durable commits reach the disk (see [`SyncMode`]).
     sync: SyncMode,
@@ -131,15 +134,18 @@ impl Core {
         light: &mut Vec<Op>,
         durable: &mut Vec<Op>,
         syncer: Option<&Sender<Vec<Reply>>>,
+        taken: usize,
     ) -> Vec<Reply> {
         if !light.is_empty() {
             let committed = run_group(conn, light, &self.op_started, self.epoch, false);
+            self.after_commit(conn, taken);
             committed.into_iter().for_each(|r| r(Ok(())));
         }
         if durable.is_empty() {
             return Vec::new();
         }
         let committed = run_group(conn, durable, &self.op_started, self.epoch, true);
+        self.after_commit(conn, taken);
         match (&self.sync, syncer) {
             (SyncMode::Wal { .. }, _) if committed.is_empty() => Vec::new(),
             (SyncMode::Wal { .. }, Some(syncer)) => match syncer.send(committed) {
@@ -154,6 +160,15 @@ impl Core {
                 committed.into_iter().for_each(|r| r(Ok(())));
                 Vec::new()
             }
+        }
+    }
+
+    /// Keeps the WAL short once a group committed (see [`Checkpointer`]).
+    /// `taken`: the operations of this cycle counted in `queued`; any more
+    /// are waiting for the writer, which is then busy.
+    fn after_commit(&self, conn: &Connection, taken: usize) {
+        if let Some(c) = &self.checkpointer {
+            c.after_commit(conn, self.queued.load(Ordering::Acquire) > taken);
         }
     }
 
@@ -329,7 +344,9 @@ impl Writer {
             None => None,
         };
         let max_batch = cfg.max_batch.max(1);
+        let checkpointer = Checkpointer::start(&conn);
         let core = Arc::new(Core {
+            checkpointer,
             conn: std::sync::Mutex::new(conn),
             sync,
             op_started,
@@ -481,7 +498,7 @@ impl Writer {
                         Durability::Light => (vec![op], Vec::new()),
                         Durability::Durable => (Vec::new(), vec![op]),
                     };
-                    let unsynced = self.core.cycle(&conn, &mut light, &mut durable, None);
+                    let unsynced = self.core.cycle(&conn, &mut light, &mut durable, None, 0);
                     drop(conn);
                     self.core.sync_and_answer(unsynced);
                     return answer(rx.recv());
@@ -720,7 +737,7 @@ fn writer_loop(
                 if !light.is_empty() || !durable.is_empty() {
                     cycles += 1;
                     let conn = core.lock();
-                    let unsynced = core.cycle(&conn, &mut light, &mut durable, syncer);
+                    let unsynced = core.cycle(&conn, &mut light, &mut durable, syncer, taken);
                     drop(conn);
                     core.sync_and_answer(unsynced);
                 }
@@ -732,7 +749,7 @@ fn writer_loop(
                 l.push(op);
                 cycles += 1;
                 let conn = core.lock();
-                let unsynced = core.cycle(&conn, &mut l, &mut d, syncer);
+                let unsynced = core.cycle(&conn, &mut l, &mut d, syncer, taken);
                 drop(conn);
                 core.sync_and_answer(unsynced);
             } else {
@@ -767,7 +784,7 @@ fn writer_loop(
             cycles += 1;
             let t1 = Instant::now();
             let conn = core.lock();
-            let unsynced = core.cycle(&conn, &mut light, &mut durable, syncer);
+            let unsynced = core.cycle(&conn, &mut light, &mut durable, syncer, taken);
             drop(conn);
             core.sync_and_answer(unsynced);
             last_cycle = t1.elapsed();
@@ -777,8 +794,10 @@ fn writer_loop(
         busy += t0.elapsed();
     }
     if stats {
+        let (bg, inline) = core.checkpointer.as_ref().map_or((0, 0), |c| c.counts());
         eprintln!(
-            "litejob writer: {cycles} cycles, {n_light} light ops, {n_durable} durable ops, busy {busy:?}"
+            "litejob writer: {cycles} cycles, {n_light} light ops, {n_durable} durable ops, busy {busy:?}, \
+             checkpoints {bg} in the background and {inline} inline"
         );
     }
 }

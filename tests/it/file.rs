@@ -433,3 +433,39 @@ fn an_applications_existing_database_gets_the_queue_beside_its_tables() {
     q.enqueue(NewJob::new("k", "app:1", &json!({}))).unwrap();
     assert_eq!(db.count("SELECT count(*) FROM jobs"), 1);
 }
+
+#[test]
+fn the_wal_stays_bounded_under_continuous_writes() {
+    // The writer checkpoints off its thread (see src/checkpoint.rs), which
+    // turns SQLite's own autocheckpoint off on the write connection: if
+    // nothing checkpointed, the WAL would hold every page ever written.
+    // Back-to-back batch commits of ~32 MB of payload must leave a WAL of
+    // a few thousand frames (4000 + a commit or two) and every row in the
+    // database file once the queue closes.
+    let db = TestDb::new();
+    let q = db.open();
+    let blob = "x".repeat(2000);
+    let wal = format!("{}-wal", db.path.display());
+    let mut biggest = 0u64;
+    for batch in 0..160 {
+        let jobs = (0..100)
+            .map(|i| NewJob::new("k", format!("wal:{batch}:{i}"), &json!({ "pad": blob })))
+            .collect();
+        q.enqueue_many(jobs).unwrap();
+        biggest = biggest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+    }
+    // 4096-byte pages plus a 24-byte header per frame, 32-byte file header.
+    let limit = (4000 + 2 * 200) * (4096 + 24) + 32;
+    assert!(
+        biggest <= limit,
+        "the WAL grew to {biggest} bytes, past {limit}: nothing checkpointed it"
+    );
+    drop(q);
+    let n: i64 = db
+        .sql()
+        .query_row("SELECT count(*) FROM jobs WHERE kind = 'k'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(n, 16_000);
+}
