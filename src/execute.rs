@@ -8,7 +8,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use rusqlite::Connection;
 
 use crate::error::{Error, Result};
-use crate::handler::{panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared};
+use crate::handler::{
+    panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared, Savepoint,
+};
 use crate::history::{self, AttemptOutcome};
 use crate::job::JobState;
 use crate::ledger;
@@ -104,7 +106,8 @@ pub(crate) fn fail(
             "job {job_id}: failure not recorded, the run lost its lease"
         )));
     };
-    history::finish(conn, attempt_id, outcome, Some(error), now)?;
+    // Half recorded if this fails: end the transaction (see `apply`).
+    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(|e| abort(conn, e))?;
     let state: JobState = state.parse()?;
     Ok(RunEnd {
         outcome,
@@ -126,11 +129,22 @@ pub(crate) struct ApplyInput<'h> {
     pub backoff_at: Millis,
 }
 
-/// The run's transaction, inside the writer's savepoint for this operation
-/// (which it rolls back to on failure, so it must run as a writer
-/// operation): ledger row first, fenced on the attempt, the handler's SQL and outbox rows, completion.
-/// Any other outcome rolls the work back (ledger row included) and records
-/// the failure instead.
+/// The run's transaction: ledger row first, fenced on the attempt, the
+/// handler's SQL and outbox rows, completion. Any other outcome rolls the
+/// work back (ledger row included) and records the failure instead.
+///
+/// It isolates itself, so it must run as a self-isolated writer operation
+/// ([`crate::writer::Writer::submit_apply`]), without the writer's
+/// savepoint: the handler's writes go inside a savepoint of their own,
+/// opened the first time the handler reaches the connection, and the ledger
+/// row — written before it — is deleted again when the run fails. A no-op
+/// handler thus costs no savepoint: SQLite copies every page first written
+/// inside a savepoint into its sub-journal, and with the writer's savepoint
+/// around every run that was ~10 % of processing. The rule it keeps: when
+/// it returns an error, the transaction holds nothing of this run (a failed
+/// statement is undone by SQLite), or it was ended with a ROLLBACK (when a
+/// step failed after an earlier one wrote, which only a failing disk or a
+/// corrupted row can cause), so that the writer never commits half a run.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
     let ApplyInput {
         handler,
@@ -153,7 +167,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             Some("duplicate: the ledger already holds this key, the work was done before"),
             now,
         )?;
-        complete(conn, ctx.id, attempt_id, now)?;
+        complete(conn, ctx.id, attempt_id, now).map_err(|e| abort(conn, e))?;
         return Ok(RunEnd {
             outcome: AttemptOutcome::Duplicate,
             state: JobState::Succeeded,
@@ -168,9 +182,11 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         now,
         outbox_max_attempts,
         outbox_added: std::cell::Cell::new(0),
+        savepoint: std::cell::Cell::new(Savepoint::NotOpened),
     };
     let result = catch_unwind(AssertUnwindSafe(|| handler.apply(&tx, prepared)));
     let outbox_added = tx.outbox_added.get();
+    let savepoint = tx.savepoint.get();
     if conn.is_autocommit() {
         // The handler's SQL failed in a way that rolled the whole transaction
         // back (disk full, interrupted by the time budget): nothing of this
@@ -182,10 +198,27 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         };
         return Err(classify_rollback(&why));
     }
+    if savepoint == Savepoint::Failed {
+        // The handler wrote outside any savepoint: its writes cannot be
+        // told from its neighbours'.
+        return Err(abort(
+            conn,
+            Error::Aborted(format!(
+                "job {}: its savepoint could not be opened; the transaction was rolled back",
+                ctx.id
+            )),
+        ));
+    }
     let (outcome, error, next) = match result {
         Ok(Ok(Outcome::Done)) => {
-            complete(conn, ctx.id, attempt_id, now)?;
-            history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
+            let done = (|| {
+                if savepoint == Savepoint::Open {
+                    exec_cached(conn, RELEASE_RUN)?;
+                }
+                complete(conn, ctx.id, attempt_id, now)?;
+                history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)
+            })();
+            done.map_err(|e| abort(conn, e))?;
             return Ok(RunEnd {
                 outcome: AttemptOutcome::Succeeded,
                 state: JobState::Succeeded,
@@ -220,11 +253,35 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             Next::RetryAt(backoff_at),
         ),
     };
-    // Undo the ledger row and the handler's writes: everything this
-    // operation wrote since the writer opened its savepoint (the ledger row
-    // is its first write), then record the failure inside it.
-    exec_cached(conn, crate::writer::ROLLBACK_OP)?;
+    // Undo the handler's writes and the ledger row, then record the failure.
+    let undone = (|| {
+        if savepoint == Savepoint::Open {
+            exec_cached(conn, ROLLBACK_RUN)?;
+            exec_cached(conn, RELEASE_RUN)?;
+        }
+        ledger::unrecord(conn, &ctx.key)
+    })();
+    undone.map_err(|e| abort(conn, e))?;
     fail(conn, ctx.id, attempt_id, outcome, &error, next, now)
+}
+
+const ROLLBACK_RUN: &str = "ROLLBACK TO run";
+const RELEASE_RUN: &str = "RELEASE run";
+
+/// Ends the transaction: a step failed after an earlier one of this run
+/// wrote, and without a savepoint of the writer's around the run, only
+/// ending it keeps half a run from being committed. The writer sees the
+/// transaction gone and tells the group's other callers it was not
+/// written. Only a failing disk or a corrupted row gets here.
+fn abort(conn: &Connection, e: Error) -> Error {
+    log::error!(target: "litejob", "a run's transaction failed half-way ({e}); rolling its group back");
+    let _ = conn.execute_batch("ROLLBACK");
+    if !conn.is_autocommit() {
+        // Returning would let the writer commit half a run. A panic makes
+        // it roll back (or give up on) the whole transaction instead.
+        panic!("{e}; and the transaction could not be rolled back");
+    }
+    e
 }
 
 fn classify_rollback(why: &str) -> Error {

@@ -66,11 +66,41 @@ pub struct JobTx<'a> {
     pub(crate) now: Millis,
     pub(crate) outbox_max_attempts: i64,
     pub(crate) outbox_added: Cell<usize>,
+    /// The savepoint around the handler's writes, opened the first time the
+    /// handler reaches the connection (see [`crate::execute::apply`]).
+    pub(crate) savepoint: Cell<Savepoint>,
 }
+
+/// The state of a run's savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Savepoint {
+    /// The handler has not reached the connection: it wrote nothing.
+    NotOpened,
+    /// Open: everything the handler wrote is after it.
+    Open,
+    /// Opening it failed: the handler's writes cannot be undone alone.
+    Failed,
+}
+
+/// The savepoint a run's handler writes inside.
+pub(crate) const RUN_SAVEPOINT: &str = "SAVEPOINT run";
 
 impl<'a> JobTx<'a> {
     /// The connection, inside the job's transaction.
     pub fn conn(&self) -> &Connection {
+        if self.savepoint.get() == Savepoint::NotOpened {
+            // Opened lazily: a handler that writes nothing (or only reads)
+            // then costs no savepoint, whose first write to each page
+            // copies that page into the sub-journal.
+            let opened = crate::writer::exec_cached(self.conn, RUN_SAVEPOINT);
+            self.savepoint.set(match opened {
+                Ok(_) => Savepoint::Open,
+                Err(e) => {
+                    log::error!(target: "litejob", "job {}: cannot open its savepoint: {e}", self.job.id);
+                    Savepoint::Failed
+                }
+            });
+        }
         self.conn
     }
 
@@ -90,7 +120,7 @@ impl<'a> JobTx<'a> {
     pub fn outbox(&self, kind: &str, key: &str, payload: &impl Serialize) -> Result<(i64, bool)> {
         let json = serde_json::to_string(payload)?;
         let added = outbox::add(
-            self.conn,
+            self.conn(),
             self.job.id,
             kind,
             key,
@@ -108,7 +138,7 @@ impl<'a> JobTx<'a> {
 impl std::ops::Deref for JobTx<'_> {
     type Target = Connection;
     fn deref(&self) -> &Connection {
-        self.conn
+        self.conn()
     }
 }
 

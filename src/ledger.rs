@@ -27,6 +27,14 @@ pub(crate) fn record_fenced(
         == 1)
 }
 
+/// Takes back the row [`record_fenced`] just wrote for `key`, in the same
+/// transaction: the run failed, so its work did not commit after all.
+pub(crate) fn unrecord(conn: &Connection, key: &str) -> Result<()> {
+    const SQL: &str = "DELETE FROM processed_jobs WHERE key = ?1";
+    conn.prepare_cached(SQL)?.execute([key])?;
+    Ok(())
+}
+
 /// The ledger row for `key`, if its work committed: `(completed_at, job_id)`.
 pub fn lookup(conn: &Connection, key: &str) -> Result<Option<(Millis, Option<i64>)>> {
     const SQL: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = ?1";

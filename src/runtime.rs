@@ -973,7 +973,7 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
         Ok(Ok(prepared)) => {
             let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
             let ctx2 = ctx.clone();
-            s.queue.writer().submit(move |conn| {
+            s.queue.writer().submit_apply(move |conn| {
                 let r = execute::apply(
                     conn,
                     ApplyInput {

@@ -52,6 +52,11 @@ struct Op {
     /// Sent by a caller blocked until its commit ([`Writer::run`]), not
     /// pipelined: the writer waits a moment for such callers to come back.
     blocking: bool,
+    /// The operation isolates itself ([`Writer::submit_apply`]): the writer
+    /// opens no savepoint for it. When it fails it has left the transaction
+    /// as it found it, or ended it (ROLLBACK); if it panics, the writer
+    /// cannot know, and rolls the whole transaction back.
+    self_isolated: bool,
 }
 
 /// How hard an operation's commit must push to the disk.
@@ -392,6 +397,26 @@ impl Writer {
         self.submit_with(Durability::Durable, f)
     }
 
+    /// [`Writer::submit`] for an operation that isolates itself (a run's
+    /// apply step, see [`crate::execute::apply`]): the writer opens no
+    /// savepoint for it, and trusts it, when it fails, to have undone its
+    /// writes or ended the transaction.
+    pub(crate) fn submit_apply<R, F>(&self, f: F) -> Receiver<Result<R>>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        let (mut op, rx) = make_op_rx(Durability::Durable, f);
+        op.self_isolated = true;
+        if let Some(s) = &self.sender {
+            self.core.queued.fetch_add(1, Ordering::AcqRel);
+            if s.send(op).is_err() {
+                self.core.queued.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        rx
+    }
+
     /// [`Writer::submit`] with an explicit durability class.
     pub(crate) fn submit_with<R, F>(&self, durability: Durability, f: F) -> Receiver<Result<R>>
     where
@@ -427,6 +452,7 @@ impl Writer {
     {
         let (mut op, start_rx) = make_op_rx(Durability::Light, start);
         let (mut apply_op, apply_rx) = make_op_rx(Durability::Durable, apply);
+        apply_op.self_isolated = true;
         // The apply step runs only if its start committed: when the light
         // transaction was undone, no user code of the run may run (its
         // attempt row is not there to be charged if that code crashes).
@@ -559,6 +585,7 @@ where
         pair: None,
         isolated: false,
         blocking: false,
+        self_isolated: false,
     }
 }
 
@@ -809,8 +836,11 @@ fn writer_loop(
 /// as durable as it must be.
 ///
 /// With `isolate`, each operation runs inside its own savepoint, so a failing
-/// one rolls back alone (handlers' apply steps, enqueues, operator actions).
-/// Without it (light bookkeeping: claims, starts, lease renewals, reaping,
+/// one rolls back alone (enqueues, operator actions, acknowledgements) —
+/// except a self-isolated one (a run's apply step), which opens its own
+/// savepoint only around the handler's SQL and undoes its bookkeeping row
+/// itself: a no-op handler then costs no savepoint at all (see
+/// [`crate::execute::apply`]). Without `isolate` (light bookkeeping: claims, starts, lease renewals, reaping,
 /// which fail only when the disk does) no savepoint is opened — two
 /// statements and a copy of every page each operation touches saved, about
 /// 5 % of the writer's time per job — and a failing operation rolls the
@@ -839,7 +869,14 @@ fn run_group(
         ops.for_each(|op| (op.reject)(stuck()));
         return Vec::new();
     }
-    while let Some(Op { run, reject, .. }) = ops.next() {
+    while let Some(Op {
+        run,
+        reject,
+        self_isolated,
+        ..
+    }) = ops.next()
+    {
+        let savepoint = isolate && !self_isolated;
         if !in_tx {
             if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
                 // Not executed at all: answer with the reason.
@@ -848,7 +885,7 @@ fn run_group(
             }
             in_tx = true;
         }
-        if let Err(e) = if isolate {
+        if let Err(e) = if savepoint {
             exec_cached(conn, "SAVEPOINT op")
         } else {
             Ok(0)
@@ -872,10 +909,13 @@ fn run_group(
         let outcome = catch_unwind(AssertUnwindSafe(|| run(conn)));
         op_started.store(0, Ordering::Release);
         let ok = matches!(outcome, Ok((true, _)));
-        if !ok && !conn.is_autocommit() {
+        // A self-isolated operation that returned its failure undid its own
+        // writes (or ended the transaction, seen below).
+        let clean = self_isolated && outcome.is_ok();
+        if !ok && !clean && !conn.is_autocommit() {
             // Undo it: back to its savepoint, or (without one, or if that
             // fails) the whole transaction. Never commit half an operation.
-            let alone = isolate
+            let alone = savepoint
                 && exec_cached(conn, "ROLLBACK TO op")
                     .and_then(|_| exec_cached(conn, "RELEASE op"))
                     .is_ok();
@@ -918,7 +958,7 @@ fn run_group(
             }
             continue;
         }
-        if ok && isolate {
+        if ok && savepoint {
             let _ = exec_cached(conn, "RELEASE op");
         }
         match outcome {
@@ -959,11 +999,6 @@ fn rollback(conn: &Connection) -> bool {
     }
     conn.is_autocommit()
 }
-
-/// Rolls the running operation back to its savepoint (which stays open: the
-/// operation may write again, and the writer releases it). For an operation
-/// that records its own failure after undoing its work.
-pub(crate) const ROLLBACK_OP: &str = "ROLLBACK TO op";
 
 /// Runs a statement from the connection's statement cache. Savepoint
 /// statements run several times per job: parsing them each time would cost
@@ -1088,6 +1123,43 @@ mod tests {
         assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
         assert!(r[1].is_err() && r[2].is_err(), "{r:?}");
         assert_eq!(rows(&w), ["a", "b", "taken"]);
+    }
+
+    #[test]
+    fn a_self_isolated_operation_is_trusted_when_it_fails_and_never_half_committed_when_it_panics()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("taken")).unwrap();
+        // A clean failure (it wrote nothing): its neighbours commit.
+        let (a, clean, b) = as_one_group(&w, || {
+            (
+                w.submit(insert("a")),
+                w.submit_apply(|_: &Connection| -> Result<()> {
+                    Err(Error::LeaseLost("lost, wrote nothing".into()))
+                }),
+                w.submit(insert("b")),
+            )
+        });
+        assert!(wait(a).is_ok() && wait(b).is_ok());
+        assert!(matches!(wait(clean), Err(Error::LeaseLost(_))));
+        assert_eq!(rows(&w), ["a", "b", "taken"]);
+        // A panic after a write: the writer cannot tell what it left, so
+        // nothing of its transaction commits; later operations do.
+        let (c, panicked, d) = as_one_group(&w, || {
+            (
+                w.submit(insert("c")),
+                w.submit_apply(|conn: &Connection| -> Result<()> {
+                    conn.execute("INSERT INTO t (v) VALUES ('half a run')", [])?;
+                    panic!("a bug after the first write")
+                }),
+                w.submit(insert("d")),
+            )
+        });
+        assert!(matches!(wait(c), Err(Error::Aborted(_))));
+        assert!(wait(panicked).is_err());
+        assert!(wait(d).is_ok());
+        assert_eq!(rows(&w), ["a", "b", "d", "taken"]);
     }
 
     #[test]

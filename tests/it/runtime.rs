@@ -365,6 +365,69 @@ fn outcomes_retry_retry_after_discard_error_and_panic() {
 }
 
 #[test]
+fn a_run_that_fails_without_writing_leaves_no_ledger_row_and_its_neighbours_commit() {
+    // A handler that touches no SQL runs without a savepoint (see
+    // execute::apply): a failed run must still take its ledger row back, so
+    // the key's work counts as not done, while the runs committed in the
+    // same group keep theirs.
+    let db = TestDb::new();
+    let q = db.open();
+    let ids: Vec<(String, i64)> = (0..40)
+        .map(|i| {
+            let key = match i % 4 {
+                0 => format!("fail:{i}"),
+                1 => format!("panic:{i}"),
+                _ => format!("ok:{i}"),
+            };
+            let id = q
+                .enqueue(NewJob::new("quiet", &key, &json!({})).with_max_retries(0))
+                .unwrap()
+                .id();
+            (key, id)
+        })
+        .collect();
+    let mut rt = q
+        .runtime()
+        .workers(2)
+        .poll_interval(Duration::from_millis(20))
+        .handler("quiet", |tx, _: Value| {
+            match tx.job().key.split(':').next().unwrap() {
+                "fail" => Err("failed before writing anything".into()),
+                "panic" => panic!("panicked before writing anything"),
+                _ => Ok(Outcome::Done),
+            }
+        })
+        .start()
+        .unwrap();
+    for (key, id) in &ids {
+        let want = if key.starts_with("ok:") {
+            JobState::Succeeded
+        } else {
+            JobState::Dead
+        };
+        wait_state(&q, *id, want);
+    }
+    rt.stop();
+    let mut ledger: Vec<String> = db
+        .sql()
+        .prepare("SELECT key FROM processed_jobs ORDER BY key")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    ledger.sort();
+    let mut ok: Vec<String> = ids
+        .iter()
+        .map(|(k, _)| k.clone())
+        .filter(|k| k.starts_with("ok:"))
+        .collect();
+    ok.sort();
+    assert_eq!(ledger, ok);
+    check_no_open_transaction(&db, &q);
+}
+
+#[test]
 fn a_panic_or_error_in_prepare_is_recorded_and_retried_like_one_in_apply() {
     let db = TestDb::new();
     let q = db.open();
