@@ -12,9 +12,9 @@
 //!
 //! How: the write connection gets a WAL hook instead of autocheckpoint (the
 //! hook replaces it). After each commit the writer reads the WAL's frame
-//! count from the hook. A lone caller committing inline on its own thread
-//! checkpoints itself at [`SOFT_FRAMES`], as SQLite would. The writer
-//! thread nudges the checkpointer instead, which runs a PASSIVE checkpoint (it copies what is
+//! count from the hook. With no other write waiting, it checkpoints itself
+//! at [`SOFT_FRAMES`], as SQLite would. With writes waiting, it nudges the
+//! checkpointer instead, which runs a PASSIVE checkpoint (it copies what is
 //! committed, never waits for or blocks the writer). A PASSIVE checkpoint that runs beside a busy
 //! writer rarely catches up with the last commit, and SQLite restarts the
 //! WAL from its start only after a checkpoint that did; so at
@@ -129,9 +129,8 @@ impl Checkpointer {
     }
 
     /// Called by whoever just committed on the hooked connection, outside
-    /// any transaction. `busy`: committed by the writer thread, which
-    /// serves other callers; not by a lone caller committing inline on its
-    /// own thread. See [`plan`].
+    /// any transaction. `busy`: other writes are waiting for the
+    /// connection. See [`plan`].
     pub(crate) fn after_commit(&self, conn: &Connection, busy: bool) {
         let frames = FRAMES.with(|f| f.replace(0));
         // Only whoever holds the write connection gets here: no race.
@@ -174,12 +173,12 @@ enum Step {
 /// The step after a commit that left `frames` in the WAL, with the nudge
 /// last due at `due`; and when the next nudge is due.
 ///
-/// For a lone caller committing on its own thread (`busy` false), past
-/// [`SOFT_FRAMES`] the committer checkpoints itself, as SQLite's autocheckpoint does: nobody
+/// When no other write waits (`busy` false), past [`SOFT_FRAMES`] the
+/// committer checkpoints itself, as SQLite's autocheckpoint does: nobody
 /// waits behind it, and it restarts the WAL at once (with background
 /// checkpoints only, a lone producer enqueueing one job per commit was
-/// 12 % slower, in 7 alternating pairs of 7). On the writer
-/// thread, the checkpointer thread is nudged instead: once per [`SOFT_FRAMES`] new frames,
+/// 12 % slower, in 7 alternating pairs of 7). When writes
+/// wait, the thread is nudged instead: once per [`SOFT_FRAMES`] new frames,
 /// not once per commit (each checkpoint costs two fsyncs, and until the WAL
 /// restarts every commit is past the threshold).
 fn plan(frames: i32, due: i32, busy: bool) -> (Step, i32) {

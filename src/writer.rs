@@ -169,14 +169,11 @@ impl Core {
     }
 
     /// Keeps the WAL short once a group committed (see [`Checkpointer`]).
-    /// `taken`: the operations the writer thread took for this cycle; 0
-    /// for a lone caller committing inline on its own thread, which alone
-    /// may checkpoint inline (a checkpoint in the writer thread, even one
-    /// that looked idle, delays the next group: ~2 % of its time when
-    /// processing).
+    /// `taken`: the operations of this cycle counted in `queued`; any more
+    /// are waiting for the writer, which is then busy.
     fn after_commit(&self, conn: &Connection, taken: usize) {
         if let Some(c) = &self.checkpointer {
-            c.after_commit(conn, taken > 0);
+            c.after_commit(conn, self.queued.load(Ordering::Acquire) > taken);
         }
     }
 
