@@ -293,13 +293,7 @@ impl Queue {
             .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
             .collect();
         let valid = Arc::new(valid);
-        let r = self.write_retrying(move |conn| {
-            let now = now_ms();
-            valid
-                .iter()
-                .map(|v| enqueue::insert(conn, v, now))
-                .collect::<Result<Vec<_>>>()
-        })?;
+        let r = self.write_retrying(move |conn| enqueue::insert_many(conn, &valid, now_ms()))?;
         if r.iter().any(|e| !e.is_duplicate()) {
             self.notify();
         }

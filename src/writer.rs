@@ -862,6 +862,10 @@ fn run_group(
                 .into(),
         )
     };
+    // An operation alone in its group needs no savepoint: rolling back the
+    // whole transaction undoes exactly it. A lone producer's enqueue (and
+    // a batch enqueue's hundred rows) then costs no sub-journal copies.
+    let alone_in_group = batch.len() == 1;
     let mut ops = batch.drain(..);
     // A transaction left open (a COMMIT and its ROLLBACK both failed last
     // time) would swallow this group into it.
@@ -876,7 +880,7 @@ fn run_group(
         ..
     }) = ops.next()
     {
-        let savepoint = isolate && !self_isolated;
+        let savepoint = isolate && !self_isolated && !alone_in_group;
         if !in_tx {
             if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
                 // Not executed at all: answer with the reason.
@@ -1123,6 +1127,18 @@ mod tests {
         assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
         assert!(r[1].is_err() && r[2].is_err(), "{r:?}");
         assert_eq!(rows(&w), ["a", "b", "taken"]);
+    }
+
+    #[test]
+    fn an_operation_alone_in_its_group_runs_without_a_savepoint_and_still_fails_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("taken")).unwrap();
+        let r = one_group(&w, Durability::Durable, vec![Box::new(half_then_fail())]);
+        assert!(r[0].is_err(), "{r:?}");
+        // Its first row went with the transaction, and the writer goes on.
+        w.run(insert("after")).unwrap();
+        assert_eq!(rows(&w), ["after", "taken"]);
     }
 
     #[test]
