@@ -1,7 +1,7 @@
 //! The producer side: validates a `NewJob` and inserts it, or counts a
 //! duplicate delivery. Writes `jobs` (insert, `deliveries`).
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, NewJob};
@@ -192,8 +192,9 @@ fn job_params<'a>(job: &'a ValidJob, now: &'a Millis) -> [&'a dyn rusqlite::ToSq
 }
 
 /// [`insert`] inside an open transaction (the writer's, or an application's
-/// own): one look at both keys, then a plain insert. The transaction holds
-/// its snapshot from the look to the insert (in WAL mode a write from a
+/// own): a look at the ledger, then a plain insert, which the key index
+/// refuses for a key already in `jobs`. The transaction holds its snapshot
+/// from the look to the insert (in WAL mode a write from a
 /// stale snapshot fails with SQLITE_BUSY_SNAPSHOT, never a constraint
 /// error), so the two statements decide as one. Cheaper than the single
 /// `INSERT … SELECT … WHERE NOT EXISTS … RETURNING`: that one reads `jobs`
@@ -223,43 +224,60 @@ pub(crate) fn insert_many(
 
 /// The two statements of an insert inside a transaction.
 struct Statements<'c> {
-    look: rusqlite::CachedStatement<'c>,
+    in_ledger: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
 }
 
 impl<'c> Statements<'c> {
     fn new(conn: &'c Connection) -> Result<Self> {
-        // One look for both places a key can have been seen: a plain INSERT
-        // after it spends no id on a duplicate (an `ON CONFLICT DO NOTHING`
-        // would: AUTOINCREMENT counts the rowid it drew), and needs no
-        // statement journal (`INSERT … SELECT` would).
-        const LOOK: &str = "SELECT (SELECT id FROM jobs WHERE idempotency_key = ?1), \
-             EXISTS (SELECT 1 FROM processed_jobs WHERE key = ?1)";
+        const IN_LEDGER: &str = "SELECT EXISTS (SELECT 1 FROM processed_jobs WHERE key = ?1)";
         const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
         Ok(Statements {
-            look: conn.prepare_cached(LOOK)?,
+            in_ledger: conn.prepare_cached(IN_LEDGER)?,
             insert: conn.prepare_cached(INSERT)?,
         })
     }
 
+    /// A key already in `jobs` is found by the INSERT itself: its UNIQUE
+    /// index refuses the row. SQLite checks every constraint of a one-row
+    /// `INSERT … VALUES` before it writes anything, so the refused insert
+    /// leaves nothing behind, spends no id (AUTOINCREMENT records a rowid
+    /// only when the statement completes; an `ON CONFLICT DO NOTHING` would
+    /// complete, and spend it) and needs no statement journal. A separate
+    /// look at `jobs` first cost a second seek of the key index per job.
     fn insert(&mut self, conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueued> {
-        let (existing, in_ledger): (Option<i64>, bool) = self
-            .look
-            .query_row([&job.key], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        if let Some(id) = existing {
-            const BUMP: &str = "UPDATE jobs SET deliveries = deliveries + 1 WHERE id = ?1";
-            conn.prepare_cached(BUMP)?.execute([id])?;
-            return Ok(Enqueued::Duplicate(id));
+        let in_ledger: bool = self.in_ledger.query_row([&job.key], |r| r.get(0))?;
+        if !in_ledger {
+            match self.insert.execute(job_params(job, &now).as_slice()) {
+                Ok(_) => return Ok(Enqueued::New(conn.last_insert_rowid())),
+                Err(e) if is_key_taken(&e) => {}
+                Err(e) => return Err(constraint(e)),
+            }
         }
-        if in_ledger {
-            return ledger_duplicate(conn, &job.key);
+        // Seen before: a job with this key (count a delivery), or only the
+        // ledger's row of a pruned job.
+        const FIND: &str = "SELECT id FROM jobs WHERE idempotency_key = ?1";
+        let existing: Option<i64> = conn
+            .prepare_cached(FIND)?
+            .query_row([&job.key], |r| r.get(0))
+            .optional()?;
+        match existing {
+            Some(id) => {
+                const BUMP: &str = "UPDATE jobs SET deliveries = deliveries + 1 WHERE id = ?1";
+                conn.prepare_cached(BUMP)?.execute([id])?;
+                Ok(Enqueued::Duplicate(id))
+            }
+            None => ledger_duplicate(conn, &job.key),
         }
-        self.insert
-            .execute(job_params(job, &now).as_slice())
-            .map_err(constraint)?;
-        Ok(Enqueued::New(conn.last_insert_rowid()))
     }
+}
+
+/// The INSERT was refused because `jobs` already holds the key.
+fn is_key_taken(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, Some(msg))
+        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+            && msg.contains("jobs.idempotency_key"))
 }
 
 fn constraint(e: rusqlite::Error) -> Error {

@@ -276,6 +276,15 @@ fn a_batch_is_written_whole_or_not_at_all() {
     assert_eq!(r[1], Enqueued::Duplicate(r[0].id()));
     assert!(r[2].is_duplicate());
     assert_eq!(jobs(&db), 51);
+    // The duplicates spent no id: the next new job takes the next one.
+    let next = q
+        .enqueue_many(vec![
+            NewJob::new("k", "b:1", &json!({})),
+            NewJob::new("k", "b:after", &json!({})),
+        ])
+        .unwrap();
+    assert_eq!(next[1], Enqueued::New(r[0].id() + 1));
+    assert_eq!(jobs(&db), 52);
     // One invalid job refuses the whole batch.
     for bad in [
         NewJob::new("", "bad:kind", &json!({})),
@@ -291,7 +300,7 @@ fn a_batch_is_written_whole_or_not_at_all() {
             ])
             .unwrap_err();
         assert!(err.is_invalid_input(), "{err:?}");
-        assert_eq!(jobs(&db), 51, "{err}");
+        assert_eq!(jobs(&db), 52, "{err}");
     }
     assert_eq!(
         db.count("SELECT deliveries FROM jobs WHERE idempotency_key = 'b:0'"),
