@@ -10,6 +10,13 @@ use crate::time::Millis;
 /// still holds job `job_id`. False when the key is already there (the work
 /// for this key committed before: this run is a duplicate) or the run lost
 /// the job; the caller tells the two apart.
+///
+/// Two statements, the fence then a one-row `INSERT … VALUES`, rather than
+/// one `INSERT … SELECT … WHERE EXISTS`: SQLite opens a statement journal
+/// for an `INSERT … SELECT` and copies every page it writes into it, which
+/// a one-row VALUES insert does not need (its conflict is checked before
+/// anything is written). With no savepoint around a run's apply step, that
+/// copy was a cost of its own on every job.
 pub(crate) fn record_fenced(
     conn: &Connection,
     key: &str,
@@ -17,14 +24,18 @@ pub(crate) fn record_fenced(
     attempt_id: i64,
     now: Millis,
 ) -> Result<bool> {
-    const SQL: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) \
-         SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs \
-         WHERE id = ?3 AND current_attempt = ?4 AND state = 'running') \
+    const FENCE: &str = "SELECT EXISTS (SELECT 1 FROM jobs \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running')";
+    const SQL: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3) \
          ON CONFLICT (key) DO NOTHING";
-    Ok(conn
-        .prepare_cached(SQL)?
-        .execute(rusqlite::params![key, now, job_id, attempt_id])?
-        == 1)
+    let held: bool = conn
+        .prepare_cached(FENCE)?
+        .query_row(rusqlite::params![job_id, attempt_id], |r| r.get(0))?;
+    Ok(held
+        && conn
+            .prepare_cached(SQL)?
+            .execute(rusqlite::params![key, now, job_id])?
+            == 1)
 }
 
 /// Takes back the row [`record_fenced`] just wrote for `key`, in the same
