@@ -247,6 +247,8 @@ fn measure(
         .read(|c| Ok(c.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?))?;
 
     let probes = (args.jobs / 10).min(1000);
+    // The latency probes' interval.
+    const PROBE_EVERY: Duration = Duration::from_millis(1);
     let backlog = args.jobs - probes;
     let single = backlog / 4;
     let concurrent = backlog / 4;
@@ -318,7 +320,11 @@ fn measure(
             match p.t {
                 Some(t) => {
                     let lat = since_epoch_ns().saturating_sub(t) / 1000;
-                    l.lock().unwrap().push(lat);
+                    // Kept apart once the backlog is done: only the probes
+                    // run while the queue processes at full rate count
+                    // (unless there are none, with a tiny --jobs).
+                    let busy = d.load(Ordering::Relaxed) < backlog;
+                    l.lock().unwrap().push((lat, busy));
                 }
                 None => {
                     d.fetch_add(1, Ordering::Relaxed);
@@ -331,6 +337,8 @@ fn measure(
         let queue = queue.clone();
         let keys: Vec<String> = (0..probes).map(|i| key("probe", i)).collect();
         std::thread::spawn(move || -> Result<(), Error> {
+            let start = Instant::now();
+            let mut i = 0u32;
             for k in keys {
                 let job = NewJob::new(
                     KIND,
@@ -341,7 +349,16 @@ fn measure(
                 )
                 .with_priority(-1);
                 queue.enqueue(job)?;
-                std::thread::sleep(Duration::from_micros(200));
+                // A fixed rate, 1000 a second, whatever the enqueue's own
+                // latency: with a pause after each instead, a run with
+                // `--sync normal` (no fsync to wait for) sent probes four
+                // times as often, and its processing carried that much
+                // more extra load than a FULL run's.
+                i += 1;
+                let due = start + PROBE_EVERY * i;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
             }
             Ok(())
         })
@@ -380,7 +397,13 @@ fn measure(
         .join()
         .map_err(|_| Error::Internal("probe producer panicked".into()))??;
     runtime.stop();
-    let mut lat = latencies.lock().unwrap().clone();
+    let all = latencies.lock().unwrap().clone();
+    let busy: Vec<u64> = all.iter().filter(|(_, b)| *b).map(|(l, _)| *l).collect();
+    let mut lat = if busy.is_empty() {
+        all.iter().map(|(l, _)| *l).collect()
+    } else {
+        busy
+    };
     lat.sort_unstable();
     let pct = |p: f64| {
         lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
