@@ -273,11 +273,13 @@ impl<'c> Statements<'c> {
     }
 }
 
-/// The INSERT was refused because `jobs` already holds the key.
+/// The INSERT was refused because `jobs` already holds the key. By the
+/// primary code and the message, not the extended code: an application's
+/// own connection (`enqueue_in`) may run without extended result codes.
 fn is_key_taken(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, Some(msg))
-        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
-            && msg.contains("jobs.idempotency_key"))
+        if f.code == rusqlite::ErrorCode::ConstraintViolation
+            && msg.contains("UNIQUE constraint failed: jobs.idempotency_key"))
 }
 
 fn constraint(e: rusqlite::Error) -> Error {

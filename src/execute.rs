@@ -38,21 +38,20 @@ pub(crate) enum Next {
     Discard,
 }
 
-/// Fails the job unless this run still holds it.
-fn fence(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<()> {
-    let held: bool = conn
+/// Whether this run still holds the job: running, fenced on its attempt.
+fn holds(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<bool> {
+    Ok(conn
         .prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND current_attempt = ?2 AND state = 'running')",
         )?
-        .query_row(rusqlite::params![job_id, attempt_id], |r| r.get(0))?;
-    if held {
-        Ok(())
-    } else {
-        Err(Error::LeaseLost(format!(
-            "job {job_id}: attempt {attempt_id} no longer holds the job (its lease expired or it was \
-             released); its transaction was rolled back"
-        )))
-    }
+        .query_row(rusqlite::params![job_id, attempt_id], |r| r.get(0))?)
+}
+
+fn lease_lost(job_id: i64, attempt_id: i64) -> Error {
+    Error::LeaseLost(format!(
+        "job {job_id}: attempt {attempt_id} no longer holds the job (its lease expired or it was \
+         released); its transaction was rolled back"
+    ))
 }
 
 fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Result<()> {
@@ -72,6 +71,9 @@ fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Res
 }
 
 /// Records a failed run and requeues or kills the job. Fenced on the attempt.
+/// For an operation with the writer's savepoint around it (its failure
+/// rolls back to that savepoint); inside a run's self-isolated apply step,
+/// see [`fail_isolated`].
 pub(crate) fn fail(
     conn: &Connection,
     job_id: i64,
@@ -80,6 +82,36 @@ pub(crate) fn fail(
     error: &str,
     next: Next,
     now: Millis,
+) -> Result<RunEnd> {
+    fail_with(conn, job_id, attempt_id, outcome, error, next, now, |e| e)
+}
+
+/// [`fail`] inside a self-isolated operation (see [`apply`]): a step failing
+/// after the first write ends the transaction.
+pub(crate) fn fail_isolated(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    error: &str,
+    next: Next,
+    now: Millis,
+) -> Result<RunEnd> {
+    fail_with(conn, job_id, attempt_id, outcome, error, next, now, |e| {
+        abort(conn, e)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fail_with(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    error: &str,
+    next: Next,
+    now: Millis,
+    half_done: impl Fn(Error) -> Error,
 ) -> Result<RunEnd> {
     const SQL: &str = "UPDATE jobs SET \
          state = CASE WHEN ?3 OR attempts >= max_attempts THEN 'dead' ELSE 'queued' END, \
@@ -106,9 +138,8 @@ pub(crate) fn fail(
             "job {job_id}: failure not recorded, the run lost its lease"
         )));
     };
-    // Half recorded if this fails: end the transaction (see `apply`).
-    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(|e| abort(conn, e))?;
-    let state: JobState = state.parse()?;
+    let state: JobState = state.parse().map_err(&half_done)?;
+    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(half_done)?;
     Ok(RunEnd {
         outcome,
         state,
@@ -141,10 +172,10 @@ pub(crate) struct ApplyInput<'h> {
 /// handler thus costs no savepoint: SQLite copies every page first written
 /// inside a savepoint into its sub-journal, and with the writer's savepoint
 /// around every run that was ~10 % of processing. The rule it keeps: when
-/// it returns an error, the transaction holds nothing of this run (a failed
-/// statement is undone by SQLite), or it was ended with a ROLLBACK (when a
-/// step failed after an earlier one wrote, which only a failing disk or a
-/// corrupted row can cause), so that the writer never commits half a run.
+/// it returns an error, the transaction holds nothing of this run (it
+/// failed before its first write: the fence, or a lost lease), or it was
+/// ended with a ROLLBACK (any step failing from the ledger row on), so that
+/// the writer never commits half a run.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
     let ApplyInput {
         handler,
@@ -154,20 +185,25 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         outbox_max_attempts,
         backoff_at,
     } = input;
-    // The ledger row first, fenced on the run in the same statement: it is
-    // written only while this attempt still holds the job. No row means a
-    // duplicate key or a lost lease; the fence alone tells which.
-    if !ledger::record_fenced(conn, &ctx.key, ctx.id, attempt_id, now)? {
-        fence(conn, ctx.id, attempt_id)?;
+    // The fence, then the ledger row: written only while this attempt still
+    // holds the job (both in this transaction, nothing between them). From
+    // the first write on, a failing step ends the transaction (`abort`):
+    // SQLite undoes a failed statement's own writes, but not the ones
+    // before it, and there is no savepoint of the writer's to go back to.
+    if !holds(conn, ctx.id, attempt_id)? {
+        return Err(lease_lost(ctx.id, attempt_id));
+    }
+    if !ledger::record(conn, &ctx.key, ctx.id, now).map_err(|e| abort(conn, e))? {
         // Someone already did this key's work: do nothing, finish the job.
-        history::finish(
+        let finished = history::finish(
             conn,
             attempt_id,
             AttemptOutcome::Duplicate,
             Some("duplicate: the ledger already holds this key, the work was done before"),
             now,
-        )?;
-        complete(conn, ctx.id, attempt_id, now).map_err(|e| abort(conn, e))?;
+        )
+        .and_then(|_| complete(conn, ctx.id, attempt_id, now));
+        finished.map_err(|e| abort(conn, e))?;
         return Ok(RunEnd {
             outcome: AttemptOutcome::Duplicate,
             state: JobState::Succeeded,
@@ -262,11 +298,11 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         ledger::unrecord(conn, &ctx.key)
     })();
     undone.map_err(|e| abort(conn, e))?;
-    fail(conn, ctx.id, attempt_id, outcome, &error, next, now)
+    fail_isolated(conn, ctx.id, attempt_id, outcome, &error, next, now)
 }
 
-const ROLLBACK_RUN: &str = "ROLLBACK TO run";
-const RELEASE_RUN: &str = "RELEASE run";
+const ROLLBACK_RUN: &str = "ROLLBACK TO litejob_run";
+const RELEASE_RUN: &str = "RELEASE litejob_run";
 
 /// Ends the transaction: a step failed after an earlier one of this run
 /// wrote, and without a savepoint of the writer's around the run, only

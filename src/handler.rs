@@ -58,7 +58,9 @@ pub struct JobContext {
 
 /// The transaction a job's apply step runs in. Derefs to the
 /// [`rusqlite::Connection`] (inside the transaction: do not COMMIT or
-/// ROLLBACK yourself). Everything written through it commits together with
+/// ROLLBACK yourself, nor release or roll back to the savepoint
+/// `litejob_run` the run's writes go into; savepoints of your own, with
+/// other names, are fine). Everything written through it commits together with
 /// the ledger row and the job's completion, or not at all.
 pub struct JobTx<'a> {
     pub(crate) conn: &'a Connection,
@@ -83,7 +85,7 @@ pub(crate) enum Savepoint {
 }
 
 /// The savepoint a run's handler writes inside.
-pub(crate) const RUN_SAVEPOINT: &str = "SAVEPOINT run";
+pub(crate) const RUN_SAVEPOINT: &str = "SAVEPOINT litejob_run";
 
 impl<'a> JobTx<'a> {
     /// The connection, inside the job's transaction.

@@ -6,39 +6,26 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::error::Result;
 use crate::time::Millis;
 
-/// Inserts `key` into the ledger, fenced on a run: only while `attempt_id`
-/// still holds job `job_id`. False when the key is already there (the work
-/// for this key committed before: this run is a duplicate) or the run lost
-/// the job; the caller tells the two apart.
+/// Inserts `key` into the ledger for job `job_id`, whose run the caller
+/// has just fenced in the same transaction. False when the key is already
+/// there: the work for this key committed before, this run is a duplicate.
 ///
-/// Two statements, the fence then a one-row `INSERT … VALUES`, rather than
-/// one `INSERT … SELECT … WHERE EXISTS`: SQLite opens a statement journal
-/// for an `INSERT … SELECT` and copies every page it writes into it, which
-/// a one-row VALUES insert does not need (its conflict is checked before
-/// anything is written). With no savepoint around a run's apply step, that
-/// copy was a cost of its own on every job.
-pub(crate) fn record_fenced(
-    conn: &Connection,
-    key: &str,
-    job_id: i64,
-    attempt_id: i64,
-    now: Millis,
-) -> Result<bool> {
-    const FENCE: &str = "SELECT EXISTS (SELECT 1 FROM jobs \
-         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running')";
+/// A one-row `INSERT … VALUES`, not one `INSERT … SELECT … WHERE EXISTS`
+/// that would fence too: SQLite opens a statement journal for an `INSERT …
+/// SELECT` and copies every page it writes into it, which a one-row VALUES
+/// insert does not need (its conflict is checked before anything is
+/// written). With no savepoint around a run's apply step, that copy was a
+/// cost of its own on every job.
+pub(crate) fn record(conn: &Connection, key: &str, job_id: i64, now: Millis) -> Result<bool> {
     const SQL: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3) \
          ON CONFLICT (key) DO NOTHING";
-    let held: bool = conn
-        .prepare_cached(FENCE)?
-        .query_row(rusqlite::params![job_id, attempt_id], |r| r.get(0))?;
-    Ok(held
-        && conn
-            .prepare_cached(SQL)?
-            .execute(rusqlite::params![key, now, job_id])?
-            == 1)
+    Ok(conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![key, now, job_id])?
+        == 1)
 }
 
-/// Takes back the row [`record_fenced`] just wrote for `key`, in the same
+/// Takes back the row [`record`] just wrote for `key`, in the same
 /// transaction: the run failed, so its work did not commit after all.
 pub(crate) fn unrecord(conn: &Connection, key: &str) -> Result<()> {
     const SQL: &str = "DELETE FROM processed_jobs WHERE key = ?1";

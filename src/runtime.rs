@@ -872,7 +872,7 @@ fn begin_apply_only(
                 fault::point("before-complete-commit");
                 r
             }
-            Err(PrepareStop::BadPayload(msg)) => execute::fail(
+            Err(PrepareStop::BadPayload(msg)) => execute::fail_isolated(
                 conn,
                 id,
                 st.attempt_id,
@@ -881,7 +881,7 @@ fn begin_apply_only(
                 Next::Discard,
                 now,
             ),
-            Err(PrepareStop::Failed(msg)) => execute::fail(
+            Err(PrepareStop::Failed(msg)) => execute::fail_isolated(
                 conn,
                 id,
                 st.attempt_id,
@@ -890,7 +890,7 @@ fn begin_apply_only(
                 Next::RetryAt(backoff_at),
                 now,
             ),
-            Err(PrepareStop::Panicked(msg)) => execute::fail(
+            Err(PrepareStop::Panicked(msg)) => execute::fail_isolated(
                 conn,
                 id,
                 st.attempt_id,

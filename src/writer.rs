@@ -8,7 +8,9 @@
 //! them into one thread turns the fight into a queue. Why group commit: with
 //! `synchronous=FULL` each commit costs an fsync; the writer takes every
 //! operation waiting in its channel, runs each durable one inside its own
-//! SAVEPOINT (so a failing one rolls back alone) and commits them together —
+//! SAVEPOINT (so a failing one rolls back alone; a run's apply step isolates
+//! itself instead, and an operation alone in its group needs none) and
+//! commits them together —
 //! one fsync for the group, run by the syncer thread while the writer goes on
 //! (see [`SyncMode`]). A durable caller is answered only after an fsync that
 //! began after its commit, so "it returned" still means "it is durable".
@@ -28,8 +30,10 @@ use crate::error::{Error, Result};
 /// Called once the group's commit finished, with its result.
 type Reply = Box<dyn FnOnce(Result<()>) + Send>;
 /// The body of an operation, boxed. It runs inside the writer's transaction
-/// (a durable one inside its own savepoint) and says whether it succeeded
-/// (false undoes it) and how to answer its caller after the commit.
+/// (a durable one inside its own savepoint, unless self-isolated or alone in
+/// its group) and says whether it succeeded (false undoes it, except for a
+/// self-isolated one, which undid itself) and how to answer its caller
+/// after the commit.
 type RunFn = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
 
 /// Answers a caller whose operation could not be run at all.
@@ -64,7 +68,8 @@ struct Op {
 pub(crate) enum Durability {
     /// Answered once the commit is on disk (with FULL, the default: after an
     /// fsync of the WAL that began after the commit), each in its own
-    /// savepoint. Enqueues, completions, failures, acknowledgements.
+    /// savepoint (see [`run_group`] for the two exceptions). Enqueues,
+    /// completions, failures, acknowledgements.
     Durable,
     /// Answered right after the commit, without an fsync, and run without a
     /// savepoint (a failure undoes the whole light transaction): it survives
@@ -437,7 +442,9 @@ impl Writer {
 
     /// Sends a run's start (light) and its apply step (durable) as one
     /// unit: the writer commits the start, then applies in the same cycle.
-    /// `isolated` runs the pair in a cycle of its own.
+    /// `isolated` runs the pair in a cycle of its own. The apply step is
+    /// self-isolated, as with [`Writer::submit_apply`]: it must keep that
+    /// operation's rule.
     pub(crate) fn submit_pair<S, A, FS, FA>(
         &self,
         isolated: bool,

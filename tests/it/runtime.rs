@@ -428,6 +428,52 @@ fn a_run_that_fails_without_writing_leaves_no_ledger_row_and_its_neighbours_comm
 }
 
 #[test]
+fn a_failed_runs_writes_are_undone_even_when_the_handler_left_its_own_savepoint_open() {
+    // The run's savepoint has a reserved name: a handler's own savepoint,
+    // whatever its name, is nested inside it and undone with it.
+    let db = TestDb::new();
+    let q = db.open();
+    app_table(&q);
+    let bad = q
+        .enqueue(NewJob::new("nested", "nested:fail", &json!({})).with_max_retries(0))
+        .unwrap()
+        .id();
+    let good = enqueue(&q, "nested", "nested:ok");
+    let mut rt = q
+        .runtime()
+        .workers(1)
+        .poll_interval(Duration::from_millis(20))
+        .handler("nested", |tx, _: Value| {
+            record(tx, "before its savepoint")?;
+            tx.execute_batch("SAVEPOINT run; SAVEPOINT mine;")?;
+            record(tx, "inside its savepoints")?;
+            if tx.job().key.ends_with("fail") {
+                Err("failed with its savepoints open".into())
+            } else {
+                Ok(Outcome::Done)
+            }
+        })
+        .start()
+        .unwrap();
+    wait_state(&q, bad, JobState::Dead);
+    wait_state(&q, good, JobState::Succeeded);
+    rt.stop();
+    assert_eq!(
+        db.count("SELECT count(*) FROM effects WHERE key = 'nested:fail'"),
+        0
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM effects WHERE key = 'nested:ok'"),
+        2
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_jobs WHERE key = 'nested:fail'"),
+        0
+    );
+    check_no_open_transaction(&db, &q);
+}
+
+#[test]
 fn a_panic_or_error_in_prepare_is_recorded_and_retried_like_one_in_apply() {
     let db = TestDb::new();
     let q = db.open();
