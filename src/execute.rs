@@ -70,10 +70,19 @@ fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Res
     Ok(())
 }
 
+/// Where a write runs, which decides how a step failing half-way is undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Within {
+    /// Inside the writer's savepoint for the operation: return the error,
+    /// the writer rolls back to that savepoint.
+    WritersSavepoint,
+    /// Inside a self-isolated operation (see [`apply`]): end the
+    /// transaction.
+    SelfIsolated,
+}
+
 /// Records a failed run and requeues or kills the job. Fenced on the attempt.
-/// For an operation with the writer's savepoint around it (its failure
-/// rolls back to that savepoint); inside a run's self-isolated apply step,
-/// see [`fail_isolated`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn fail(
     conn: &Connection,
     job_id: i64,
@@ -82,37 +91,12 @@ pub(crate) fn fail(
     error: &str,
     next: Next,
     now: Millis,
+    within: Within,
 ) -> Result<RunEnd> {
-    fail_with(conn, job_id, attempt_id, outcome, error, next, now, |e| e)
-}
-
-/// [`fail`] inside a self-isolated operation (see [`apply`]): a step failing
-/// after the first write ends the transaction.
-pub(crate) fn fail_isolated(
-    conn: &Connection,
-    job_id: i64,
-    attempt_id: i64,
-    outcome: AttemptOutcome,
-    error: &str,
-    next: Next,
-    now: Millis,
-) -> Result<RunEnd> {
-    fail_with(conn, job_id, attempt_id, outcome, error, next, now, |e| {
-        abort(conn, e)
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn fail_with(
-    conn: &Connection,
-    job_id: i64,
-    attempt_id: i64,
-    outcome: AttemptOutcome,
-    error: &str,
-    next: Next,
-    now: Millis,
-    half_done: impl Fn(Error) -> Error,
-) -> Result<RunEnd> {
+    let half_done = |e: Error| match within {
+        Within::WritersSavepoint => e,
+        Within::SelfIsolated => abort(conn, e),
+    };
     const SQL: &str = "UPDATE jobs SET \
          state = CASE WHEN ?3 OR attempts >= max_attempts THEN 'dead' ELSE 'queued' END, \
          finished_at = CASE WHEN ?3 OR attempts >= max_attempts THEN ?6 ELSE NULL END, \
@@ -298,7 +282,16 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         ledger::unrecord(conn, &ctx.key)
     })();
     undone.map_err(|e| abort(conn, e))?;
-    fail_isolated(conn, ctx.id, attempt_id, outcome, &error, next, now)
+    fail(
+        conn,
+        ctx.id,
+        attempt_id,
+        outcome,
+        &error,
+        next,
+        now,
+        Within::SelfIsolated,
+    )
 }
 
 const ROLLBACK_RUN: &str = "ROLLBACK TO litejob_run";

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::claim::{self, Claimed};
 use crate::error::{Error, Result};
-use crate::execute::{self, ApplyInput, Next};
+use crate::execute::{self, ApplyInput, Next, Within};
 use crate::fault;
 use crate::handler::{
     panic_message, EffectContext, ErasedEffect, ErasedHandler, FnEffect, FnHandler, HandlerError,
@@ -872,7 +872,7 @@ fn begin_apply_only(
                 fault::point("before-complete-commit");
                 r
             }
-            Err(PrepareStop::BadPayload(msg)) => execute::fail_isolated(
+            Err(PrepareStop::BadPayload(msg)) => execute::fail(
                 conn,
                 id,
                 st.attempt_id,
@@ -880,8 +880,9 @@ fn begin_apply_only(
                 &msg,
                 Next::Discard,
                 now,
+                Within::SelfIsolated,
             ),
-            Err(PrepareStop::Failed(msg)) => execute::fail_isolated(
+            Err(PrepareStop::Failed(msg)) => execute::fail(
                 conn,
                 id,
                 st.attempt_id,
@@ -889,8 +890,9 @@ fn begin_apply_only(
                 &msg,
                 Next::RetryAt(backoff_at),
                 now,
+                Within::SelfIsolated,
             ),
-            Err(PrepareStop::Panicked(msg)) => execute::fail_isolated(
+            Err(PrepareStop::Panicked(msg)) => execute::fail(
                 conn,
                 id,
                 st.attempt_id,
@@ -898,6 +900,7 @@ fn begin_apply_only(
                 &msg,
                 Next::RetryAt(backoff_at),
                 now,
+                Within::SelfIsolated,
             ),
         }
     };
@@ -1130,6 +1133,29 @@ fn finish_running(s: &Arc<Shared>, r: Running) {
     s.in_flight.lock().unwrap().jobs.remove(&id);
 }
 
+/// The write that records a failed run, as its own durable operation.
+fn fail_op(
+    id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+) -> impl FnOnce(&rusqlite::Connection) -> Result<execute::RunEnd> + Send + 'static {
+    move |conn| {
+        let now = now_ms();
+        execute::fail(
+            conn,
+            id,
+            attempt_id,
+            outcome,
+            &msg,
+            next,
+            now,
+            Within::WritersSavepoint,
+        )
+    }
+}
+
 fn submit_fail(
     s: &Arc<Shared>,
     id: i64,
@@ -1140,7 +1166,7 @@ fn submit_fail(
 ) -> Receiver<Result<execute::RunEnd>> {
     s.queue
         .writer()
-        .submit(move |conn| execute::fail(conn, id, attempt_id, outcome, &msg, next, now_ms()))
+        .submit(fail_op(id, attempt_id, outcome, msg, next))
 }
 
 fn fail_run(
@@ -1153,7 +1179,7 @@ fn fail_run(
 ) -> Result<execute::RunEnd> {
     s.queue
         .writer()
-        .run(move |conn| execute::fail(conn, id, attempt_id, outcome, &msg, next, now_ms()))
+        .run(fail_op(id, attempt_id, outcome, msg, next))
 }
 
 /// The write failed for a reason that is not the job's fault (disk full,

@@ -413,12 +413,7 @@ impl Writer {
     {
         let (mut op, rx) = make_op_rx(Durability::Durable, f);
         op.self_isolated = true;
-        if let Some(s) = &self.sender {
-            self.core.queued.fetch_add(1, Ordering::AcqRel);
-            if s.send(op).is_err() {
-                self.core.queued.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
+        self.send(op);
         rx
     }
 
@@ -429,15 +424,20 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
         let (op, rx) = make_op_rx(durability, f);
+        self.send(op);
+        rx
+    }
+
+    /// Hands `op` to the writer thread. If the writer is gone the op (and
+    /// its reply sender) is dropped and the caller's receive sees the
+    /// disconnect.
+    fn send(&self, op: Op) {
         if let Some(s) = &self.sender {
-            // If the writer is gone the op (and its reply sender) is dropped
-            // and the caller's recv sees the disconnect.
             self.core.queued.fetch_add(1, Ordering::AcqRel);
             if s.send(op).is_err() {
                 self.core.queued.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        rx
     }
 
     /// Sends a run's start (light) and its apply step (durable) as one
@@ -496,12 +496,7 @@ impl Writer {
         });
         op.pair = Some(Box::new(apply_op));
         op.isolated = isolated;
-        if let Some(s) = &self.sender {
-            self.core.queued.fetch_add(1, Ordering::AcqRel);
-            if s.send(op).is_err() {
-                self.core.queued.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
+        self.send(op);
         (start_rx, apply_rx)
     }
 
@@ -541,12 +536,7 @@ impl Writer {
         let (rx, tx) = OneShot::new();
         let mut op = make_op(durability, f, tx);
         op.blocking = true;
-        if let Some(s) = &self.sender {
-            self.core.queued.fetch_add(1, Ordering::AcqRel);
-            if s.send(op).is_err() {
-                self.core.queued.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
+        self.send(op);
         answer(rx.recv())
     }
 }
