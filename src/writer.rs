@@ -90,8 +90,9 @@ pub(crate) struct Writer {
     /// thread and by callers that find it idle (see [`Writer::run`]).
     core: Arc<Core>,
     thread: Option<JoinHandle<()>>,
-    /// Fsyncs the WAL for the writer thread's durable groups
-    /// ([`SyncMode::Wal`]); ends when the writer thread drops its sender.
+    /// Answers the writer thread's durable groups, after an fsync of the
+    /// WAL with [`SyncMode::Wal`]; ends when the writer thread drops its
+    /// sender.
     syncer: Option<JoinHandle<()>>,
     watchdog: Option<(Sender<()>, JoinHandle<()>)>,
 }
@@ -157,15 +158,20 @@ impl Core {
         let committed = run_group(conn, durable, &self.op_started, self.epoch, true);
         self.after_commit(conn, taken);
         match (&self.sync, syncer) {
-            (SyncMode::Wal { .. }, _) if committed.is_empty() => Vec::new(),
-            (SyncMode::Wal { .. }, Some(syncer)) => match syncer.send(committed) {
+            _ if committed.is_empty() => Vec::new(),
+            // With SQLite's own sync too: the syncer thread then only
+            // answers, but answering a group (a channel send and often a
+            // wake per caller) is work the writer thread, the bottleneck
+            // when processing, need not do. Answering on the writer thread
+            // made NORMAL process slower than FULL.
+            (_, Some(syncer)) => match syncer.send(committed) {
                 Ok(()) => Vec::new(),
                 // The syncer is gone (it never is while the writer runs):
                 // the caller syncs rather than answer unsynced.
                 Err(e) => e.0,
             },
             (SyncMode::Wal { .. }, None) => committed,
-            (SyncMode::Sqlite, _) => {
+            (SyncMode::Sqlite, None) => {
                 // SQLite's commit already synced as the file says.
                 committed.into_iter().for_each(|r| r(Ok(())));
                 Vec::new()
@@ -364,21 +370,15 @@ impl Writer {
             queued: AtomicUsize::new(0),
             callers: AtomicUsize::new(0),
         });
-        let syncer = match &core.sync {
-            SyncMode::Wal { .. } => {
-                let (tx, rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
-                let c = core.clone();
-                let t = std::thread::Builder::new()
-                    .name("litejob-syncer".into())
-                    .spawn(move || syncer_loop(c, rx))?;
-                Some((tx, t))
-            }
-            SyncMode::Sqlite => None,
-        };
-        let (syncer_tx, syncer_thread) = match syncer {
-            Some((tx, t)) => (Some(tx), Some(t)),
-            None => (None, None),
-        };
+        // The syncer answers durable groups off the writer thread: after
+        // its fsync of the WAL with FULL, at once with SQLite's own sync.
+        let (syncer_tx, rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
+        let c = core.clone();
+        let syncer_thread = std::thread::Builder::new()
+            .name("litejob-syncer".into())
+            .spawn(move || syncer_loop(c, rx))?;
+        let syncer_tx = Some(syncer_tx);
+        let syncer_thread = Some(syncer_thread);
         let c = core.clone();
         let thread = std::thread::Builder::new()
             .name("litejob-writer".into())
