@@ -15,9 +15,10 @@
 //! count from the hook. With no other write waiting, it checkpoints itself
 //! at [`SOFT_FRAMES`], as SQLite would. With writes waiting, it nudges the
 //! checkpointer instead, which runs a PASSIVE checkpoint (it copies what is
-//! committed, never waits for or blocks the writer). A PASSIVE checkpoint that runs beside a busy
-//! writer rarely catches up with the last commit, and SQLite restarts the
-//! WAL from its start only after a checkpoint that did; so at
+//! committed, never waits for or blocks the writer). A PASSIVE checkpoint
+//! that runs beside a busy writer rarely catches up with the last commit,
+//! and SQLite restarts the WAL from its start only after a checkpoint that
+//! did; so at
 //! [`HARD_FRAMES`] the writer checkpoints itself, between two transactions,
 //! as SQLite would have — by then the checkpointer has copied most frames
 //! and little is left. The WAL stays bounded, as it did.
@@ -177,9 +178,9 @@ enum Step {
 /// committer checkpoints itself, as SQLite's autocheckpoint does: nobody
 /// waits behind it, and it restarts the WAL at once (with background
 /// checkpoints only, a lone producer enqueueing one job per commit was
-/// 12 % slower, in 7 alternating pairs of 7). When writes
-/// wait, the thread is nudged instead: once per [`SOFT_FRAMES`] new frames,
-/// not once per commit (each checkpoint costs two fsyncs, and until the WAL
+/// 12 % slower, in 7 alternating pairs of 7). When writes wait, the thread
+/// is nudged instead: once per [`SOFT_FRAMES`] new frames, not once per
+/// commit (each checkpoint costs two fsyncs, and until the WAL
 /// restarts every commit is past the threshold).
 fn plan(frames: i32, due: i32, busy: bool) -> (Step, i32) {
     let next = |f: i32| (f / SOFT_FRAMES + 1) * SOFT_FRAMES;

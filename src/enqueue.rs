@@ -205,7 +205,7 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
     st.insert(conn, job, now)
 }
 
-/// [`insert`] for every job of a batch, in order, inside the caller's
+/// [`insert`] for every job of a batch, in order, inside the writer's
 /// transaction. The statements are taken from the cache once for the
 /// batch, not twice per job: rusqlite's cache hashes the SQL text on each
 /// lookup and again to put the statement back, ~10 % of a batch's
@@ -215,9 +215,6 @@ pub(crate) fn insert_many(
     jobs: &[ValidJob],
     now: Millis,
 ) -> Result<Vec<Enqueued>> {
-    if conn.is_autocommit() {
-        return jobs.iter().map(|j| insert(conn, j, now)).collect();
-    }
     let mut st = Statements::new(conn)?;
     jobs.iter().map(|j| st.insert(conn, j, now)).collect()
 }

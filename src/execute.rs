@@ -9,7 +9,8 @@ use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::handler::{
-    panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared, Savepoint,
+    panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared, Savepoint, RELEASE_RUN,
+    ROLLBACK_RUN,
 };
 use crate::history::{self, AttemptOutcome};
 use crate::job::JobState;
@@ -294,14 +295,11 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
     )
 }
 
-const ROLLBACK_RUN: &str = "ROLLBACK TO litejob_run";
-const RELEASE_RUN: &str = "RELEASE litejob_run";
-
 /// Ends the transaction: a step failed after an earlier one of this run
 /// wrote, and without a savepoint of the writer's around the run, only
 /// ending it keeps half a run from being committed. The writer sees the
 /// transaction gone and tells the group's other callers it was not
-/// written. Only a failing disk or a corrupted row gets here.
+/// written. Only a failing disk, an interrupt or a corrupted row gets here.
 fn abort(conn: &Connection, e: Error) -> Error {
     log::error!(target: "litejob", "a run's transaction failed half-way ({e}); rolling its group back");
     let _ = conn.execute_batch("ROLLBACK");

@@ -84,8 +84,12 @@ pub(crate) enum Savepoint {
     Failed,
 }
 
-/// The savepoint a run's handler writes inside.
+/// The savepoint a run's handler writes inside: opened by [`JobTx::conn`],
+/// released or rolled back to by [`crate::execute::apply`]. A reserved
+/// name, so a handler's own savepoints nest inside it.
 pub(crate) const RUN_SAVEPOINT: &str = "SAVEPOINT litejob_run";
+pub(crate) const RELEASE_RUN: &str = "RELEASE litejob_run";
+pub(crate) const ROLLBACK_RUN: &str = "ROLLBACK TO litejob_run";
 
 impl<'a> JobTx<'a> {
     /// The connection, inside the job's transaction.

@@ -162,8 +162,7 @@ impl Core {
             // With SQLite's own sync too: the syncer thread then only
             // answers, but answering a group (a channel send and often a
             // wake per caller) is work the writer thread, the bottleneck
-            // when processing, need not do. Answering on the writer thread
-            // made NORMAL process slower than FULL.
+            // when processing, need not do.
             (_, Some(syncer)) => match syncer.send(committed) {
                 Ok(()) => Vec::new(),
                 // The syncer is gone (it never is while the writer runs):
@@ -377,8 +376,6 @@ impl Writer {
         let syncer_thread = std::thread::Builder::new()
             .name("litejob-syncer".into())
             .spawn(move || syncer_loop(c, rx))?;
-        let syncer_tx = Some(syncer_tx);
-        let syncer_thread = Some(syncer_thread);
         let c = core.clone();
         let thread = std::thread::Builder::new()
             .name("litejob-writer".into())
@@ -387,7 +384,7 @@ impl Writer {
             sender: Some(sender),
             core,
             thread: Some(thread),
-            syncer: syncer_thread,
+            syncer: Some(syncer_thread),
             watchdog,
         })
     }
@@ -738,9 +735,9 @@ fn writer_loop(
     core: Arc<Core>,
     receiver: Receiver<Op>,
     max_batch: usize,
-    syncer: Option<Sender<Vec<Reply>>>,
+    syncer: Sender<Vec<Reply>>,
 ) {
-    let syncer = syncer.as_ref();
+    let syncer = Some(&syncer);
     let mut light: Vec<Op> = Vec::with_capacity(max_batch);
     let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
     let stats = std::env::var_os("LITEJOB_WRITER_STATS").is_some();
@@ -833,12 +830,14 @@ fn writer_loop(
 /// as durable as it must be.
 ///
 /// With `isolate`, each operation runs inside its own savepoint, so a failing
-/// one rolls back alone (enqueues, operator actions, acknowledgements) —
-/// except a self-isolated one (a run's apply step), which opens its own
-/// savepoint only around the handler's SQL and undoes its bookkeeping row
-/// itself: a no-op handler then costs no savepoint at all (see
-/// [`crate::execute::apply`]). Without `isolate` (light bookkeeping: claims, starts, lease renewals, reaping,
-/// which fail only when the disk does) no savepoint is opened — two
+/// one rolls back alone (enqueues, operator actions, acknowledgements).
+/// Two exceptions: an operation alone in the group (rolling back the
+/// transaction undoes exactly it), and a self-isolated one (a run's apply
+/// step), which opens its own savepoint only around the handler's SQL and
+/// undoes its bookkeeping row itself, so a no-op handler costs no savepoint
+/// at all (see [`crate::execute::apply`]). Without `isolate` (light
+/// bookkeeping: claims, starts, lease renewals, reaping, which fail only
+/// when the disk does) no savepoint is opened — two
 /// statements and a copy of every page each operation touches saved, about
 /// 5 % of the writer's time per job — and a failing operation rolls the
 /// whole transaction back: the operations before it learn `Aborted`, and

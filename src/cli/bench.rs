@@ -134,6 +134,10 @@ fn since_epoch_ns() -> u64 {
 
 const KIND: &str = "bench.noop";
 
+/// The latency probes' interval: one enqueue per millisecond, and only the
+/// probes handled while the backlog runs count (the rate at full load).
+const PROBE_EVERY: Duration = Duration::from_millis(1);
+
 /// Runs the benchmark; `db` is `--db` if given. Returns the exit status.
 pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error> {
     let sync: Synchronous = args.sync.parse()?;
@@ -249,8 +253,6 @@ fn measure(
         .read(|c| Ok(c.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?))?;
 
     let probes = (args.jobs / 10).min(1000);
-    // The latency probes' interval.
-    const PROBE_EVERY: Duration = Duration::from_millis(1);
     let backlog = args.jobs - probes;
     let single = backlog / 4;
     let concurrent = backlog / 4;
@@ -351,11 +353,10 @@ fn measure(
                 )
                 .with_priority(-1);
                 queue.enqueue(job)?;
-                // A fixed rate, 1000 a second, whatever the enqueue's own
-                // latency: with a pause after each instead, a run with
-                // `--sync normal` (no fsync to wait for) sent probes four
-                // times as often, and its processing carried that much
-                // more extra load than a FULL run's.
+                // A fixed pace, not a pause after each: where an enqueue
+                // takes under PROBE_EVERY (idle, or NORMAL) the pace no
+                // longer depends on it; under full load a probe's enqueue
+                // takes longer in either mode, and they go back to back.
                 i += 1;
                 let due = start + PROBE_EVERY * i;
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {

@@ -408,7 +408,7 @@ fn a_run_that_fails_without_writing_leaves_no_ledger_row_and_its_neighbours_comm
         wait_state(&q, *id, want);
     }
     rt.stop();
-    let mut ledger: Vec<String> = db
+    let ledger: Vec<String> = db
         .sql()
         .prepare("SELECT key FROM processed_jobs ORDER BY key")
         .unwrap()
@@ -416,7 +416,6 @@ fn a_run_that_fails_without_writing_leaves_no_ledger_row_and_its_neighbours_comm
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
-    ledger.sort();
     let mut ok: Vec<String> = ids
         .iter()
         .map(|(k, _)| k.clone())
