@@ -4,11 +4,14 @@
 //! the claim, execute and outbox modules, on the queue's writer.
 //!
 //! Threads (all named):
-//! - `litejob-supervisor`: claims batches for idle workers (woken by
-//!   in-process enqueues through a channel, or by polling for other
-//!   processes' work), renews leases, reaps expired ones;
+//! - `litejob-supervisor`: claims batches (woken by in-process enqueues
+//!   through a channel, or by polling for other processes' work), renews
+//!   leases, reaps expired ones. A claim starts the apply-only jobs it
+//!   takes (handlers without a prepare step) itself and has the writer
+//!   apply them in the same cycle; the rest go to the workers;
 //! - `litejob-worker-N`: start → prepare (outside any transaction) → apply
-//!   (on the writer, inside the group transaction);
+//!   (on the writer, inside the group transaction); for the runs a claim
+//!   started, only their end (the log line, letting go of the job);
 //! - `litejob-effect-N`: claim one outbox row → call the effect outside any
 //!   transaction → acknowledge.
 
@@ -224,10 +227,15 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Jobs claimed ahead of free workers, so claims come in batches and the
-    /// writer sees large groups (default 64). They hold a lease but no
-    /// attempt: if the process dies they go back to `queued` uncharged once
-    /// the lease expires; at shutdown they are released at once.
+    /// Jobs one claim takes beyond one per worker (default 64), so claims
+    /// come in batches and the writer sees large groups. A claim starts the
+    /// apply-only jobs it takes (handlers without a prepare step) and the
+    /// writer applies them in the same cycle, so this also sets the size of
+    /// a writer cycle, and with it how long a job enqueued while a backlog
+    /// runs waits (about one cycle). Jobs of a handler with a prepare step
+    /// wait for a worker meanwhile, holding a lease but no attempt: if the
+    /// process dies they go back to `queued` uncharged once the lease
+    /// expires; at shutdown they are released at once.
     pub fn claim_ahead(mut self, n: usize) -> Self {
         self.cfg.claim_ahead = n;
         self
@@ -261,6 +269,13 @@ struct Shared {
     cfg: RuntimeConfig,
     stopping: AtomicBool,
     in_flight: Mutex<InFlight>,
+    /// To each worker (by index), the runs a claim started for it to finish.
+    finishers: Vec<Sender<Pending>>,
+    /// Each worker's name, as its attempt rows record it.
+    worker_names: Vec<String>,
+    /// The supervisor skipped a claim: every worker's pipeline was full. A
+    /// worker that finishes a run then tells it (`space`).
+    room_wanted: AtomicBool,
     /// This runtime's own wake-up channels (see `queue::Wakers`).
     job_wake: Receiver<()>,
     outbox_wake: Receiver<()>,
@@ -274,6 +289,9 @@ pub struct Runtime {
     stop_tx: Option<Sender<()>>,
     /// A receiver of the claimed-job buffer, to release what nobody started.
     buffer_rx: Receiver<Claimed>,
+    /// The workers' receivers of started runs, to finish what a worker
+    /// that stopped did not.
+    runs_rx: Vec<Receiver<Pending>>,
     threads: Vec<JoinHandle<()>>,
     report: Option<StopReport>,
 }
@@ -311,6 +329,16 @@ impl Runtime {
         );
         let kinds_vec: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
         let job_wake = b.queue.inner.job_wake.subscribe();
+        let workers = if b.handlers.is_empty() {
+            0
+        } else {
+            b.cfg.workers
+        };
+        let (finishers, runs_rx): (Vec<_>, Vec<_>) =
+            (0..workers).map(|_| crossbeam_channel::unbounded()).unzip();
+        let worker_names = (1..=workers)
+            .map(|i| format!("{}/litejob-worker-{i}", std::process::id()))
+            .collect();
         let outbox_wake = b.queue.inner.outbox_wake.subscribe();
         let shared = Arc::new(Shared {
             kinds: kinds_vec,
@@ -330,6 +358,9 @@ impl Runtime {
             cfg: b.cfg,
             stopping: AtomicBool::new(false),
             in_flight: Mutex::new(InFlight::default()),
+            finishers,
+            worker_names,
+            room_wanted: AtomicBool::new(false),
             job_wake,
             outbox_wake,
         });
@@ -345,16 +376,17 @@ impl Runtime {
                 .map_err(Error::Io)
         };
         if !shared.handlers.is_empty() {
-            for i in 1..=shared.cfg.workers {
-                let (s, rx, stop, space) = (
+            for (i, runs) in runs_rx.iter().enumerate() {
+                let (s, rx, runs, stop, space) = (
                     shared.clone(),
                     buffer_rx.clone(),
+                    runs.clone(),
                     stop_rx.clone(),
                     space_tx.clone(),
                 );
                 threads.push(spawn(
-                    format!("litejob-worker-{i}"),
-                    Box::new(move || worker_loop(s, rx, stop, space)),
+                    format!("litejob-worker-{}", i + 1),
+                    Box::new(move || worker_loop(s, rx, runs, stop, space)),
                 )?);
             }
         }
@@ -381,6 +413,7 @@ impl Runtime {
             shared,
             stop_tx: Some(stop_tx),
             buffer_rx,
+            runs_rx,
             threads,
             report: None,
         })
@@ -414,6 +447,13 @@ impl Runtime {
             std::thread::sleep(Duration::from_millis(5));
         }
         let mut report = StopReport::default();
+        // Runs a claim started for a worker that had stopped: their apply
+        // steps were on the writer already; see them through.
+        for rx in &self.runs_rx {
+            while let Ok(p) = rx.try_recv() {
+                finish_job(&self.shared, p);
+            }
+        }
         let now = now_ms();
         let owner = self.shared.owner.clone();
         // Claimed ahead, never started: back to queued, uncharged.
@@ -492,9 +532,21 @@ fn supervisor_loop(
     // next claim skips the read-only look first.
     let mut more_known = false;
     let has_handlers = !s.handlers.is_empty();
+    let mut rng = Rng::from_entropy();
+    // The claim on the writer (at most one), and how many jobs it asked for.
+    let mut outstanding: Option<(Receiver<Result<Taken>>, usize)> = None;
+    // How many jobs the next claim may take: the buffer's space, and the
+    // workers' pipelines (claimed jobs not finished yet are bounded).
+    let free = |buffer: &Sender<Claimed>| {
+        let room = (s.finishers.len().max(1) * MAX_PIPELINE)
+            .saturating_sub(s.in_flight.lock().unwrap().jobs.len());
+        let free = capacity.saturating_sub(buffer.len()).min(room);
+        s.room_wanted.store(free == 0, Ordering::SeqCst);
+        free
+    };
     loop {
         if s.stopping.load(Ordering::SeqCst) {
-            return;
+            break;
         }
         let now_i = Instant::now();
         if now_i >= next_heartbeat {
@@ -513,29 +565,31 @@ fn supervisor_loop(
             want_claim = true;
             next_poll = now_i + s.cfg.poll_interval;
         }
-        let free = capacity.saturating_sub(buffer.len());
-        // Claim in whole batches, once the workers took every claimed job
-        // (they hold up to MAX_PIPELINE runs each in flight meanwhile): the
-        // claim and the runs it feeds then fill writer cycles of ~capacity
-        // runs. Re-claiming at half empty made cycles of half that, and
-        // processing ~10 % slower (6 alternating runs, same minutes).
-        if has_handlers && want_claim && buffer.is_empty() {
-            match claim(&s, free, lease_ms, more_known) {
-                Ok(claimed) => {
-                    let n = claimed.len();
-                    for c in claimed {
-                        if buffer.try_send(c.clone()).is_err() {
-                            // Cannot happen (we checked the space), but never lose a claim.
-                            let o = s.owner.clone();
-                            let _ = s.queue.writer().run(move |conn| {
-                                claim::release(conn, c.id, &o, None, "", now_ms())
-                            });
+        let answer = outstanding
+            .as_ref()
+            .and_then(|(rx, asked)| Some((rx.try_recv().ok()?, *asked)));
+        if let Some((answer, asked)) = answer {
+            outstanding = None;
+            match answer {
+                Ok(taken) => {
+                    let n = taken.claimed.len() + taken.runs.len();
+                    count_in_flight(&s, &taken);
+                    // A full batch means more may be waiting: claim again
+                    // at once. The next claim goes to the writer before
+                    // this one's runs go to the workers: the writer, the
+                    // bottleneck, then finds it waiting when it is done
+                    // with this batch (handing runs to four workers first,
+                    // with their wake-ups, took ~1 ms and left the writer
+                    // idle a fifth of the time).
+                    want_claim = n == asked;
+                    more_known = want_claim && n > 0;
+                    if want_claim && taken.claimed.is_empty() {
+                        let free = free(&buffer);
+                        if free > 0 {
+                            outstanding = Some((submit_claim(&s, free, lease_ms, &mut rng), free));
                         }
                     }
-                    // A full batch means more may be waiting: claim again
-                    // as soon as a worker frees up.
-                    want_claim = n == free;
-                    more_known = want_claim && n > 0;
+                    dispatch(&s, &buffer, taken);
                     if n > 0 {
                         fault::point("after-claim-commit");
                     }
@@ -549,15 +603,94 @@ fn supervisor_loop(
                 }
             }
         }
+        // Claim in whole batches, once the workers took every claimed job
+        // (they hold up to MAX_PIPELINE runs each in flight meanwhile): the
+        // claim and the runs it feeds then fill writer cycles of ~capacity
+        // runs. Re-claiming at half empty made cycles of half that, and
+        // processing ~10 % slower (6 alternating runs, same minutes).
+        if outstanding.is_none() && has_handlers && want_claim && buffer.is_empty() {
+            let free = free(&buffer);
+            if free > 0 {
+                match any_to_claim(&s, more_known) {
+                    Ok(true) => {
+                        outstanding = Some((submit_claim(&s, free, lease_ms, &mut rng), free));
+                    }
+                    Ok(false) => want_claim = false,
+                    Err(e) => {
+                        log::warn!(target: "litejob", "claim failed: {e}");
+                        sleep_or_stop(&stop, Duration::from_millis(200));
+                        continue;
+                    }
+                }
+            }
+        }
         let timeout = next_heartbeat
             .min(next_reap)
             .min(next_poll)
             .saturating_duration_since(Instant::now());
-        select! {
-            recv(stop) -> _ => return,
-            recv(wake) -> _ => want_claim = true,
-            recv(space) -> _ => {},
-            default(timeout) => {},
+        // Woken by the claim's answer too, which is left in its channel
+        // for the top of the loop.
+        let mut sel = crossbeam_channel::Select::new();
+        let i_stop = sel.recv(&stop);
+        let i_wake = sel.recv(&wake);
+        let i_space = sel.recv(&space);
+        if let Some((rx, _)) = &outstanding {
+            sel.recv(rx);
+        }
+        match sel.ready_timeout(timeout) {
+            Ok(i) if i == i_stop => break,
+            Ok(i) if i == i_wake => {
+                let _ = wake.try_recv();
+                want_claim = true;
+            }
+            Ok(i) if i == i_space => {
+                let _ = space.try_recv();
+            }
+            _ => {}
+        }
+    }
+    // Stopping: what the last claim took still goes to the workers (or to
+    // the buffer, which the stop gives back).
+    if let Some((rx, _)) = outstanding {
+        if let Ok(taken) = writer::wait(rx) {
+            count_in_flight(&s, &taken);
+            dispatch(&s, &buffer, taken);
+        }
+    }
+}
+
+/// Counts what a claim took in flight (its leases are renewed, and a stop
+/// gives back what is left), before any worker can hear of it and finish.
+fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
+    let mut f = s.in_flight.lock().unwrap();
+    for c in &taken.claimed {
+        f.jobs.insert(c.id, None);
+    }
+    for (_, p) in &taken.runs {
+        if let Pending::Running(r) = p {
+            f.jobs.insert(r.ctx.id, Some(r.attempt_id));
+        }
+    }
+}
+
+/// Hands what a claim took to the workers: each run to the worker that
+/// finishes it, each job to start to the buffer.
+fn dispatch(s: &Arc<Shared>, buffer: &Sender<Claimed>, taken: Taken) {
+    for (w, run) in taken.runs {
+        if let Err(e) = s.finishers[w].send(run) {
+            // That worker is gone (it never is while the runtime runs).
+            finish_job(s, e.0);
+        }
+    }
+    for c in taken.claimed {
+        if buffer.try_send(c.clone()).is_err() {
+            // Cannot happen (the claim asked for at most the space), but
+            // never lose a claim.
+            let o = s.owner.clone();
+            let _ = s
+                .queue
+                .writer()
+                .run(move |conn| claim::release(conn, c.id, &o, None, "", now_ms()));
         }
     }
 }
@@ -566,42 +699,122 @@ fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
     let _ = stop.recv_timeout(d);
 }
 
-/// Claims up to `n` jobs. Unless `more_known` (the last claim filled its
-/// batch), looks first through a reader: an idle poll must not write.
-fn claim(s: &Arc<Shared>, n: usize, lease_ms: i64, more_known: bool) -> Result<Vec<Claimed>> {
-    let now = now_ms();
-    let kinds = s.kinds_json.clone();
-    let queues = s.queues_json.clone();
-    let any: bool = more_known
-        || s.queue.read(|c| {
-            Ok(c.prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
+/// What a claim took.
+struct Taken {
+    /// Jobs for the workers to start (handlers with a prepare step, and
+    /// suspects, which run alone).
+    claimed: Vec<Claimed>,
+    /// Apply-only runs the claim started itself, with the worker that
+    /// finishes each (logs its end, lets go of the job): their apply steps
+    /// run on the writer in the claim's own cycle.
+    runs: Vec<(usize, Pending)>,
+}
+
+/// Whether a claim may find work: unless `more_known` (the last claim
+/// filled its batch), looks through a reader, since an idle poll must not
+/// write.
+fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
+    if more_known {
+        return Ok(true);
+    }
+    let (now, kinds, queues) = (now_ms(), s.kinds_json.clone(), s.queues_json.clone());
+    s.queue.read(|c| {
+        Ok(c.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
              AND kind IN (SELECT value FROM json_each(?2)) \
              AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))))",
-            )?
-            .query_row(rusqlite::params![now, kinds, queues], |r| r.get(0))?)
-        })?;
-    if !any {
-        return Ok(Vec::new());
-    }
-    let (kinds, queues, owner) = (s.kinds.clone(), s.queues_json.clone(), s.owner.clone());
-    let claimed = s.queue.writer().run_light(move |conn| {
-        let now = now_ms();
-        claim::claim_batch(
-            conn,
-            &kinds,
-            queues.as_deref(),
-            n,
-            &owner,
-            now + lease_ms,
-            now,
-        )
-    })?;
-    let mut f = s.in_flight.lock().unwrap();
-    for c in &claimed {
-        f.jobs.insert(c.id, None);
-    }
-    Ok(claimed)
+        )?
+        .query_row(rusqlite::params![now, kinds, queues], |r| r.get(0))?)
+    })
+}
+
+/// Sends a claim of up to `n` jobs to the writer. Always through its
+/// thread, never inline on the supervisor's (as a lone blocked caller's
+/// write would be): inline, the supervisor would also apply the runs it
+/// started and fsync them before it could claim again, while the writer
+/// thread sat idle. Its answer comes at its light commit.
+///
+/// An apply-only job (its handler has no prepare step, the common case) is
+/// started by the claim itself, in the same light transaction, and its
+/// apply step queued to run right after that commit, in the same writer
+/// cycle ([`writer::follow_up`]). Enqueues are applied before claims in a
+/// cycle, so a high-priority job enqueued while a backlog runs waits about
+/// one writer cycle, not three (its enqueue's, its claim's and its
+/// start's). The worker that finishes the run — the one named in its
+/// attempt row — only waits for its commit.
+fn submit_claim(
+    s: &Arc<Shared>,
+    n: usize,
+    lease_ms: i64,
+    rng: &mut Rng,
+) -> Receiver<Result<Taken>> {
+    let sh = s.clone();
+    let (seed, first_worker) = (rng.next_u64(), rng.below(s.finishers.len().max(1) as u64));
+    s.queue
+        .writer()
+        .submit_with(writer::Durability::Light, move |conn| {
+            let now = now_ms();
+            let claimed = claim::claim_batch(
+                conn,
+                &sh.kinds,
+                sh.queues_json.as_deref(),
+                n,
+                &sh.owner,
+                now + lease_ms,
+                now,
+            )?;
+            let mut taken = Taken {
+                claimed: Vec::new(),
+                runs: Vec::new(),
+            };
+            // Stopping: whatever was claimed goes back through the buffer.
+            let start_here = !sh.stopping.load(Ordering::SeqCst) && !sh.finishers.is_empty();
+            let mut rng = Rng::seeded(seed);
+            for c in claimed {
+                let handler = match sh.handlers.get(&c.kind) {
+                    Some(h) if start_here && !h.has_prepare() && c.abandoned == 0 => h.clone(),
+                    _ => {
+                        taken.claimed.push(c);
+                        continue;
+                    }
+                };
+                let w = (first_worker as usize + taken.runs.len()) % sh.finishers.len();
+                let worker = sh.worker_names[w].clone();
+                let Some(st) = claim::start(conn, c.id, &sh.owner, &worker, now)? else {
+                    taken.claimed.push(c);
+                    continue;
+                };
+                let ctx = context(c.id, &c.kind, &st);
+                let unit = rng.unit();
+                let delay = sh.cfg.backoff.delay(ctx.attempt as u32, unit);
+                let attempt_id = st.attempt_id;
+                let sh2 = sh.clone();
+                let rx = writer::follow_up(move |conn| {
+                    apply_started(
+                        conn,
+                        &sh2,
+                        handler.as_ref(),
+                        c.id,
+                        &c.kind,
+                        &worker,
+                        st,
+                        unit,
+                    )
+                });
+                taken.runs.push((
+                    w,
+                    Pending::Running(Running {
+                        rx,
+                        attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
+                        ctx,
+                        attempt_id,
+                        backoff_at: now + delay.as_millis() as i64,
+                        t0: Instant::now(),
+                    }),
+                ));
+            }
+            Ok(taken)
+        })
 }
 
 fn heartbeat(s: &Arc<Shared>, until: Millis) {
@@ -681,7 +894,13 @@ fn reap(s: &Arc<Shared>) {
 /// growing memory.
 const MAX_PIPELINE: usize = 64;
 
-fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, space: Sender<()>) {
+fn worker_loop(
+    s: Arc<Shared>,
+    jobs: Receiver<Claimed>,
+    runs: Receiver<Pending>,
+    stop: Receiver<()>,
+    space: Sender<()>,
+) {
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
     // Runs whose apply step was handed to the writer and whose commit this
@@ -690,13 +909,27 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
     // is a light commit of its own, so completions of many jobs share one
     // fsync (group commit) even with few workers.
     let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
+    let finish = |p: Pending| {
+        finish_job(&s, p);
+        if s.room_wanted.swap(false, Ordering::SeqCst) {
+            let _ = space.try_send(());
+        }
+    };
     loop {
         while pending.front().is_some_and(Pending::is_ready) {
-            finish_job(&s, pending.pop_front().expect("front exists"));
+            finish(pending.pop_front().expect("front exists"));
         }
+        // Runs a claim started for this worker: only their end to see.
+        pending.extend(runs.try_iter());
         let claimed = if pending.is_empty() {
             select! {
                 recv(jobs) -> c => match c { Ok(c) => c, Err(_) => break },
+                recv(runs) -> p => {
+                    if let Ok(p) = p {
+                        pending.push_back(p);
+                    }
+                    continue;
+                }
                 recv(stop) -> _ => break,
             }
         } else {
@@ -711,8 +944,9 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
                     let mut sel = crossbeam_channel::Select::new();
                     let answered = sel.recv(oldest.answer());
                     sel.recv(&jobs);
+                    sel.recv(&runs);
                     if sel.ready() == answered {
-                        finish_job(&s, pending.pop_front().expect("not empty"));
+                        finish(pending.pop_front().expect("not empty"));
                     }
                     continue;
                 }
@@ -741,18 +975,19 @@ fn worker_loop(s: Arc<Shared>, jobs: Receiver<Claimed>, stop: Receiver<()>, spac
         // (reliability::crash::poison_pill_dies_after_three_abandoned_runs).
         let suspect = claimed.abandoned > 0;
         while pending.len() >= MAX_PIPELINE || (suspect && !pending.is_empty()) {
-            finish_job(&s, pending.pop_front().expect("not empty"));
+            finish(pending.pop_front().expect("not empty"));
         }
         match begin_job(&s, &claimed, &worker, &mut rng) {
-            Some(p) if suspect => finish_job(&s, p),
+            Some(p) if suspect => finish(p),
             Some(p) => pending.push_back(p),
             None => {
                 s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
             }
         }
     }
+    pending.extend(runs.try_iter());
     for p in pending.drain(..) {
-        finish_job(&s, p);
+        finish(p);
     }
 }
 
@@ -834,75 +1069,7 @@ fn begin_apply_only(
         let Some(st) = slot.lock().unwrap().take() else {
             return Err(Error::LeaseLost(format!("job {id} was not started")));
         };
-        fault::point("after-start-commit");
-        sh.in_flight
-            .lock()
-            .unwrap()
-            .jobs
-            .insert(id, Some(st.attempt_id));
-        let ctx = context(id, &kind, &st);
-        let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
-        log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-            attempt = attempt_str.as_str(), worker = w.as_str(); "job started");
-        let now = now_ms();
-        let backoff_at = now
-            + sh.cfg
-                .backoff
-                .delay(ctx.attempt as u32, backoff_unit)
-                .as_millis() as i64;
-        fault::point("in-handler");
-        // Decoding runs user code too (a Deserialize impl): guard it like
-        // the handler.
-        let decoded = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &st.payload)))
-            .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
-        match decoded {
-            Ok(prepared) => {
-                let r = execute::apply(
-                    conn,
-                    ApplyInput {
-                        handler: handler.as_ref(),
-                        ctx,
-                        attempt_id: st.attempt_id,
-                        prepared,
-                        outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
-                        backoff_at,
-                    },
-                    now,
-                );
-                fault::point("before-complete-commit");
-                r
-            }
-            Err(PrepareStop::BadPayload(msg)) => execute::fail(
-                conn,
-                id,
-                st.attempt_id,
-                AttemptOutcome::Failed,
-                &msg,
-                Next::Discard,
-                now,
-                Within::SelfIsolated,
-            ),
-            Err(PrepareStop::Failed(msg)) => execute::fail(
-                conn,
-                id,
-                st.attempt_id,
-                AttemptOutcome::Failed,
-                &msg,
-                Next::RetryAt(backoff_at),
-                now,
-                Within::SelfIsolated,
-            ),
-            Err(PrepareStop::Panicked(msg)) => execute::fail(
-                conn,
-                id,
-                st.attempt_id,
-                AttemptOutcome::Panicked,
-                &msg,
-                Next::RetryAt(backoff_at),
-                now,
-                Within::SelfIsolated,
-            ),
-        }
+        apply_started(conn, &sh, handler.as_ref(), id, &kind, &w, st, backoff_unit)
     };
     // A suspect (a run of it was cut short by a crash: perhaps a poison
     // pill) runs in a writer cycle of its own, so that if it kills the
@@ -918,6 +1085,91 @@ fn begin_apply_only(
         apply_rx,
         backoff_unit,
         t0: Instant::now(),
+    }
+}
+
+/// The apply step of an apply-only run whose start committed (on the
+/// writer, after that commit): decode the payload, run the handler inside
+/// the job's transaction, record completion or failure.
+#[allow(clippy::too_many_arguments)]
+fn apply_started(
+    conn: &rusqlite::Connection,
+    sh: &Arc<Shared>,
+    handler: &dyn ErasedHandler,
+    id: i64,
+    kind: &str,
+    worker: &str,
+    st: claim::Started,
+    backoff_unit: f64,
+) -> Result<execute::RunEnd> {
+    fault::point("after-start-commit");
+    sh.in_flight
+        .lock()
+        .unwrap()
+        .jobs
+        .insert(id, Some(st.attempt_id));
+    let ctx = context(id, kind, &st);
+    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt_str.as_str(), worker = worker; "job started");
+    let now = now_ms();
+    let backoff_at = now
+        + sh.cfg
+            .backoff
+            .delay(ctx.attempt as u32, backoff_unit)
+            .as_millis() as i64;
+    fault::point("in-handler");
+    // Decoding runs user code too (a Deserialize impl): guard it like
+    // the handler.
+    let decoded = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &st.payload)))
+        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    match decoded {
+        Ok(prepared) => {
+            let r = execute::apply(
+                conn,
+                ApplyInput {
+                    handler,
+                    ctx,
+                    attempt_id: st.attempt_id,
+                    prepared,
+                    outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
+                    backoff_at,
+                },
+                now,
+            );
+            fault::point("before-complete-commit");
+            r
+        }
+        Err(PrepareStop::BadPayload(msg)) => execute::fail(
+            conn,
+            id,
+            st.attempt_id,
+            AttemptOutcome::Failed,
+            &msg,
+            Next::Discard,
+            now,
+            Within::SelfIsolated,
+        ),
+        Err(PrepareStop::Failed(msg)) => execute::fail(
+            conn,
+            id,
+            st.attempt_id,
+            AttemptOutcome::Failed,
+            &msg,
+            Next::RetryAt(backoff_at),
+            now,
+            Within::SelfIsolated,
+        ),
+        Err(PrepareStop::Panicked(msg)) => execute::fail(
+            conn,
+            id,
+            st.attempt_id,
+            AttemptOutcome::Panicked,
+            &msg,
+            Next::RetryAt(backoff_at),
+            now,
+            Within::SelfIsolated,
+        ),
     }
 }
 

@@ -127,52 +127,71 @@ impl Core {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One cycle: light operations first, in their own commit without an
-    /// fsync, so a worker waiting to start its next job does not wait for
-    /// the fsync of other jobs' completions; then the durable ones in one
-    /// group commit. Operations of one class keep their order; the two
-    /// classes are independent (each op is atomic and fenced on its own).
-    /// The durable group's callers are answered once its commit is on disk:
-    /// by the syncer thread if `syncer` is given (the writer goes on with
-    /// the next cycle while the disk works); otherwise their answers are
-    /// returned, to be given after [`Core::sync`] — which the caller runs
-    /// once it let go of the connection, so the writer thread can apply
-    /// other operations during that fsync.
+    /// One cycle, in two transactions. The first holds the durable
+    /// operations that are not a run's apply step (enqueues, acks, operator
+    /// actions), each in its own savepoint, then the light ones (claims,
+    /// starts, renewals) without: a claim then sees the jobs enqueued in the
+    /// same cycle. Its light operations are answered right after its
+    /// commit, without an fsync, so a worker waiting to start its next job
+    /// does not wait for the fsync of other jobs' completions. The second
+    /// holds the apply steps of the runs started in the first (a pair's, or
+    /// one a light operation queued with [`follow_up`]): their starts are
+    /// committed before any of their user code runs. The durable
+    /// operations of both are answered once the second commit (or the first,
+    /// if there is no second) is on disk — one fsync covers every commit
+    /// before it: by the syncer thread if `syncer` is given (the writer goes
+    /// on with the next cycle while the disk works); otherwise their answers
+    /// are returned, to be given after [`Core::sync`] — which the caller
+    /// runs once it let go of the connection, so the writer thread can apply
+    /// other operations during that fsync. Operations of one class keep
+    /// their order; the classes are independent (each op is atomic and
+    /// fenced on its own).
     #[must_use]
     fn cycle(
         &self,
         conn: &Connection,
-        light: &mut Vec<Op>,
-        durable: &mut Vec<Op>,
+        first: &mut Vec<Op>,
+        applies: &mut Vec<Op>,
         syncer: Option<&Sender<Vec<Reply>>>,
         taken: usize,
     ) -> Vec<Reply> {
-        if !light.is_empty() {
-            let committed = run_group(conn, light, &self.op_started, self.epoch, false);
+        let mut durable: Vec<Reply> = Vec::new();
+        if !first.is_empty() {
+            let committed = run_group(conn, first, &self.op_started, self.epoch);
             self.after_commit(conn, taken);
-            committed.into_iter().for_each(|r| r(Ok(())));
+            for (class, reply) in committed {
+                match class {
+                    Durability::Light => reply(Ok(())),
+                    Durability::Durable => durable.push(reply),
+                }
+            }
         }
-        if durable.is_empty() {
-            return Vec::new();
+        // The runs the light operations just committed queued.
+        let queued = FOLLOW_UPS_READY.with(|r| std::mem::take(&mut *r.borrow_mut()));
+        if !queued.is_empty() {
+            applies.splice(0..0, queued);
         }
-        let committed = run_group(conn, durable, &self.op_started, self.epoch, true);
-        self.after_commit(conn, taken);
+        if !applies.is_empty() {
+            let committed = run_group(conn, applies, &self.op_started, self.epoch);
+            self.after_commit(conn, taken);
+            durable.extend(committed.into_iter().map(|(_, r)| r));
+        }
         match (&self.sync, syncer) {
-            _ if committed.is_empty() => Vec::new(),
+            _ if durable.is_empty() => Vec::new(),
             // With SQLite's own sync too: the syncer thread then only
             // answers, but answering a group (a channel send and often a
             // wake per caller) is work the writer thread, the bottleneck
             // when processing, need not do.
-            (_, Some(syncer)) => match syncer.send(committed) {
+            (_, Some(syncer)) => match syncer.send(durable) {
                 Ok(()) => Vec::new(),
                 // The syncer is gone (it never is while the writer runs):
                 // the caller syncs rather than answer unsynced.
                 Err(e) => e.0,
             },
-            (SyncMode::Wal { .. }, None) => committed,
+            (SyncMode::Wal { .. }, None) => durable,
             (SyncMode::Sqlite, None) => {
                 // SQLite's commit already synced as the file says.
-                committed.into_iter().for_each(|r| r(Ok(())));
+                durable.into_iter().for_each(|r| r(Ok(())));
                 Vec::new()
             }
         }
@@ -518,12 +537,8 @@ impl Writer {
             if alone && sender.is_empty() && self.core.queued.load(Ordering::Acquire) == 0 {
                 if let Ok(conn) = self.core.conn.try_lock() {
                     let (rx, tx) = OneShot::new();
-                    let op = make_op(durability, f, tx);
-                    let (mut light, mut durable) = match durability {
-                        Durability::Light => (vec![op], Vec::new()),
-                        Durability::Durable => (Vec::new(), vec![op]),
-                    };
-                    let unsynced = self.core.cycle(&conn, &mut light, &mut durable, None, 0);
+                    let mut first = vec![make_op(durability, f, tx)];
+                    let unsynced = self.core.cycle(&conn, &mut first, &mut Vec::new(), None, 0);
                     drop(conn);
                     self.core.sync_and_answer(unsynced);
                     return answer(rx.recv());
@@ -738,12 +753,22 @@ fn writer_loop(
     syncer: Sender<Vec<Reply>>,
 ) {
     let syncer = Some(&syncer);
-    let mut light: Vec<Op> = Vec::with_capacity(max_batch);
+    // A cycle's first transaction: durable operations, then light ones
+    // (see [`Core::cycle`]); its second: the pairs' apply steps.
     let mut durable: Vec<Op> = Vec::with_capacity(max_batch);
+    let mut light: Vec<Op> = Vec::with_capacity(max_batch);
+    let mut applies: Vec<Op> = Vec::with_capacity(max_batch);
     let stats = std::env::var_os("LITEJOB_WRITER_STATS").is_some();
     let (mut cycles, mut n_light, mut n_durable, mut busy) = (0u64, 0u64, 0u64, Duration::ZERO);
     // Blocked callers answered by the last cycle, and how long it took.
     let (mut last_blocking, mut last_cycle) = (0usize, Duration::ZERO);
+    let run_cycle = |first: &mut Vec<Op>, light: &mut Vec<Op>, applies: &mut Vec<Op>, taken| {
+        first.append(light);
+        let conn = core.lock();
+        let unsynced = core.cycle(&conn, first, applies, syncer, taken);
+        drop(conn);
+        core.sync_and_answer(unsynced);
+    };
     while let Ok(first) = receiver.recv() {
         let t0 = Instant::now();
         let gather_until = t0 + (last_cycle / 2).min(Duration::from_micros(500));
@@ -755,27 +780,19 @@ fn writer_loop(
             blocking += op.blocking as usize;
             if op.isolated {
                 // Finish what came before, then the pair alone.
-                if !light.is_empty() || !durable.is_empty() {
+                if !light.is_empty() || !durable.is_empty() || !applies.is_empty() {
                     cycles += 1;
-                    let conn = core.lock();
-                    let unsynced = core.cycle(&conn, &mut light, &mut durable, syncer, taken);
-                    drop(conn);
-                    core.sync_and_answer(unsynced);
+                    run_cycle(&mut durable, &mut light, &mut applies, taken);
                 }
-                let mut l = Vec::with_capacity(1);
                 let mut d = Vec::with_capacity(1);
                 if let Some(pair) = op.pair.take() {
                     d.push(*pair);
                 }
-                l.push(op);
                 cycles += 1;
-                let conn = core.lock();
-                let unsynced = core.cycle(&conn, &mut l, &mut d, syncer, taken);
-                drop(conn);
-                core.sync_and_answer(unsynced);
+                run_cycle(&mut vec![op], &mut Vec::new(), &mut d, taken);
             } else {
                 if let Some(pair) = op.pair.take() {
-                    durable.push(*pair);
+                    applies.push(*pair);
                 }
                 match op.durability {
                     Durability::Light => light.push(op),
@@ -800,14 +817,11 @@ fn writer_loop(
             }
         }
         n_light += light.len() as u64;
-        n_durable += durable.len() as u64;
-        if !light.is_empty() || !durable.is_empty() {
+        n_durable += (durable.len() + applies.len()) as u64;
+        if !light.is_empty() || !durable.is_empty() || !applies.is_empty() {
             cycles += 1;
             let t1 = Instant::now();
-            let conn = core.lock();
-            let unsynced = core.cycle(&conn, &mut light, &mut durable, syncer, taken);
-            drop(conn);
-            core.sync_and_answer(unsynced);
+            run_cycle(&mut durable, &mut light, &mut applies, taken);
             last_cycle = t1.elapsed();
         }
         core.queued.fetch_sub(taken, Ordering::AcqRel);
@@ -829,28 +843,31 @@ fn writer_loop(
 /// those whose commit succeeded, for the caller to give once the commit is
 /// as durable as it must be.
 ///
-/// With `isolate`, each operation runs inside its own savepoint, so a failing
-/// one rolls back alone (enqueues, operator actions, acknowledgements).
-/// Two exceptions: an operation alone in the group (rolling back the
+/// Each durable operation runs inside its own savepoint, so a failing one
+/// rolls back alone (enqueues, operator actions, acknowledgements). Two
+/// exceptions: an operation alone in the group (rolling back the
 /// transaction undoes exactly it), and a self-isolated one (a run's apply
 /// step), which opens its own savepoint only around the handler's SQL and
 /// undoes its bookkeeping row itself, so a no-op handler costs no savepoint
-/// at all (see [`crate::execute::apply`]). Without `isolate` (light
-/// bookkeeping: claims, starts, lease renewals, reaping, which fail only
-/// when the disk does) no savepoint is opened — two
-/// statements and a copy of every page each operation touches saved, about
-/// 5 % of the writer's time per job — and a failing operation rolls the
-/// whole transaction back: the operations before it learn `Aborted`, and
-/// those after it go on in a new transaction.
+/// at all (see [`crate::execute::apply`]). A light operation (bookkeeping:
+/// claims, starts, lease renewals, reaping, which fail only when the disk
+/// does) gets no savepoint — two statements and a copy of every page each
+/// operation touches saved, about 5 % of the writer's time per job — and
+/// when one fails it rolls the whole transaction back: the operations
+/// before it learn `Aborted`, and those after it go on in a new
+/// transaction.
+///
+/// The runs a light operation queued with [`follow_up`] go with its
+/// answer: once its commit succeeded they are ready for the cycle's second
+/// transaction; if it failed or was undone, they are answered `Aborted`.
 #[must_use]
 fn run_group(
     conn: &Connection,
     batch: &mut Vec<Op>,
     op_started: &AtomicI64,
     epoch: Instant,
-    isolate: bool,
-) -> Vec<Reply> {
-    let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+) -> Vec<(Durability, Reply)> {
+    let mut replies: Vec<(Durability, Reply)> = Vec::with_capacity(batch.len());
     let mut in_tx = false;
     let stuck = || {
         Error::Internal(
@@ -873,10 +890,11 @@ fn run_group(
         run,
         reject,
         self_isolated,
+        durability,
         ..
     }) = ops.next()
     {
-        let savepoint = isolate && !self_isolated && !alone_in_group;
+        let savepoint = durability == Durability::Durable && !self_isolated && !alone_in_group;
         if !in_tx {
             if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
                 // Not executed at all: answer with the reason.
@@ -892,7 +910,7 @@ fn run_group(
         } {
             let err = Error::from_sqlite(e);
             reject(err.duplicate());
-            for r in replies.drain(..) {
+            for (_, r) in replies.drain(..) {
                 r(Err(err.duplicate()));
             }
             in_tx = false;
@@ -906,8 +924,10 @@ fn run_group(
             (epoch.elapsed().as_millis() as i64).max(1),
             Ordering::Release,
         );
+        refuse_strays();
         let outcome = catch_unwind(AssertUnwindSafe(|| run(conn)));
         op_started.store(0, Ordering::Release);
+        let outcome = with_follow_ups(durability, outcome);
         let ok = matches!(outcome, Ok((true, _)));
         // A self-isolated operation that returned its failure undid its own
         // writes (or ended the transaction, seen below).
@@ -920,7 +940,7 @@ fn run_group(
                     .and_then(|_| exec_cached(conn, "RELEASE op"))
                     .is_ok();
             if !alone && !rollback(conn) {
-                for r in replies.drain(..) {
+                for (_, r) in replies.drain(..) {
                     r(Err(stuck()));
                 }
                 match outcome {
@@ -936,7 +956,7 @@ fn run_group(
             // interrupt, some I/O errors; or just above): every operation
             // before this one in the group is gone too. Their callers learn
             // it was not written.
-            for r in replies.drain(..) {
+            for (_, r) in replies.drain(..) {
                 r(Err(Error::Aborted(
                     "another write in the same group commit failed and rolled the transaction back"
                         .into(),
@@ -962,7 +982,7 @@ fn run_group(
             let _ = exec_cached(conn, "RELEASE op");
         }
         match outcome {
-            Ok((_, reply)) => replies.push(reply),
+            Ok((_, reply)) => replies.push((durability, reply)),
             Err(_) => {
                 log::error!(target: "litejob", "a write operation panicked; it was rolled back");
                 reject(Error::Internal(
@@ -981,10 +1001,102 @@ fn run_group(
         }
         match commit {
             Ok(()) => return replies,
-            Err(e) => replies.drain(..).for_each(|r| r(Err(e.duplicate()))),
+            Err(e) => replies.drain(..).for_each(|(_, r)| r(Err(e.duplicate()))),
         }
     }
     Vec::new()
+}
+
+thread_local! {
+    /// Runs queued with [`follow_up`] by the operation running on this
+    /// thread, not yet claimed by [`with_follow_ups`].
+    static FOLLOW_UPS: std::cell::RefCell<Vec<Op>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Runs whose light operation committed, for this cycle's second
+    /// transaction ([`Core::cycle`]).
+    static FOLLOW_UPS_READY: std::cell::RefCell<Vec<Op>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// From inside a light operation (a claim): queues `apply`, a run's apply
+/// step, to run in this cycle's second transaction — after the light
+/// commit, so after the run's start that the operation wrote — and only if
+/// the operation committed: otherwise `apply` does not run and is answered
+/// `Aborted`. Like a pair's apply step it is self-isolated and must keep
+/// that rule ([`Writer::submit_apply`]). This is how a claim starts the
+/// jobs it takes and has them applied in the same cycle, without a round
+/// trip through a worker: a job enqueued in one cycle can run in that very
+/// cycle. Anywhere else (a durable operation, a thread that is not running
+/// an operation) the run never runs: it is answered with an error, or its
+/// sender is dropped.
+pub(crate) fn follow_up<A, FA>(apply: FA) -> Receiver<Result<A>>
+where
+    A: Send + 'static,
+    FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
+{
+    let (mut op, rx) = make_op_rx(Durability::Durable, apply);
+    op.self_isolated = true;
+    FOLLOW_UPS.with(|f| f.borrow_mut().push(op));
+    rx
+}
+
+/// Refuses runs queued on this thread outside any operation, before the
+/// next operation could adopt them.
+fn refuse_strays() {
+    let strays = FOLLOW_UPS.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    for op in strays {
+        (op.reject)(Error::Internal(
+            "a run was queued outside a light operation".into(),
+        ));
+    }
+}
+
+/// Ties the runs an operation queued with [`follow_up`] to its answer (see
+/// [`run_group`]).
+fn with_follow_ups(
+    durability: Durability,
+    outcome: std::thread::Result<(bool, Reply)>,
+) -> std::thread::Result<(bool, Reply)> {
+    let queued = FOLLOW_UPS.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    if queued.is_empty() {
+        return outcome;
+    }
+    let refuse = |queued: Vec<Op>, why: &str| {
+        for op in queued {
+            (op.reject)(Error::Aborted(why.to_string()));
+        }
+    };
+    match outcome {
+        Ok((true, reply)) if durability == Durability::Light => {
+            let reply: Reply = Box::new(move |commit: Result<()>| {
+                match &commit {
+                    Ok(()) => FOLLOW_UPS_READY.with(|r| r.borrow_mut().extend(queued)),
+                    Err(_) => refuse(
+                        queued,
+                        "the run's start was not committed: nothing of it ran",
+                    ),
+                }
+                reply(commit)
+            });
+            Ok((true, reply))
+        }
+        Ok((false, reply)) => {
+            refuse(
+                queued,
+                "the operation that started the run failed: nothing of it ran",
+            );
+            Ok((false, reply))
+        }
+        Ok((true, reply)) => {
+            refuse(queued, "only a light operation can queue a run (follow_up)");
+            Ok((true, reply))
+        }
+        Err(p) => {
+            refuse(
+                queued,
+                "the operation that started the run panicked: nothing of it ran",
+            );
+            Err(p)
+        }
+    }
 }
 
 /// Ends the open transaction, if any, without committing it; false when the
@@ -1172,6 +1284,63 @@ mod tests {
         assert!(wait(panicked).is_err());
         assert!(wait(d).is_ok());
         assert_eq!(rows(&w), ["a", "b", "d", "taken"]);
+    }
+
+    /// A light operation that looks for 'x', and queues a run writing
+    /// `apply` — as a claim starts the jobs it takes.
+    fn claim_like(
+        apply: &'static str,
+    ) -> impl FnOnce(&Connection) -> Result<(bool, Receiver<Result<()>>)> + Send + 'static {
+        move |c: &Connection| {
+            let seen: bool =
+                c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = 'x')", [], |r| {
+                    r.get(0)
+                })?;
+            Ok((seen, follow_up(insert(apply))))
+        }
+    }
+
+    #[test]
+    fn a_claim_sees_what_its_cycle_enqueued_and_its_runs_apply_in_that_cycle() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        // The claim is sent before the enqueue, as when a supervisor claims
+        // again while a producer's enqueue is on its way.
+        let (claim, enqueue) = as_one_group(&w, || {
+            let claim = w.submit_with(Durability::Light, claim_like("run"));
+            let enqueue = w.submit(insert("x"));
+            (claim, enqueue)
+        });
+        let (seen, run) = wait(claim).unwrap();
+        assert!(seen, "the claim ran before the enqueue of its own cycle");
+        wait(run).unwrap();
+        wait(enqueue).unwrap();
+        assert_eq!(rows(&w), ["run", "x"]);
+    }
+
+    #[test]
+    fn a_run_queued_by_an_operation_that_is_undone_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("taken")).unwrap();
+        // Queues its run, then fails.
+        let failing = |c: &Connection| -> Result<Receiver<Result<()>>> {
+            let run = follow_up(insert("run b"));
+            c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
+            Ok(run)
+        };
+        let (a, b) = as_one_group(&w, || {
+            let a = w.submit_with(Durability::Light, claim_like("run a"));
+            // Fails after a: the light transaction, a's claim with it, is undone.
+            let b = w.submit_with(Durability::Light, failing);
+            (a, b)
+        });
+        assert!(matches!(wait(a), Err(Error::Aborted(_))));
+        assert!(wait(b).is_err());
+        // Only a light operation may queue runs.
+        let (_, run_c) = wait(w.submit(claim_like("run c"))).unwrap();
+        assert!(matches!(wait(run_c), Err(Error::Aborted(_))));
+        assert_eq!(rows(&w), ["taken"]);
     }
 
     #[test]
