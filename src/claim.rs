@@ -21,9 +21,16 @@ pub(crate) struct Claimed {
     pub abandoned: i64,
 }
 
+/// A claimed job, and its start with the caller's token if it was started.
+pub(crate) type Taken<W> = (Claimed, Option<(Started, W)>);
+
 /// Claims up to `limit` runnable jobs of `kinds` (and `queues`, if given), in
-/// priority order, for `owner` until `lease_until`.
-pub(crate) fn claim_batch(
+/// priority order, for `owner` until `lease_until`. A job for which
+/// `start_by` names a worker (with a token of the caller's, given back) is
+/// started at once, as [`start`] would, in the same statements: its row is
+/// updated once, claim and fence together.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn claim_batch<W>(
     conn: &Connection,
     kinds: &[String],
     queues_json: Option<&str>,
@@ -31,7 +38,8 @@ pub(crate) fn claim_batch(
     owner: &str,
     lease_until: Millis,
     now: Millis,
-) -> Result<Vec<Claimed>> {
+    mut start_by: impl FnMut(&Claimed) -> Option<(W, String)>,
+) -> Result<Vec<Taken<W>>> {
     // One index seek per kind on jobs_claim (kind, priority, run_at, id),
     // then a merge: O(kinds × (log n + limit)) however many jobs have
     // finished or wait for other kinds. A single `kind IN (...) ORDER BY
@@ -70,18 +78,118 @@ pub(crate) fn claim_batch(
     }
     candidates.sort_unstable();
     candidates.truncate(limit);
-    let mut take = conn.prepare_cached(TAKE)?;
     let mut claimed = Vec::with_capacity(candidates.len());
     for (_, _, id, k, abandoned) in candidates {
-        if take.execute(rusqlite::params![id, owner, lease_until])? == 1 {
-            claimed.push(Claimed {
-                id,
-                kind: kinds[k].clone(),
-                abandoned,
-            });
+        let c = Claimed {
+            id,
+            kind: kinds[k].clone(),
+            abandoned,
+        };
+        match start_by(&c) {
+            Some((token, worker)) => {
+                if let Some(st) = take_and_start(conn, id, owner, lease_until, &worker, now)? {
+                    claimed.push((c, Some((st, token))));
+                }
+            }
+            None => {
+                if conn
+                    .prepare_cached(TAKE)?
+                    .execute(rusqlite::params![id, owner, lease_until])?
+                    == 1
+                {
+                    claimed.push((c, None));
+                }
+            }
         }
     }
     Ok(claimed)
+}
+
+/// Claims a queued job and starts its run in one go: read it, write the
+/// attempt row, then one update of the job that both claims it and fences
+/// it on the attempt (where a claim then a [`start`] would update the row
+/// twice and read it once more). None if it is not queued.
+fn take_and_start(
+    conn: &Connection,
+    job_id: i64,
+    owner: &str,
+    lease_until: Millis,
+    worker: &str,
+    now: Millis,
+) -> Result<Option<Started>> {
+    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
+         WHERE id = ?1 AND state = 'queued'";
+    const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
+         lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
+         WHERE id = ?1 AND state = 'queued'";
+    let Some((charged, max_attempts, key, queue, payload)) =
+        read_for_start(conn, READ, job_id, None)?
+    else {
+        return Ok(None);
+    };
+    let attempt = charged + 1;
+    let attempt_id = history::start(
+        conn,
+        history::RunOf::Job(job_id),
+        attempt,
+        &key,
+        worker,
+        now,
+    )?;
+    let taken = conn
+        .prepare_cached(TAKE_FENCED)?
+        .execute(rusqlite::params![
+            job_id,
+            owner,
+            lease_until,
+            attempt,
+            attempt_id
+        ])?;
+    if taken != 1 {
+        // Read as queued a moment ago in this transaction: cannot happen.
+        // Fail the operation, so its transaction (the attempt row) is undone.
+        return Err(crate::error::Error::Internal(format!(
+            "job {job_id} changed between its read and its claim"
+        )));
+    }
+    Ok(Some(Started {
+        attempt_id,
+        attempt,
+        max_attempts,
+        key,
+        queue,
+        payload,
+    }))
+}
+
+/// A job's row as a start needs it: (attempts charged, max_attempts, key,
+/// queue, payload), by `sql` (fenced as the caller needs).
+#[allow(clippy::type_complexity)]
+fn read_for_start(
+    conn: &Connection,
+    sql: &str,
+    job_id: i64,
+    owner: Option<&str>,
+) -> Result<Option<(i64, i64, String, String, String)>> {
+    // Text read leniently: a row written by hand with bytes that are not
+    // UTF-8 must not make every start fail (a failing light operation
+    // undoes the light operations of its transaction: a claim and every
+    // start in it, the other workers' starts with them).
+    let text = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<String> {
+        Ok(
+            String::from_utf8_lossy(r.get_ref(i)?.as_bytes_or_null()?.unwrap_or_default())
+                .into_owned(),
+        )
+    };
+    let mut st = conn.prepare_cached(sql)?;
+    let mut rows = match owner {
+        Some(o) => st.query(rusqlite::params![job_id, o])?,
+        None => st.query(rusqlite::params![job_id])?,
+    };
+    Ok(match rows.next()? {
+        Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
+        None => None,
+    })
 }
 
 /// A run that started: its attempt row is written and the job is fenced on it.
@@ -114,23 +222,7 @@ pub(crate) fn start(
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
-    // Text read leniently: a row written by hand with bytes that are not
-    // UTF-8 must not make every start fail (a failing light operation
-    // undoes its whole transaction, the other workers' starts with it).
-    let text = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<String> {
-        Ok(
-            String::from_utf8_lossy(r.get_ref(i)?.as_bytes_or_null()?.unwrap_or_default())
-                .into_owned(),
-        )
-    };
-    let row: Option<(i64, i64, String, String, String)> = {
-        let mut st = conn.prepare_cached(READ)?;
-        let mut rows = st.query(rusqlite::params![job_id, owner])?;
-        match rows.next()? {
-            Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
-            None => None,
-        }
-    };
+    let row = read_for_start(conn, READ, job_id, Some(owner))?;
     let Some((charged, max_attempts, key, queue, payload)) = row else {
         return Ok(None);
     };

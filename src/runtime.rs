@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use serde::de::DeserializeOwned;
 
 use crate::claim::{self, Claimed};
@@ -269,10 +269,16 @@ struct Shared {
     cfg: RuntimeConfig,
     stopping: AtomicBool,
     in_flight: Mutex<InFlight>,
-    /// To each worker (by index), the runs a claim started for it to finish.
-    finishers: Vec<Sender<Pending>>,
-    /// Each worker's name, as its attempt rows record it.
-    worker_names: Vec<String>,
+    /// The runs a claim started, for whichever worker is free to see their
+    /// end (none is tied to one: a worker busy in a long prepare step would
+    /// hold up the runs handed to it, and the claims behind them).
+    runs_tx: Sender<Pending>,
+    /// How many claimed jobs may be unfinished at once (see
+    /// [`supervisor_loop`]); 0 without workers.
+    max_in_flight: usize,
+    /// The name a claim's runs record in their attempt rows: their handler
+    /// runs on the writer thread.
+    writer_name: String,
     /// The supervisor skipped a claim: every worker's pipeline was full. A
     /// worker that finishes a run then tells it (`space`).
     room_wanted: AtomicBool,
@@ -289,9 +295,9 @@ pub struct Runtime {
     stop_tx: Option<Sender<()>>,
     /// A receiver of the claimed-job buffer, to release what nobody started.
     buffer_rx: Receiver<Claimed>,
-    /// The workers' receivers of started runs, to finish what a worker
-    /// that stopped did not.
-    runs_rx: Vec<Receiver<Pending>>,
+    /// A receiver of the runs a claim started, to see through what the
+    /// workers did not before they stopped.
+    runs_rx: Receiver<Pending>,
     threads: Vec<JoinHandle<()>>,
     report: Option<StopReport>,
 }
@@ -329,16 +335,13 @@ impl Runtime {
         );
         let kinds_vec: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
         let job_wake = b.queue.inner.job_wake.subscribe();
-        let workers = if b.handlers.is_empty() {
+        let (runs_tx, runs_rx) = crossbeam_channel::unbounded();
+        // Two full claims at least, and each worker's pipeline.
+        let max_in_flight = if b.handlers.is_empty() {
             0
         } else {
-            b.cfg.workers
+            (b.cfg.workers * MAX_PIPELINE).max(2 * (b.cfg.workers + b.cfg.claim_ahead))
         };
-        let (finishers, runs_rx): (Vec<_>, Vec<_>) =
-            (0..workers).map(|_| crossbeam_channel::unbounded()).unzip();
-        let worker_names = (1..=workers)
-            .map(|i| format!("{}/litejob-worker-{i}", std::process::id()))
-            .collect();
         let outbox_wake = b.queue.inner.outbox_wake.subscribe();
         let shared = Arc::new(Shared {
             kinds: kinds_vec,
@@ -358,8 +361,9 @@ impl Runtime {
             cfg: b.cfg,
             stopping: AtomicBool::new(false),
             in_flight: Mutex::new(InFlight::default()),
-            finishers,
-            worker_names,
+            runs_tx,
+            max_in_flight,
+            writer_name: format!("{}/litejob-writer", std::process::id()),
             room_wanted: AtomicBool::new(false),
             job_wake,
             outbox_wake,
@@ -376,11 +380,11 @@ impl Runtime {
                 .map_err(Error::Io)
         };
         if !shared.handlers.is_empty() {
-            for (i, runs) in runs_rx.iter().enumerate() {
+            for i in 0..shared.cfg.workers {
                 let (s, rx, runs, stop, space) = (
                     shared.clone(),
                     buffer_rx.clone(),
-                    runs.clone(),
+                    runs_rx.clone(),
                     stop_rx.clone(),
                     space_tx.clone(),
                 );
@@ -401,9 +405,13 @@ impl Runtime {
         }
         {
             let (s, stop) = (shared.clone(), stop_rx.clone());
+            // Held by the supervisor too: without workers, a `space` whose
+            // every sender was dropped would always be ready, and the
+            // supervisor's wait would spin.
+            let space = (space_tx.clone(), space_rx);
             threads.push(spawn(
                 "litejob-supervisor".into(),
-                Box::new(move || supervisor_loop(s, buffer_tx, space_rx, stop, capacity)),
+                Box::new(move || supervisor_loop(s, buffer_tx, space, stop, capacity)),
             )?);
         }
         log::info!(target: "litejob", "runtime started: {} workers for kinds {}, {} effect threads for {}, owner {}",
@@ -449,10 +457,8 @@ impl Runtime {
         let mut report = StopReport::default();
         // Runs a claim started for a worker that had stopped: their apply
         // steps were on the writer already; see them through.
-        for rx in &self.runs_rx {
-            while let Ok(p) = rx.try_recv() {
-                finish_job(&self.shared, p);
-            }
+        while let Ok(p) = self.runs_rx.try_recv() {
+            finish_job(&self.shared, p);
         }
         let now = now_ms();
         let owner = self.shared.owner.clone();
@@ -517,7 +523,7 @@ impl Drop for Runtime {
 fn supervisor_loop(
     s: Arc<Shared>,
     buffer: Sender<Claimed>,
-    space: Receiver<()>,
+    (_space_tx, space): (Sender<()>, Receiver<()>),
     stop: Receiver<()>,
     capacity: usize,
 ) {
@@ -535,13 +541,22 @@ fn supervisor_loop(
     let mut rng = Rng::from_entropy();
     // The claim on the writer (at most one), and how many jobs it asked for.
     let mut outstanding: Option<(Receiver<Result<Taken>>, usize)> = None;
+    // A wake-up or a poll came after the outstanding claim was sent: it may
+    // not have seen that job, so claim again whatever it took.
+    let mut woken = false;
     // How many jobs the next claim may take: the buffer's space, and the
-    // workers' pipelines (claimed jobs not finished yet are bounded).
+    // claimed jobs not finished yet are bounded (`max_in_flight`).
     let free = |buffer: &Sender<Claimed>| {
-        let room = (s.finishers.len().max(1) * MAX_PIPELINE)
+        // Set before looking, so a worker that finishes a run meanwhile
+        // sees it and wakes us.
+        s.room_wanted.store(true, Ordering::SeqCst);
+        let room = s
+            .max_in_flight
             .saturating_sub(s.in_flight.lock().unwrap().jobs.len());
         let free = capacity.saturating_sub(buffer.len()).min(room);
-        s.room_wanted.store(free == 0, Ordering::SeqCst);
+        if free > 0 {
+            s.room_wanted.store(false, Ordering::SeqCst);
+        }
         free
     };
     loop {
@@ -563,11 +578,21 @@ fn supervisor_loop(
         }
         if now_i >= next_poll {
             want_claim = true;
+            woken = true;
             next_poll = now_i + s.cfg.poll_interval;
         }
         let answer = outstanding
             .as_ref()
-            .and_then(|(rx, asked)| Some((rx.try_recv().ok()?, *asked)));
+            .and_then(|(rx, asked)| match rx.try_recv() {
+                Ok(a) => Some((a, *asked)),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some((
+                    Err(Error::Internal(
+                        "the writer dropped a claim unanswered".into(),
+                    )),
+                    *asked,
+                )),
+            });
         if let Some((answer, asked)) = answer {
             outstanding = None;
             match answer {
@@ -581,8 +606,8 @@ fn supervisor_loop(
                     // with this batch (handing runs to four workers first,
                     // with their wake-ups, took ~1 ms and left the writer
                     // idle a fifth of the time).
-                    want_claim = n == asked;
-                    more_known = want_claim && n > 0;
+                    more_known = n == asked && n > 0;
+                    want_claim = n == asked || std::mem::take(&mut woken);
                     if want_claim && taken.claimed.is_empty() {
                         let free = free(&buffer);
                         if free > 0 {
@@ -613,6 +638,7 @@ fn supervisor_loop(
             if free > 0 {
                 match any_to_claim(&s, more_known) {
                     Ok(true) => {
+                        woken = false;
                         outstanding = Some((submit_claim(&s, free, lease_ms, &mut rng), free));
                     }
                     Ok(false) => want_claim = false,
@@ -642,6 +668,7 @@ fn supervisor_loop(
             Ok(i) if i == i_wake => {
                 let _ = wake.try_recv();
                 want_claim = true;
+                woken = true;
             }
             Ok(i) if i == i_space => {
                 let _ = space.try_recv();
@@ -666,7 +693,7 @@ fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
     for c in &taken.claimed {
         f.jobs.insert(c.id, None);
     }
-    for (_, p) in &taken.runs {
+    for p in &taken.runs {
         if let Pending::Running(r) = p {
             f.jobs.insert(r.ctx.id, Some(r.attempt_id));
         }
@@ -676,9 +703,9 @@ fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
 /// Hands what a claim took to the workers: each run to the worker that
 /// finishes it, each job to start to the buffer.
 fn dispatch(s: &Arc<Shared>, buffer: &Sender<Claimed>, taken: Taken) {
-    for (w, run) in taken.runs {
-        if let Err(e) = s.finishers[w].send(run) {
-            // That worker is gone (it never is while the runtime runs).
+    for run in taken.runs {
+        if let Err(e) = s.runs_tx.send(run) {
+            // Nobody to receive it (never while the runtime runs).
             finish_job(s, e.0);
         }
     }
@@ -704,10 +731,10 @@ struct Taken {
     /// Jobs for the workers to start (handlers with a prepare step, and
     /// suspects, which run alone).
     claimed: Vec<Claimed>,
-    /// Apply-only runs the claim started itself, with the worker that
-    /// finishes each (logs its end, lets go of the job): their apply steps
-    /// run on the writer in the claim's own cycle.
-    runs: Vec<(usize, Pending)>,
+    /// Apply-only runs the claim started itself: their apply steps run on
+    /// the writer in the claim's own cycle; a worker sees their end (logs
+    /// it, lets go of the job).
+    runs: Vec<Pending>,
 }
 
 /// Whether a claim may find work: unless `more_known` (the last claim
@@ -740,8 +767,8 @@ fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
 /// cycle ([`writer::follow_up`]). Enqueues are applied before claims in a
 /// cycle, so a high-priority job enqueued while a backlog runs waits about
 /// one writer cycle, not three (its enqueue's, its claim's and its
-/// start's). The worker that finishes the run — the one named in its
-/// attempt row — only waits for its commit.
+/// start's). Its attempt row names the writer thread, where its handler
+/// runs; a worker, whichever is free, only sees its end.
 fn submit_claim(
     s: &Arc<Shared>,
     n: usize,
@@ -749,11 +776,13 @@ fn submit_claim(
     rng: &mut Rng,
 ) -> Receiver<Result<Taken>> {
     let sh = s.clone();
-    let (seed, first_worker) = (rng.next_u64(), rng.below(s.finishers.len().max(1) as u64));
+    let seed = rng.next_u64();
     s.queue
         .writer()
         .submit_with(writer::Durability::Light, move |conn| {
             let now = now_ms();
+            // Stopping: whatever is claimed goes back through the buffer.
+            let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
             let claimed = claim::claim_batch(
                 conn,
                 &sh.kinds,
@@ -762,25 +791,21 @@ fn submit_claim(
                 &sh.owner,
                 now + lease_ms,
                 now,
+                |c| {
+                    let handler = sh.handlers.get(&c.kind)?;
+                    if !start_here || handler.has_prepare() || c.abandoned > 0 {
+                        return None;
+                    }
+                    Some((handler.clone(), sh.writer_name.clone()))
+                },
             )?;
             let mut taken = Taken {
                 claimed: Vec::new(),
                 runs: Vec::new(),
             };
-            // Stopping: whatever was claimed goes back through the buffer.
-            let start_here = !sh.stopping.load(Ordering::SeqCst) && !sh.finishers.is_empty();
             let mut rng = Rng::seeded(seed);
-            for c in claimed {
-                let handler = match sh.handlers.get(&c.kind) {
-                    Some(h) if start_here && !h.has_prepare() && c.abandoned == 0 => h.clone(),
-                    _ => {
-                        taken.claimed.push(c);
-                        continue;
-                    }
-                };
-                let w = (first_worker as usize + taken.runs.len()) % sh.finishers.len();
-                let worker = sh.worker_names[w].clone();
-                let Some(st) = claim::start(conn, c.id, &sh.owner, &worker, now)? else {
+            for (c, started) in claimed {
+                let Some((st, handler)) = started else {
                     taken.claimed.push(c);
                     continue;
                 };
@@ -790,28 +815,26 @@ fn submit_claim(
                 let attempt_id = st.attempt_id;
                 let sh2 = sh.clone();
                 let rx = writer::follow_up(move |conn| {
+                    let worker = &sh2.writer_name;
                     apply_started(
                         conn,
                         &sh2,
                         handler.as_ref(),
                         c.id,
                         &c.kind,
-                        &worker,
+                        worker,
                         st,
                         unit,
                     )
                 });
-                taken.runs.push((
-                    w,
-                    Pending::Running(Running {
-                        rx,
-                        attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
-                        ctx,
-                        attempt_id,
-                        backoff_at: now + delay.as_millis() as i64,
-                        t0: Instant::now(),
-                    }),
-                ));
+                taken.runs.push(Pending::Running(Running {
+                    rx,
+                    attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
+                    ctx,
+                    attempt_id,
+                    backoff_at: now + delay.as_millis() as i64,
+                    t0: Instant::now(),
+                }));
             }
             Ok(taken)
         })

@@ -853,9 +853,10 @@ fn writer_loop(
 /// claims, starts, lease renewals, reaping, which fail only when the disk
 /// does) gets no savepoint — two statements and a copy of every page each
 /// operation touches saved, about 5 % of the writer's time per job — and
-/// when one fails it rolls the whole transaction back: the operations
-/// before it learn `Aborted`, and those after it go on in a new
-/// transaction.
+/// when one fails it undoes the light operations before it in the
+/// transaction (they learn `Aborted`): back to one savepoint opened where
+/// they begin, if durable operations came first (those stay), or else the
+/// whole transaction; the operations after it go on.
 ///
 /// The runs a light operation queued with [`follow_up`] go with its
 /// answer: once its commit succeeded they are ready for the cycle's second
@@ -879,6 +880,12 @@ fn run_group(
     // whole transaction undoes exactly it. A lone producer's enqueue (and
     // a batch enqueue's hundred rows) then costs no sub-journal copies.
     let alone_in_group = batch.len() == 1;
+    // Where the light operations begin, in a transaction that began with
+    // durable ones (`replies` from there on are theirs), and a savepoint
+    // open there: a light operation has none of its own, and when one
+    // fails, rolling back to this one undoes the light operations only, not
+    // the enqueues and acknowledgements before them.
+    let mut light_from: Option<usize> = None;
     let mut ops = batch.drain(..);
     // A transaction left open (a COMMIT and its ROLLBACK both failed last
     // time) would swallow this group into it.
@@ -903,8 +910,13 @@ fn run_group(
             }
             in_tx = true;
         }
+        let open_light = durability == Durability::Light
+            && light_from.is_none()
+            && replies.iter().any(|(d, _)| *d == Durability::Durable);
         if let Err(e) = if savepoint {
             exec_cached(conn, "SAVEPOINT op")
+        } else if open_light {
+            exec_cached(conn, "SAVEPOINT litejob_light")
         } else {
             Ok(0)
         } {
@@ -914,11 +926,15 @@ fn run_group(
                 r(Err(err.duplicate()));
             }
             in_tx = false;
+            light_from = None;
             if !rollback(conn) {
                 ops.for_each(|op| (op.reject)(stuck()));
                 return Vec::new();
             }
             continue;
+        }
+        if open_light {
+            light_from = Some(replies.len());
         }
         op_started.store(
             (epoch.elapsed().as_millis() as i64).max(1),
@@ -939,6 +955,30 @@ fn run_group(
                 && exec_cached(conn, "ROLLBACK TO op")
                     .and_then(|_| exec_cached(conn, "RELEASE op"))
                     .is_ok();
+            // A light one: back to where the light operations began.
+            let light_only = !savepoint
+                && durability == Durability::Light
+                && light_from.is_some()
+                && exec_cached(conn, "ROLLBACK TO litejob_light").is_ok();
+            if light_only {
+                let from = light_from.expect("checked");
+                for (_, r) in replies.drain(from..) {
+                    r(Err(Error::Aborted(
+                        "another light write in the same transaction failed and was undone with it"
+                            .into(),
+                    )));
+                }
+                match outcome {
+                    Ok((_, reply)) => reply(Ok(())),
+                    Err(_) => {
+                        log::error!(target: "litejob", "a write operation panicked; it was rolled back");
+                        reject(Error::Internal(
+                            "the write operation panicked; it was rolled back".into(),
+                        ));
+                    }
+                }
+                continue;
+            }
             if !alone && !rollback(conn) {
                 for (_, r) in replies.drain(..) {
                     r(Err(stuck()));
@@ -963,6 +1003,7 @@ fn run_group(
                 )));
             }
             in_tx = false;
+            light_from = None;
             match outcome {
                 Ok((true, reply)) => reply(Err(Error::Aborted(
                     "the transaction was rolled back".into(),
@@ -1215,6 +1256,31 @@ mod tests {
         );
         assert!(r[2].is_ok() && r[3].is_ok(), "{r:?}");
         assert_eq!(rows(&w), ["b", "c", "taken"]);
+    }
+
+    #[test]
+    fn a_failing_light_operation_leaves_the_durable_ones_of_its_transaction_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("taken")).unwrap();
+        let (a, failing, b, durable) = as_one_group(&w, || {
+            let light = |f: TestOp| w.submit_with(Durability::Light, f);
+            let a = light(Box::new(insert("a")));
+            let failing = light(Box::new(half_then_fail()));
+            let b = light(Box::new(insert("b")));
+            // Sent last, applied first: durable operations lead the cycle.
+            let durable = w.submit(insert("enqueued"));
+            (a, failing, b, durable)
+        });
+        assert!(matches!(wait(a), Err(Error::Aborted(_))));
+        let failing = wait(failing);
+        assert!(
+            failing.is_err() && !matches!(failing, Err(Error::Aborted(_))),
+            "{failing:?}"
+        );
+        assert!(wait(b).is_ok());
+        assert!(wait(durable).is_ok());
+        assert_eq!(rows(&w), ["b", "enqueued", "taken"]);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub struct BenchArgs {
     /// afterwards: the succeeded count is then --jobs.
     #[arg(long)]
     pub prune_check: bool,
-    /// Jobs the runtime claims ahead of its workers (`RuntimeBuilder::claim_ahead`, default 64). Fewer
+    /// Jobs one claim takes beyond one per worker (`RuntimeBuilder::claim_ahead`, default 64). Fewer
     /// shorten the writer's cycles, and with them the enqueue -> handler
     /// start latency at full rate, at some cost in throughput
     #[arg(long, value_name = "N")]

@@ -582,6 +582,60 @@ fn prepare_runs_outside_the_write_lock_and_in_parallel() {
 }
 
 #[test]
+fn apply_only_jobs_keep_running_while_a_worker_is_stuck_in_a_prepare_step() {
+    let db = TestDb::new();
+    let q = db.open();
+    let (release, held) = crossbeam_channel::bounded::<()>(0);
+    let stuck = Arc::new(AtomicBool::new(false));
+    let s = stuck.clone();
+    let mut rt = q
+        .runtime()
+        .workers(4)
+        .handler("fast", |_tx, _: Value| Ok(Outcome::Done))
+        .handler_with_prepare(
+            "slow",
+            move |_ctx, _: Value| {
+                s.store(true, Ordering::SeqCst);
+                // Until the test lets go (or gives up on it).
+                let _ = held.recv_timeout(Duration::from_secs(120));
+                Ok(())
+            },
+            |_tx, ()| Ok(Outcome::Done),
+        )
+        .start()
+        .unwrap();
+    let slow = enqueue(&q, "slow", "slow:1");
+    wait_until("the prepare step to start", LONG, || {
+        stuck.load(Ordering::SeqCst)
+    });
+    // Many more than the runs in flight at once: a worker stuck in user
+    // code must not hold up the claims of the others' kinds.
+    for chunk in 0..30 {
+        q.enqueue_many(
+            (0..100)
+                .map(|i| NewJob::new("fast", format!("f:{chunk}:{i}"), &json!({})))
+                .collect(),
+        )
+        .unwrap();
+    }
+    let c = db.sql();
+    wait_until("3000 fast jobs while the prepare step hangs", LONG, || {
+        let n: i64 = c
+            .query_row(
+                "SELECT count(*) FROM jobs WHERE kind = 'fast' AND state = 'succeeded'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        n == 3000
+    });
+    assert_eq!(q.job(slow).unwrap().unwrap().state, JobState::Running);
+    release.send(()).unwrap();
+    wait_state(&q, slow, JobState::Succeeded);
+    rt.stop();
+}
+
+#[test]
 fn an_in_process_enqueue_wakes_an_idle_worker_without_polling() {
     let db = TestDb::new();
     let q = db.open();
