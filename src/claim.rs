@@ -24,11 +24,31 @@ pub(crate) struct Claimed {
 /// A claimed job, and its start with the caller's token if it was started.
 pub(crate) type Taken<W> = (Claimed, Option<(Started, W)>);
 
+/// What [`claim_batch`] does with a candidate, as its caller decides.
+pub(crate) enum Take<W> {
+    /// Claim it; a worker starts it.
+    Claim,
+    /// Claim and start it now, for the named worker; `W` is given back.
+    Start(W, String),
+    /// Leave it queued for now: the caller starts it with
+    /// [`take_and_start`] in a moment (a later transaction of the cycle).
+    Later(W, String),
+}
+
+/// What a claim took.
+pub(crate) struct Batch<W> {
+    pub taken: Vec<Taken<W>>,
+    /// Left for [`take_and_start`], in priority order.
+    pub later: Vec<(Claimed, W, String)>,
+}
+
 /// Claims up to `limit` runnable jobs of `kinds` (and `queues`, if given), in
-/// priority order, for `owner` until `lease_until`. A job for which
-/// `start_by` names a worker (with a token of the caller's, given back) is
-/// started at once, as [`start`] would, in the same statements: its row is
-/// updated once, claim and fence together.
+/// priority order, for `owner` until `lease_until`; `decide` says what to do
+/// with each (see [`Take`]), knowing whether the batch holds jobs of
+/// different priorities (`split`) and whether this one is `ahead` of its
+/// last job (a strictly better priority). A job started here is started as
+/// [`start`] would, in the same statements: its row is updated once, claim
+/// and fence together.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_batch<W>(
     conn: &Connection,
@@ -38,8 +58,8 @@ pub(crate) fn claim_batch<W>(
     owner: &str,
     lease_until: Millis,
     now: Millis,
-    mut start_by: impl FnMut(&Claimed) -> Option<(W, String)>,
-) -> Result<Vec<Taken<W>>> {
+    mut decide: impl FnMut(&Claimed, bool, bool) -> Take<W>,
+) -> Result<Batch<W>> {
     // One index seek per kind on jobs_claim (kind, priority, run_at, id),
     // then a merge: O(kinds × (log n + limit)) however many jobs have
     // finished or wait for other kinds. A single `kind IN (...) ORDER BY
@@ -78,38 +98,44 @@ pub(crate) fn claim_batch<W>(
     }
     candidates.sort_unstable();
     candidates.truncate(limit);
-    let mut claimed = Vec::with_capacity(candidates.len());
-    for (_, _, id, k, abandoned) in candidates {
+    let worst = candidates.last().map_or(0, |c| c.0);
+    let split = candidates.first().is_some_and(|c| c.0 < worst);
+    let mut batch = Batch {
+        taken: Vec::with_capacity(candidates.len()),
+        later: Vec::new(),
+    };
+    for (priority, _, id, k, abandoned) in candidates {
         let c = Claimed {
             id,
             kind: kinds[k].clone(),
             abandoned,
         };
-        match start_by(&c) {
-            Some((token, worker)) => {
+        match decide(&c, split, priority < worst) {
+            Take::Start(token, worker) => {
                 if let Some(st) = take_and_start(conn, id, owner, lease_until, &worker, now)? {
-                    claimed.push((c, Some((st, token))));
+                    batch.taken.push((c, Some((st, token))));
                 }
             }
-            None => {
+            Take::Later(token, worker) => batch.later.push((c, token, worker)),
+            Take::Claim => {
                 if conn
                     .prepare_cached(TAKE)?
                     .execute(rusqlite::params![id, owner, lease_until])?
                     == 1
                 {
-                    claimed.push((c, None));
+                    batch.taken.push((c, None));
                 }
             }
         }
     }
-    Ok(claimed)
+    Ok(batch)
 }
 
 /// Claims a queued job and starts its run in one go: read it, write the
 /// attempt row, then one update of the job that both claims it and fences
 /// it on the attempt (where a claim then a [`start`] would update the row
-/// twice and read it once more). None if it is not queued.
-fn take_and_start(
+/// twice and read it once more). None if it is not queued (any more).
+pub(crate) fn take_and_start(
     conn: &Connection,
     job_id: i64,
     owner: &str,

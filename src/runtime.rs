@@ -596,8 +596,10 @@ fn supervisor_loop(
         if let Some((answer, asked)) = answer {
             outstanding = None;
             match answer {
-                Ok(taken) => {
-                    let n = taken.claimed.len() + taken.runs.len();
+                Ok(mut taken) => {
+                    let n = taken.claimed.len()
+                        + taken.runs.len()
+                        + taken.later.as_ref().map_or(0, |(n, _)| *n);
                     count_in_flight(&s, &taken);
                     // A full batch means more may be waiting: claim again
                     // at once. The next claim goes to the writer before
@@ -614,7 +616,9 @@ fn supervisor_loop(
                             outstanding = Some((submit_claim(&s, free, lease_ms, &mut rng), free));
                         }
                     }
+                    let later = taken.later.take();
                     dispatch(&s, &buffer, taken);
+                    dispatch_later(&s, later);
                     if n > 0 {
                         fault::point("after-claim-commit");
                     }
@@ -679,11 +683,41 @@ fn supervisor_loop(
     // Stopping: what the last claim took still goes to the workers (or to
     // the buffer, which the stop gives back).
     if let Some((rx, _)) = outstanding {
-        if let Ok(taken) = writer::wait(rx) {
+        if let Ok(mut taken) = writer::wait(rx) {
             count_in_flight(&s, &taken);
+            let later = taken.later.take();
             dispatch(&s, &buffer, taken);
+            dispatch_later(&s, later);
         }
     }
+}
+
+/// A run a claim started: queues its apply step for the next transaction of
+/// this cycle ([`writer::follow_up`]).
+fn queue_run(
+    sh: &Arc<Shared>,
+    c: Claimed,
+    st: claim::Started,
+    handler: Arc<dyn ErasedHandler>,
+    unit: f64,
+    now: Millis,
+) -> Pending {
+    let ctx = context(c.id, &c.kind, &st);
+    let delay = sh.cfg.backoff.delay(ctx.attempt as u32, unit);
+    let attempt_id = st.attempt_id;
+    let sh2 = sh.clone();
+    let rx = writer::follow_up(move |conn| {
+        let worker = &sh2.writer_name;
+        apply_started(conn, &sh2, handler.as_ref(), c.id, &c.kind, worker, st, unit)
+    });
+    Pending::Running(Running {
+        rx,
+        attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
+        ctx,
+        attempt_id,
+        backoff_at: now + delay.as_millis() as i64,
+        t0: Instant::now(),
+    })
 }
 
 /// Counts what a claim took in flight (its leases are renewed, and a stop
@@ -697,6 +731,30 @@ fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
         if let Pending::Running(r) = p {
             f.jobs.insert(r.ctx.id, Some(r.attempt_id));
         }
+    }
+}
+
+/// Waits for the runs a claim left to its light follow-up (they are started
+/// in the same writer cycle, a commit later), then counts them in flight and
+/// hands them to the workers. If that follow-up failed, its jobs were left
+/// queued: nothing to do.
+fn dispatch_later(s: &Arc<Shared>, later: Option<(usize, Receiver<Result<Vec<Pending>>>)>) {
+    let Some((_, rx)) = later else { return };
+    match writer::wait(rx) {
+        Ok(runs) => {
+            let taken = Taken {
+                claimed: Vec::new(),
+                runs,
+                later: None,
+            };
+            count_in_flight(s, &taken);
+            for run in taken.runs {
+                if let Err(e) = s.runs_tx.send(run) {
+                    finish_job(s, e.0);
+                }
+            }
+        }
+        Err(e) => log::warn!(target: "litejob", "starting a claim's jobs failed: {e}"),
     }
 }
 
@@ -735,6 +793,10 @@ struct Taken {
     /// the writer in the claim's own cycle; a worker sees their end (logs
     /// it, lets go of the job).
     runs: Vec<Pending>,
+    /// When the claim took jobs of a better priority than the rest, it
+    /// started only those; the rest (how many) are started by a light
+    /// follow-up in the next transaction, whose runs come here.
+    later: Option<(usize, Receiver<Result<Vec<Pending>>>)>,
 }
 
 /// Whether a claim may find work: unless `more_known` (the last claim
@@ -783,7 +845,7 @@ fn submit_claim(
             let now = now_ms();
             // Stopping: whatever is claimed goes back through the buffer.
             let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
-            let claimed = claim::claim_batch(
+            let batch = claim::claim_batch(
                 conn,
                 &sh.kinds,
                 sh.queues_json.as_deref(),
@@ -791,50 +853,50 @@ fn submit_claim(
                 &sh.owner,
                 now + lease_ms,
                 now,
-                |c| {
-                    let handler = sh.handlers.get(&c.kind)?;
+                |c, split, ahead| {
+                    let Some(handler) = sh.handlers.get(&c.kind) else {
+                        return claim::Take::Claim;
+                    };
                     if !start_here || handler.has_prepare() || c.abandoned > 0 {
-                        return None;
+                        claim::Take::Claim
+                    } else if split && !ahead {
+                        claim::Take::Later(handler.clone(), sh.writer_name.clone())
+                    } else {
+                        claim::Take::Start(handler.clone(), sh.writer_name.clone())
                     }
-                    Some((handler.clone(), sh.writer_name.clone()))
                 },
             )?;
+            let mut rng = Rng::seeded(seed);
             let mut taken = Taken {
                 claimed: Vec::new(),
                 runs: Vec::new(),
+                later: None,
             };
-            let mut rng = Rng::seeded(seed);
-            for (c, started) in claimed {
-                let Some((st, handler)) = started else {
-                    taken.claimed.push(c);
-                    continue;
-                };
-                let ctx = context(c.id, &c.kind, &st);
-                let unit = rng.unit();
-                let delay = sh.cfg.backoff.delay(ctx.attempt as u32, unit);
-                let attempt_id = st.attempt_id;
-                let sh2 = sh.clone();
-                let rx = writer::follow_up(move |conn| {
-                    let worker = &sh2.writer_name;
-                    apply_started(
-                        conn,
-                        &sh2,
-                        handler.as_ref(),
-                        c.id,
-                        &c.kind,
-                        worker,
-                        st,
-                        unit,
-                    )
+            for (c, started) in batch.taken {
+                match started {
+                    Some((st, handler)) => {
+                        let unit = rng.unit();
+                        taken.runs.push(queue_run(&sh, c, st, handler, unit, now));
+                    }
+                    None => taken.claimed.push(c),
+                }
+            }
+            if !batch.later.is_empty() {
+                let (count, sh) = (batch.later.len(), sh.clone());
+                let rx = writer::follow_up_light(move |conn| {
+                    let now = now_ms();
+                    let mut runs = Vec::with_capacity(batch.later.len());
+                    for (c, handler, worker) in batch.later {
+                        if let Some(st) =
+                            claim::take_and_start(conn, c.id, &sh.owner, now + lease_ms, &worker, now)?
+                        {
+                            let unit = rng.unit();
+                            runs.push(queue_run(&sh, c, st, handler, unit, now));
+                        }
+                    }
+                    Ok(runs)
                 });
-                taken.runs.push(Pending::Running(Running {
-                    rx,
-                    attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
-                    ctx,
-                    attempt_id,
-                    backoff_at: now + delay.as_millis() as i64,
-                    t0: Instant::now(),
-                }));
+                taken.later = Some((count, rx));
             }
             Ok(taken)
         })

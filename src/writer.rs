@@ -166,15 +166,23 @@ impl Core {
                 }
             }
         }
-        // The runs the light operations just committed queued.
-        let queued = FOLLOW_UPS_READY.with(|r| std::mem::take(&mut *r.borrow_mut()));
-        if !queued.is_empty() {
+        // What the light operations just committed queued, first; then
+        // again for what light follow-ups queue in turn (a claim that
+        // started its urgent jobs first, see [`follow_up_light`]).
+        loop {
+            let queued = FOLLOW_UPS_READY.with(|r| std::mem::take(&mut *r.borrow_mut()));
             applies.splice(0..0, queued);
-        }
-        if !applies.is_empty() {
+            if applies.is_empty() {
+                break;
+            }
             let committed = run_group(conn, applies, &self.op_started, self.epoch);
             self.after_commit(conn, taken);
-            durable.extend(committed.into_iter().map(|(_, r)| r));
+            for (class, reply) in committed {
+                match class {
+                    Durability::Light => reply(Ok(())),
+                    Durability::Durable => durable.push(reply),
+                }
+            }
         }
         match (&self.sync, syncer) {
             _ if durable.is_empty() => Vec::new(),
@@ -1076,6 +1084,23 @@ where
     let (mut op, rx) = make_op_rx(Durability::Durable, apply);
     op.self_isolated = true;
     FOLLOW_UPS.with(|f| f.borrow_mut().push(op));
+    rx
+}
+
+/// [`follow_up`] for a light operation: it runs in the next transaction of
+/// this cycle, after the runs queued before it, and may queue runs of its
+/// own, which get one more transaction. A claim that took jobs of a better
+/// priority than the rest starts only those itself and leaves the others'
+/// starts to one of these: the urgent runs' handlers then wait for one
+/// commit of a few rows, not for the starts of the whole batch (~40 % of
+/// a cycle), at the price of one more commit in such a cycle.
+pub(crate) fn follow_up_light<A, FA>(f: FA) -> Receiver<Result<A>>
+where
+    A: Send + 'static,
+    FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
+{
+    let (op, rx) = make_op_rx(Durability::Light, f);
+    FOLLOW_UPS.with(|fu| fu.borrow_mut().push(op));
     rx
 }
 
