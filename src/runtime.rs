@@ -596,10 +596,8 @@ fn supervisor_loop(
         if let Some((answer, asked)) = answer {
             outstanding = None;
             match answer {
-                Ok(mut taken) => {
-                    let n = taken.claimed.len()
-                        + taken.runs.len()
-                        + taken.later.as_ref().map_or(0, |(n, _)| *n);
+                Ok(taken) => {
+                    let n = taken.claimed.len() + taken.runs.len() + taken.later.unwrap_or(0);
                     count_in_flight(&s, &taken);
                     // A full batch means more may be waiting: claim again
                     // at once. The next claim goes to the writer before
@@ -616,9 +614,7 @@ fn supervisor_loop(
                             outstanding = Some((submit_claim(&s, free, lease_ms, &mut rng), free));
                         }
                     }
-                    let later = taken.later.take();
                     dispatch(&s, &buffer, taken);
-                    dispatch_later(&s, later);
                     if n > 0 {
                         fault::point("after-claim-commit");
                     }
@@ -683,11 +679,16 @@ fn supervisor_loop(
     // Stopping: what the last claim took still goes to the workers (or to
     // the buffer, which the stop gives back).
     if let Some((rx, _)) = outstanding {
-        if let Ok(mut taken) = writer::wait(rx) {
+        if let Ok(taken) = writer::wait(rx) {
             count_in_flight(&s, &taken);
-            let later = taken.later.take();
+            let later = taken.later.is_some();
             dispatch(&s, &buffer, taken);
-            dispatch_later(&s, later);
+            if later {
+                // Its light follow-up hands over the rest of its runs when
+                // it runs, in the same cycle: let that cycle end first, so
+                // the stop sees them through.
+                let _ = s.queue.writer().run_light(|_| Ok(()));
+            }
         }
     }
 }
@@ -708,7 +709,16 @@ fn queue_run(
     let sh2 = sh.clone();
     let rx = writer::follow_up(move |conn| {
         let worker = &sh2.writer_name;
-        apply_started(conn, &sh2, handler.as_ref(), c.id, &c.kind, worker, st, unit)
+        apply_started(
+            conn,
+            &sh2,
+            handler.as_ref(),
+            c.id,
+            &c.kind,
+            worker,
+            st,
+            unit,
+        )
     });
     Pending::Running(Running {
         rx,
@@ -731,30 +741,6 @@ fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
         if let Pending::Running(r) = p {
             f.jobs.insert(r.ctx.id, Some(r.attempt_id));
         }
-    }
-}
-
-/// Waits for the runs a claim left to its light follow-up (they are started
-/// in the same writer cycle, a commit later), then counts them in flight and
-/// hands them to the workers. If that follow-up failed, its jobs were left
-/// queued: nothing to do.
-fn dispatch_later(s: &Arc<Shared>, later: Option<(usize, Receiver<Result<Vec<Pending>>>)>) {
-    let Some((_, rx)) = later else { return };
-    match writer::wait(rx) {
-        Ok(runs) => {
-            let taken = Taken {
-                claimed: Vec::new(),
-                runs,
-                later: None,
-            };
-            count_in_flight(s, &taken);
-            for run in taken.runs {
-                if let Err(e) = s.runs_tx.send(run) {
-                    finish_job(s, e.0);
-                }
-            }
-        }
-        Err(e) => log::warn!(target: "litejob", "starting a claim's jobs failed: {e}"),
     }
 }
 
@@ -794,9 +780,10 @@ struct Taken {
     /// it, lets go of the job).
     runs: Vec<Pending>,
     /// When the claim took jobs of a better priority than the rest, it
-    /// started only those; the rest (how many) are started by a light
-    /// follow-up in the next transaction, whose runs come here.
-    later: Option<(usize, Receiver<Result<Vec<Pending>>>)>,
+    /// started only those: the rest (how many) are started by a light
+    /// follow-up in the cycle's next transaction, which hands their runs
+    /// to the workers itself.
+    later: Option<usize>,
 }
 
 /// Whether a claim may find work: unless `more_known` (the last claim
@@ -887,16 +874,38 @@ fn submit_claim(
                     let now = now_ms();
                     let mut runs = Vec::with_capacity(batch.later.len());
                     for (c, handler, worker) in batch.later {
-                        if let Some(st) =
-                            claim::take_and_start(conn, c.id, &sh.owner, now + lease_ms, &worker, now)?
-                        {
+                        if let Some(st) = claim::take_and_start(
+                            conn,
+                            c.id,
+                            &sh.owner,
+                            now + lease_ms,
+                            &worker,
+                            now,
+                        )? {
                             let unit = rng.unit();
                             runs.push(queue_run(&sh, c, st, handler, unit, now));
                         }
                     }
-                    Ok(runs)
+                    // Handed over here, not by the supervisor when this
+                    // commits (one wake-up of it less per cycle): if this
+                    // transaction is undone, the runs' apply steps never run
+                    // and their workers hear `Aborted`.
+                    let taken = Taken {
+                        claimed: Vec::new(),
+                        runs,
+                        later: None,
+                    };
+                    count_in_flight(&sh, &taken);
+                    for run in taken.runs {
+                        // Never waited for here, on the writer thread (its
+                        // answer needs this thread): with no worker left to
+                        // receive it (the runtime is gone), it is dropped.
+                        let _ = sh.runs_tx.send(run);
+                    }
+                    Ok(())
                 });
-                taken.later = Some((count, rx));
+                drop(rx);
+                taken.later = Some(count);
             }
             Ok(taken)
         })

@@ -1410,6 +1410,52 @@ mod tests {
     }
 
     #[test]
+    fn a_light_follow_up_runs_after_the_runs_queued_before_it_and_its_own_runs_after_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let path = dir.path().join("w.db");
+        // Whether a reader (another connection) sees `v` committed.
+        let committed = move |v: &str| -> bool {
+            let c = Connection::open(&path).unwrap();
+            c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = ?1)", [v], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (s1, s2) = (seen.clone(), seen.clone());
+        let claim = move |c: &Connection| -> Result<_> {
+            insert("claim")(c)?;
+            let urgent = follow_up(insert("urgent"));
+            let rest = follow_up_light(move |c: &Connection| {
+                s1.lock()
+                    .unwrap()
+                    .push(("rest starts", committed("claim"), committed("urgent")));
+                insert("rest")(c)?;
+                let committed = committed.clone();
+                Ok(follow_up(move |c: &Connection| {
+                    s2.lock()
+                        .unwrap()
+                        .push(("rest runs", committed("rest"), committed("urgent")));
+                    insert("rest run")(c)
+                }))
+            });
+            Ok((urgent, rest))
+        };
+        let (urgent, rest) = wait(w.submit_with(Durability::Light, claim)).unwrap();
+        wait(urgent).unwrap();
+        let rest_run = wait(rest).unwrap();
+        wait(rest_run).unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            // The rest starts in the urgent run's transaction (after the
+            // claim's commit); its own run comes after that commit.
+            [("rest starts", true, false), ("rest runs", true, true)]
+        );
+        assert_eq!(rows(&w), ["claim", "rest", "rest run", "urgent"]);
+    }
+
+    #[test]
     fn a_run_queued_by_an_operation_that_is_undone_never_runs() {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
