@@ -2,7 +2,7 @@
 //! release at shutdown. Writes `jobs` (state and lease columns) and
 //! `attempts` (through the history module).
 
-use rusqlite::Connection;
+use rusqlite::{CachedStatement, Connection};
 
 use crate::error::Result;
 use crate::history::{self, AttemptOutcome};
@@ -31,14 +31,15 @@ pub(crate) enum Take<W> {
     /// Claim and start it now, for the named worker; `W` is given back.
     Start(W, String),
     /// Leave it queued for now: the caller starts it with
-    /// [`take_and_start`] in a moment (a later transaction of the cycle).
+    /// [`Starter::take_and_start`] in a moment (a later transaction of the
+    /// cycle).
     Later(W, String),
 }
 
 /// What a claim took.
 pub(crate) struct Batch<W> {
     pub taken: Vec<Taken<W>>,
-    /// Left for [`take_and_start`], in priority order.
+    /// Left for [`Starter::take_and_start`], in priority order.
     pub later: Vec<(Claimed, W, String)>,
 }
 
@@ -104,6 +105,8 @@ pub(crate) fn claim_batch<W>(
         taken: Vec::with_capacity(candidates.len()),
         later: Vec::new(),
     };
+    let mut take = conn.prepare_cached(TAKE)?;
+    let mut starter: Option<Starter<'_>> = None;
     for (priority, _, id, k, abandoned) in candidates {
         let c = Claimed {
             id,
@@ -112,17 +115,17 @@ pub(crate) fn claim_batch<W>(
         };
         match decide(&c, split, priority < worst) {
             Take::Start(token, worker) => {
-                if let Some(st) = take_and_start(conn, id, owner, lease_until, &worker, now)? {
+                let starter = match &mut starter {
+                    Some(s) => s,
+                    None => starter.insert(Starter::new(conn)?),
+                };
+                if let Some(st) = starter.take_and_start(id, owner, lease_until, &worker, now)? {
                     batch.taken.push((c, Some((st, token))));
                 }
             }
             Take::Later(token, worker) => batch.later.push((c, token, worker)),
             Take::Claim => {
-                if conn
-                    .prepare_cached(TAKE)?
-                    .execute(rusqlite::params![id, owner, lease_until])?
-                    == 1
-                {
+                if take.execute(rusqlite::params![id, owner, lease_until])? == 1 {
                     batch.taken.push((c, None));
                 }
             }
@@ -131,71 +134,91 @@ pub(crate) fn claim_batch<W>(
     Ok(batch)
 }
 
-/// Claims a queued job and starts its run in one go: read it, write the
-/// attempt row, then one update of the job that both claims it and fences
-/// it on the attempt (where a claim then a [`start`] would update the row
-/// twice and read it once more). None if it is not queued (any more).
-pub(crate) fn take_and_start(
-    conn: &Connection,
-    job_id: i64,
-    owner: &str,
-    lease_until: Millis,
-    worker: &str,
-    now: Millis,
-) -> Result<Option<Started>> {
-    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
-         WHERE id = ?1 AND state = 'queued'";
-    const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
-         lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
-         WHERE id = ?1 AND state = 'queued'";
-    let Some((charged, max_attempts, key, queue, payload)) =
-        read_for_start(conn, READ, job_id, None)?
-    else {
-        return Ok(None);
-    };
-    let attempt = charged + 1;
-    let attempt_id = history::start(
-        conn,
-        history::RunOf::Job(job_id),
-        attempt,
-        &key,
-        worker,
-        now,
-    )?;
-    let taken = conn
-        .prepare_cached(TAKE_FENCED)?
-        .execute(rusqlite::params![
+/// Claims queued jobs and starts their runs, each in one go: read it, write
+/// the attempt row, then one update of the job that both claims it and
+/// fences it on the attempt (where a claim then a [`start`] would update
+/// the row twice and read it once more). Its three statements are taken
+/// from the connection's cache once, for a whole batch.
+pub(crate) struct Starter<'c> {
+    conn: &'c Connection,
+    read: CachedStatement<'c>,
+    attempt: CachedStatement<'c>,
+    take: CachedStatement<'c>,
+}
+
+impl<'c> Starter<'c> {
+    /// Prepares (or takes from the cache) the statements.
+    pub(crate) fn new(conn: &'c Connection) -> Result<Starter<'c>> {
+        const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload \
+             FROM jobs WHERE id = ?1 AND state = 'queued'";
+        const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
+             lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
+             WHERE id = ?1 AND state = 'queued'";
+        Ok(Starter {
+            conn,
+            read: conn.prepare_cached(READ)?,
+            attempt: history::start_statement(conn)?,
+            take: conn.prepare_cached(TAKE_FENCED)?,
+        })
+    }
+
+    /// Claims and starts `job_id` for `owner` until `lease_until`, its
+    /// attempt run by `worker`. None if it is not queued (any more).
+    pub(crate) fn take_and_start(
+        &mut self,
+        job_id: i64,
+        owner: &str,
+        lease_until: Millis,
+        worker: &str,
+        now: Millis,
+    ) -> Result<Option<Started>> {
+        let Some((charged, max_attempts, key, queue, payload)) =
+            read_for_start(&mut self.read, rusqlite::params![job_id])?
+        else {
+            return Ok(None);
+        };
+        let attempt = charged + 1;
+        let attempt_id = history::start_with(
+            &mut self.attempt,
+            self.conn,
+            history::RunOf::Job(job_id),
+            attempt,
+            &key,
+            worker,
+            now,
+        )?;
+        let taken = self.take.execute(rusqlite::params![
             job_id,
             owner,
             lease_until,
             attempt,
             attempt_id
         ])?;
-    if taken != 1 {
-        // Read as queued a moment ago in this transaction: cannot happen.
-        // Fail the operation, so its transaction (the attempt row) is undone.
-        return Err(crate::error::Error::Internal(format!(
-            "job {job_id} changed between its read and its claim"
-        )));
+        if taken != 1 {
+            // Read as queued a moment ago in this transaction: cannot
+            // happen. Fail the operation, so its transaction (the attempt
+            // row with it) is undone.
+            return Err(crate::error::Error::Internal(format!(
+                "job {job_id} changed between its read and its claim"
+            )));
+        }
+        Ok(Some(Started {
+            attempt_id,
+            attempt,
+            max_attempts,
+            key,
+            queue,
+            payload,
+        }))
     }
-    Ok(Some(Started {
-        attempt_id,
-        attempt,
-        max_attempts,
-        key,
-        queue,
-        payload,
-    }))
 }
 
 /// A job's row as a start needs it: (attempts charged, max_attempts, key,
-/// queue, payload), by `sql` (fenced as the caller needs).
+/// queue, payload), by `st` (fenced as the caller needs).
 #[allow(clippy::type_complexity)]
 fn read_for_start(
-    conn: &Connection,
-    sql: &str,
-    job_id: i64,
-    owner: Option<&str>,
+    st: &mut CachedStatement<'_>,
+    params: impl rusqlite::Params,
 ) -> Result<Option<(i64, i64, String, String, String)>> {
     // Text read leniently: a row written by hand with bytes that are not
     // UTF-8 must not make every start fail (a failing light operation
@@ -207,11 +230,7 @@ fn read_for_start(
                 .into_owned(),
         )
     };
-    let mut st = conn.prepare_cached(sql)?;
-    let mut rows = match owner {
-        Some(o) => st.query(rusqlite::params![job_id, o])?,
-        None => st.query(rusqlite::params![job_id])?,
-    };
+    let mut rows = st.query(params)?;
     Ok(match rows.next()? {
         Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
         None => None,
@@ -248,7 +267,10 @@ pub(crate) fn start(
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
-    let row = read_for_start(conn, READ, job_id, Some(owner))?;
+    let row = read_for_start(
+        &mut conn.prepare_cached(READ)?,
+        rusqlite::params![job_id, owner],
+    )?;
     let Some((charged, max_attempts, key, queue, payload)) = row else {
         return Ok(None);
     };

@@ -1,7 +1,7 @@
 //! The attempt history: one row per run of a job or an effect, written when
 //! the run starts and finished when it ends. Writes `attempts` only.
 
-use rusqlite::{Connection, Row};
+use rusqlite::{CachedStatement, Connection, Row};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -140,17 +140,34 @@ pub(crate) fn start(
     worker: &str,
     now: Millis,
 ) -> Result<i64> {
+    start_with(&mut start_statement(conn)?, conn, of, attempt, key, worker, now)
+}
+
+/// The statement [`start_with`] runs, for a caller that starts many runs
+/// in one operation (a claim): taken from the connection's cache once.
+pub(crate) fn start_statement(conn: &Connection) -> Result<CachedStatement<'_>> {
     // One row, VALUES: an INSERT … SELECT would make SQLite keep a statement
     // journal (a copy of every page it touches) for what is one row.
     const SQL: &str = "INSERT INTO attempts (job_id, outbox_id, attempt, key, worker, started_at) \
                        VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    Ok(conn.prepare_cached(SQL)?)
+}
+
+/// [`start`] with its statement from [`start_statement`].
+pub(crate) fn start_with(
+    st: &mut CachedStatement<'_>,
+    conn: &Connection,
+    of: RunOf,
+    attempt: i64,
+    key: &str,
+    worker: &str,
+    now: Millis,
+) -> Result<i64> {
     let (job_id, outbox_id) = match of {
         RunOf::Job(id) => (Some(id), None),
         RunOf::Effect(id) => (None, Some(id)),
     };
-    conn.prepare_cached(SQL)?.execute(rusqlite::params![
-        job_id, outbox_id, attempt, key, worker, now
-    ])?;
+    st.execute(rusqlite::params![job_id, outbox_id, attempt, key, worker, now])?;
     Ok(conn.last_insert_rowid())
 }
 

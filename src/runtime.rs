@@ -873,15 +873,11 @@ fn submit_claim(
                 let rx = writer::follow_up_light(move |conn| {
                     let now = now_ms();
                     let mut runs = Vec::with_capacity(batch.later.len());
+                    let mut starter = claim::Starter::new(conn)?;
                     for (c, handler, worker) in batch.later {
-                        if let Some(st) = claim::take_and_start(
-                            conn,
-                            c.id,
-                            &sh.owner,
-                            now + lease_ms,
-                            &worker,
-                            now,
-                        )? {
+                        if let Some(st) =
+                            starter.take_and_start(c.id, &sh.owner, now + lease_ms, &worker, now)?
+                        {
                             let unit = rng.unit();
                             runs.push(queue_run(&sh, c, st, handler, unit, now));
                         }
