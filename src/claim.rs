@@ -119,7 +119,7 @@ pub(crate) fn claim_batch<W>(
                     Some(s) => s,
                     None => starter.insert(Starter::new(conn)?),
                 };
-                if let Some(st) = starter.take_and_start(id, owner, lease_until, &worker, now)? {
+                if let Some(st) = starter.take_and_start(&c, owner, lease_until, &worker, now)? {
                     batch.taken.push((c, Some((st, token))));
                 }
             }
@@ -149,8 +149,12 @@ pub(crate) struct Starter<'c> {
 impl<'c> Starter<'c> {
     /// Prepares (or takes from the cache) the statements.
     pub(crate) fn new(conn: &'c Connection) -> Result<Starter<'c>> {
+        // Still queued, due, and as suspect as when the claim chose it: a
+        // job started a transaction after its claim chose it (see
+        // `Take::Later`) may have been run, failed and requeued meanwhile
+        // by another process.
         const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload \
-             FROM jobs WHERE id = ?1 AND state = 'queued'";
+             FROM jobs WHERE id = ?1 AND state = 'queued' AND run_at <= ?2 AND abandoned = ?3";
         const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
              lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
              WHERE id = ?1 AND state = 'queued'";
@@ -162,18 +166,20 @@ impl<'c> Starter<'c> {
         })
     }
 
-    /// Claims and starts `job_id` for `owner` until `lease_until`, its
-    /// attempt run by `worker`. None if it is not queued (any more).
+    /// Claims and starts job `c` for `owner` until `lease_until`, its
+    /// attempt run by `worker`. None if it is not queued, due and as
+    /// abandoned as `c` says (any more).
     pub(crate) fn take_and_start(
         &mut self,
-        job_id: i64,
+        c: &Claimed,
         owner: &str,
         lease_until: Millis,
         worker: &str,
         now: Millis,
     ) -> Result<Option<Started>> {
+        let job_id = c.id;
         let Some((charged, max_attempts, key, queue, payload)) =
-            read_for_start(&mut self.read, rusqlite::params![job_id])?
+            read_for_start(&mut self.read, rusqlite::params![job_id, now, c.abandoned])?
         else {
             return Ok(None);
         };

@@ -140,7 +140,15 @@ pub(crate) fn start(
     worker: &str,
     now: Millis,
 ) -> Result<i64> {
-    start_with(&mut start_statement(conn)?, conn, of, attempt, key, worker, now)
+    start_with(
+        &mut start_statement(conn)?,
+        conn,
+        of,
+        attempt,
+        key,
+        worker,
+        now,
+    )
 }
 
 /// The statement [`start_with`] runs, for a caller that starts many runs
@@ -167,7 +175,9 @@ pub(crate) fn start_with(
         RunOf::Job(id) => (Some(id), None),
         RunOf::Effect(id) => (None, Some(id)),
     };
-    st.execute(rusqlite::params![job_id, outbox_id, attempt, key, worker, now])?;
+    st.execute(rusqlite::params![
+        job_id, outbox_id, attempt, key, worker, now
+    ])?;
     Ok(conn.last_insert_rowid())
 }
 

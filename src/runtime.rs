@@ -279,6 +279,9 @@ struct Shared {
     /// The name a claim's runs record in their attempt rows: their handler
     /// runs on the writer thread.
     writer_name: String,
+    /// Jobs split claims left to their light follow-ups, not yet counted
+    /// in flight by them (see [`submit_claim`]).
+    later_reserved: std::sync::atomic::AtomicI64,
     /// The supervisor skipped a claim: every worker's pipeline was full. A
     /// worker that finishes a run then tells it (`space`).
     room_wanted: AtomicBool,
@@ -364,6 +367,7 @@ impl Runtime {
             runs_tx,
             max_in_flight,
             writer_name: format!("{}/litejob-writer", std::process::id()),
+            later_reserved: std::sync::atomic::AtomicI64::new(0),
             room_wanted: AtomicBool::new(false),
             job_wake,
             outbox_wake,
@@ -455,8 +459,11 @@ impl Runtime {
             std::thread::sleep(Duration::from_millis(5));
         }
         let mut report = StopReport::default();
-        // Runs a claim started for a worker that had stopped: their apply
-        // steps were on the writer already; see them through.
+        // Runs a claim started that no worker took before it stopped: their
+        // apply steps were on the writer already; see them through, after
+        // the cycle under way (a split claim's follow-up may still be
+        // handing some over).
+        let _ = self.shared.queue.writer().run_light(|_| Ok(()));
         while let Ok(p) = self.runs_rx.try_recv() {
             finish_job(&self.shared, p);
         }
@@ -550,9 +557,10 @@ fn supervisor_loop(
         // Set before looking, so a worker that finishes a run meanwhile
         // sees it and wakes us.
         s.room_wanted.store(true, Ordering::SeqCst);
+        let reserved = s.later_reserved.load(Ordering::SeqCst).max(0) as usize;
         let room = s
             .max_in_flight
-            .saturating_sub(s.in_flight.lock().unwrap().jobs.len());
+            .saturating_sub(s.in_flight.lock().unwrap().jobs.len() + reserved);
         let free = capacity.saturating_sub(buffer.len()).min(room);
         if free > 0 {
             s.room_wanted.store(false, Ordering::SeqCst);
@@ -691,6 +699,31 @@ fn supervisor_loop(
             }
         }
     }
+}
+
+/// Starts the jobs a split claim left queued (see [`claim::Take::Later`]),
+/// unless the runtime is stopping (they stay queued then), and queues their
+/// apply steps.
+fn start_later(
+    conn: &rusqlite::Connection,
+    sh: &Arc<Shared>,
+    later: Vec<(Claimed, Arc<dyn ErasedHandler>, String)>,
+    lease_ms: i64,
+    rng: &mut Rng,
+) -> Result<Vec<Pending>> {
+    if sh.stopping.load(Ordering::SeqCst) {
+        return Ok(Vec::new());
+    }
+    let now = now_ms();
+    let mut runs = Vec::with_capacity(later.len());
+    let mut starter = claim::Starter::new(conn)?;
+    for (c, handler, worker) in later {
+        if let Some(st) = starter.take_and_start(&c, &sh.owner, now + lease_ms, &worker, now)? {
+            let unit = rng.unit();
+            runs.push(queue_run(sh, c, st, handler, unit, now));
+        }
+    }
+    Ok(runs)
 }
 
 /// A run a claim started: queues its apply step for the next transaction of
@@ -870,18 +903,16 @@ fn submit_claim(
             }
             if !batch.later.is_empty() {
                 let (count, sh) = (batch.later.len(), sh.clone());
-                let rx = writer::follow_up_light(move |conn| {
-                    let now = now_ms();
-                    let mut runs = Vec::with_capacity(batch.later.len());
-                    let mut starter = claim::Starter::new(conn)?;
-                    for (c, handler, worker) in batch.later {
-                        if let Some(st) =
-                            starter.take_and_start(c.id, &sh.owner, now + lease_ms, &worker, now)?
-                        {
-                            let unit = rng.unit();
-                            runs.push(queue_run(&sh, c, st, handler, unit, now));
-                        }
-                    }
+                // Counted against max_in_flight until the follow-up has
+                // counted its runs (it may run before the supervisor hears
+                // of the claim: the balance may dip below 0 meanwhile).
+                sh.later_reserved.fetch_add(count as i64, Ordering::SeqCst);
+                let _ = writer::follow_up_light(move |conn| {
+                    let started = start_later(conn, &sh, batch.later, lease_ms, &mut rng);
+                    sh.later_reserved.fetch_sub(count as i64, Ordering::SeqCst);
+                    let runs = started.inspect_err(|e| {
+                        log::warn!(target: "litejob", "starting the rest of a claim failed: {e}");
+                    })?;
                     // Handed over here, not by the supervisor when this
                     // commits (one wake-up of it less per cycle): if this
                     // transaction is undone, the runs' apply steps never run
@@ -900,7 +931,6 @@ fn submit_claim(
                     }
                     Ok(())
                 });
-                drop(rx);
                 taken.later = Some(count);
             }
             Ok(taken)
@@ -1472,7 +1502,13 @@ fn finish_running(s: &Arc<Shared>, r: Running) {
                 error = err.as_str(); "job run not recorded");
         }
     }
-    s.in_flight.lock().unwrap().jobs.remove(&id);
+    // Only if it is still this run's (or its claim's) entry: a run whose
+    // start was undone with its transaction may end after a newer claim of
+    // the same job took its place.
+    let mut f = s.in_flight.lock().unwrap();
+    if matches!(f.jobs.get(&id), Some(None)) || f.jobs.get(&id) == Some(&Some(attempt_id)) {
+        f.jobs.remove(&id);
+    }
 }
 
 /// The write that records a failed run, as its own durable operation.

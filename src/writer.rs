@@ -921,6 +921,7 @@ fn run_group(
         let open_light = durability == Durability::Light
             && light_from.is_none()
             && replies.iter().any(|(d, _)| *d == Durability::Durable);
+        // (`ROLLBACK TO` goes back to the innermost savepoint of that name.)
         if let Err(e) = if savepoint {
             exec_cached(conn, "SAVEPOINT op")
         } else if open_light {
@@ -1029,6 +1030,13 @@ fn run_group(
         }
         if ok && savepoint {
             let _ = exec_cached(conn, "RELEASE op");
+        }
+        if durability == Durability::Durable && outcome.is_ok() {
+            // A durable operation after light ones (a follow-up
+            // transaction mixes them): the next light one opens a savepoint
+            // of its own, nested, so that undoing light operations never
+            // undoes this one.
+            light_from = None;
         }
         match outcome {
             Ok((_, reply)) => replies.push((durability, reply)),
@@ -1453,6 +1461,30 @@ mod tests {
             [("rest starts", true, false), ("rest runs", true, true)]
         );
         assert_eq!(rows(&w), ["claim", "rest", "rest run", "urgent"]);
+    }
+
+    #[test]
+    fn a_failing_light_follow_up_spares_the_runs_before_it_in_its_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        w.run(insert("taken")).unwrap();
+        // As two claims' follow-ups land in one transaction: a run, a
+        // light one, a run, a light one that fails.
+        let queue = |c: &Connection| -> Result<_> {
+            insert("claim")(c)?;
+            Ok((
+                follow_up(insert("a")),
+                follow_up_light(insert("light ok")),
+                follow_up(insert("b")),
+                follow_up_light(half_then_fail()),
+            ))
+        };
+        let (a, ok, b, fails) = wait(w.submit_with(Durability::Light, queue)).unwrap();
+        assert!(wait(a).is_ok() && wait(ok).is_ok());
+        let b = wait(b);
+        assert!(b.is_ok(), "{b:?}");
+        assert!(wait(fails).is_err());
+        assert_eq!(rows(&w), ["a", "b", "claim", "light ok", "taken"]);
     }
 
     #[test]
