@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use litejob::{NewJob, Queue};
 
-use super::harness::{self, check_invariants, enqueue_n, kill, soak, wait_timeout, Env, Rng};
+use super::harness::{
+    self, check_invariants, enqueue_n, enqueue_quick, kill, soak, wait_timeout, Env, Rng,
+};
 use crate::support::wait_until;
 
 /// 100 kills in CI (a mix of random SIGKILLs and aborts at announced
@@ -25,6 +27,7 @@ fn random_kills_lose_nothing_and_double_nothing() {
     let target = if soak() { 1000 } else { 100 };
     let mut keys = enqueue_n(&q, "work", "w", 0, 60);
     keys.extend(enqueue_n(&q, "doomed", "d", 0, 5));
+    keys.extend(enqueue_quick(&q, 0, 60));
     let mut kills = 0;
     let mut fault_aborts = 0;
     let mut next = 60;
@@ -33,6 +36,7 @@ fn random_kills_lose_nothing_and_double_nothing() {
     while kills < target {
         round += 1;
         keys.extend(enqueue_n(&q, "work", "w", next, 8));
+        keys.extend(enqueue_quick(&q, next, 8));
         next += 8;
         // A redelivery of an old key is a duplicate, never a new job.
         let old = format!("w-{}", rng.below(next as u64));

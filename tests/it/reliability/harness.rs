@@ -20,7 +20,11 @@ use crate::support::TestDb;
 ///   the transaction);
 /// - `doomed`: writes its effect row, then discards itself (made to fail:
 ///   must end `dead` with no effect row);
-/// - `crash`: aborts the process (a poison pill).
+/// - `crash`: aborts the process (a poison pill);
+/// - `quick`: what `work` does, with no prepare step: the claim starts it
+///   and the writer runs it in the claim's own cycle (split when the batch
+///   mixes priorities); it appends its key to the starts file from inside
+///   its transaction.
 ///
 /// Every prepare step first appends the key to the starts file; the `mail`
 /// effect appends `mail:<key>` to the effects file.
@@ -51,7 +55,8 @@ fn prepare_start(starts: &Path, key: &str) {
 /// A runtime builder with the test handlers (used by the child and by
 /// in-process runtimes).
 pub fn runtime(queue: &Queue, h: &Handlers) -> RuntimeBuilder {
-    let (s1, s2, s3, s4) = (
+    let (s1, s2, s3, s4, s5) = (
+        h.starts.clone(),
         h.starts.clone(),
         h.starts.clone(),
         h.starts.clone(),
@@ -111,6 +116,11 @@ pub fn runtime(queue: &Queue, h: &Handlers) -> RuntimeBuilder {
             },
             |_tx, ()| Ok(Outcome::Done),
         )
+        .handler("quick", move |tx, _p: serde_json::Value| {
+            let key = tx.job().key.clone();
+            prepare_start(&s5, &key);
+            apply_work(tx, key)
+        })
         .effect("mail", move |e, _key: String| {
             append_line(&effects, &e.key);
             Ok(())
@@ -488,7 +498,7 @@ pub fn check_invariants(env: &Env, enqueued: &[String]) -> Figures {
             "job {key}: handler started {started} times but only {attempt_rows} runs recorded"
         );
         match (kind.as_str(), state.as_str()) {
-            ("work" | "slow", "succeeded") => {
+            ("work" | "slow" | "quick", "succeeded") => {
                 f.succeeded += 1;
                 assert_eq!(effect_rows, 1, "job {key}: in-transaction effect rows");
                 assert_eq!(ledger, 1, "job {key}: ledger rows");
@@ -507,7 +517,7 @@ pub fn check_invariants(env: &Env, enqueued: &[String]) -> Figures {
                 );
                 f.repeated_effects += n - 1;
             }
-            ("work" | "slow", "dead") => {
+            ("work" | "slow" | "quick", "dead") => {
                 assert!(
                     err.contains("abandoned 3 times") && abandoned >= 3,
                     "job {key} dead for another reason than 3 abandoned runs: {err}"
@@ -570,6 +580,23 @@ pub fn check_invariants(env: &Env, enqueued: &[String]) -> Figures {
 }
 
 /// Enqueues `n` jobs of `kind` with keys `<prefix>-<i>`; returns the keys.
+/// `n` apply-only `quick` jobs of priorities -1, 0 and 1 in turn, so claims
+/// take batches of mixed priorities and split them.
+pub fn enqueue_quick(q: &Queue, from: usize, n: usize) -> Vec<String> {
+    let keys: Vec<String> = (from..from + n).map(|i| format!("q-{i}")).collect();
+    let jobs = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            NewJob::new("quick", k.clone(), &serde_json::json!({ "k": k }))
+                .with_priority(i as i64 % 3 - 1)
+        })
+        .collect();
+    let r = q.enqueue_many(jobs).expect("enqueue batch");
+    assert!(r.iter().all(|e| !e.is_duplicate()));
+    keys
+}
+
 pub fn enqueue_n(q: &Queue, kind: &str, prefix: &str, from: usize, n: usize) -> Vec<String> {
     let keys: Vec<String> = (from..from + n).map(|i| format!("{prefix}-{i}")).collect();
     let jobs = keys
