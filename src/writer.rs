@@ -127,7 +127,7 @@ impl Core {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One cycle, in two transactions. The first holds the durable
+    /// One cycle, in two transactions (or more, see below). The first holds the durable
     /// operations that are not a run's apply step (enqueues, acks, operator
     /// actions), each in its own savepoint, then the light ones (claims,
     /// starts, renewals) without: a claim then sees the jobs enqueued in the
@@ -136,9 +136,11 @@ impl Core {
     /// does not wait for the fsync of other jobs' completions. The second
     /// holds the apply steps of the runs started in the first (a pair's, or
     /// one a light operation queued with [`follow_up`]): their starts are
-    /// committed before any of their user code runs. The durable
-    /// operations of both are answered once the second commit (or the first,
-    /// if there is no second) is on disk — one fsync covers every commit
+    /// committed before any of their user code runs. A light follow-up
+    /// ([`follow_up_light`]) queued by the first runs in the second, and the
+    /// runs it queues get a third; and so on while follow-ups queue more.
+    /// The durable operations of all are answered once the last commit is
+    /// on disk — one fsync covers every commit
     /// before it: by the syncer thread if `syncer` is given (the writer goes
     /// on with the next cycle while the disk works); otherwise their answers
     /// are returned, to be given after [`Core::sync`] — which the caller
