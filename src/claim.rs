@@ -178,27 +178,24 @@ impl<'c> Starter<'c> {
         now: Millis,
     ) -> Result<Option<Started>> {
         let job_id = c.id;
-        let Some((charged, max_attempts, key, queue, payload)) =
-            read_for_start(&mut self.read, rusqlite::params![job_id, now, c.abandoned])?
+        let Some(st) = begin_run(
+            &mut self.read,
+            &mut self.attempt,
+            self.conn,
+            rusqlite::params![job_id, now, c.abandoned],
+            job_id,
+            worker,
+            now,
+        )?
         else {
             return Ok(None);
         };
-        let attempt = charged + 1;
-        let attempt_id = history::start_with(
-            &mut self.attempt,
-            self.conn,
-            history::RunOf::Job(job_id),
-            attempt,
-            &key,
-            worker,
-            now,
-        )?;
         let taken = self.take.execute(rusqlite::params![
             job_id,
             owner,
             lease_until,
-            attempt,
-            attempt_id
+            st.attempt,
+            st.attempt_id
         ])?;
         if taken != 1 {
             // Read as queued a moment ago in this transaction: cannot
@@ -208,24 +205,22 @@ impl<'c> Starter<'c> {
                 "job {job_id} changed between its read and its claim"
             )));
         }
-        Ok(Some(Started {
-            attempt_id,
-            attempt,
-            max_attempts,
-            key,
-            queue,
-            payload,
-        }))
+        Ok(Some(st))
     }
 }
 
-/// A job's row as a start needs it: (attempts charged, max_attempts, key,
-/// queue, payload), by `st` (fenced as the caller needs).
-#[allow(clippy::type_complexity)]
-fn read_for_start(
-    st: &mut CachedStatement<'_>,
+/// The part of a start both kinds share: reads the job by `read` (fenced
+/// as the caller needs, with `params`), writes its attempt row. The caller
+/// then fences the job on the attempt; None if the read found nothing.
+fn begin_run(
+    read: &mut CachedStatement<'_>,
+    attempt_row: &mut CachedStatement<'_>,
+    conn: &Connection,
     params: impl rusqlite::Params,
-) -> Result<Option<(i64, i64, String, String, String)>> {
+    job_id: i64,
+    worker: &str,
+    now: Millis,
+) -> Result<Option<Started>> {
     // Text read leniently: a row written by hand with bytes that are not
     // UTF-8 must not make every start fail (a failing light operation
     // undoes the light operations of its transaction: a claim and every
@@ -236,11 +231,34 @@ fn read_for_start(
                 .into_owned(),
         )
     };
-    let mut rows = st.query(params)?;
-    Ok(match rows.next()? {
-        Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
-        None => None,
-    })
+    let row: Option<(i64, i64, String, String, String)> = {
+        let mut rows = read.query(params)?;
+        match rows.next()? {
+            Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
+            None => None,
+        }
+    };
+    let Some((charged, max_attempts, key, queue, payload)) = row else {
+        return Ok(None);
+    };
+    let attempt = charged + 1;
+    let attempt_id = history::start_with(
+        attempt_row,
+        conn,
+        history::RunOf::Job(job_id),
+        attempt,
+        &key,
+        worker,
+        now,
+    )?;
+    Ok(Some(Started {
+        attempt_id,
+        attempt,
+        max_attempts,
+        key,
+        queue,
+        payload,
+    }))
 }
 
 /// A run that started: its attempt row is written and the job is fenced on it.
@@ -273,32 +291,21 @@ pub(crate) fn start(
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
-    let row = read_for_start(
+    let Some(st) = begin_run(
         &mut conn.prepare_cached(READ)?,
-        rusqlite::params![job_id, owner],
-    )?;
-    let Some((charged, max_attempts, key, queue, payload)) = row else {
-        return Ok(None);
-    };
-    let attempt = charged + 1;
-    let attempt_id = history::start(
+        &mut history::start_statement(conn)?,
         conn,
-        history::RunOf::Job(job_id),
-        attempt,
-        &key,
+        rusqlite::params![job_id, owner],
+        job_id,
         worker,
         now,
-    )?;
+    )?
+    else {
+        return Ok(None);
+    };
     conn.prepare_cached(FENCE)?
-        .execute(rusqlite::params![job_id, attempt, attempt_id])?;
-    Ok(Some(Started {
-        attempt_id,
-        attempt,
-        max_attempts,
-        key,
-        queue,
-        payload,
-    }))
+        .execute(rusqlite::params![job_id, st.attempt, st.attempt_id])?;
+    Ok(Some(st))
 }
 
 /// Extends the leases `owner` holds on the given jobs.

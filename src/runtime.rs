@@ -1324,14 +1324,7 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
         .unwrap()
         .jobs
         .insert(id, Some(started.attempt_id));
-    let ctx = JobContext {
-        id,
-        kind: claimed.kind.clone(),
-        key: started.key.clone(),
-        queue: started.queue.clone(),
-        attempt: started.attempt,
-        max_attempts: started.max_attempts,
-    };
+    let ctx = context(id, &claimed.kind, &started);
     let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
     log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
         attempt = attempt_str.as_str(), worker = worker; "job started");

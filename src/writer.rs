@@ -1007,12 +1007,7 @@ fn run_group(
                 }
                 match outcome {
                     Ok((_, reply)) => reply(Ok(())),
-                    Err(_) => {
-                        log::error!(target: "litejob", "a write operation panicked; it was rolled back");
-                        reject(Error::Internal(
-                            "the write operation panicked; it was rolled back".into(),
-                        ));
-                    }
+                    Err(_) => reject_panicked(reject),
                 }
                 continue;
             }
@@ -1047,12 +1042,7 @@ fn run_group(
                 ))),
                 // Its own error.
                 Ok((false, reply)) => reply(Ok(())),
-                Err(_) => {
-                    log::error!(target: "litejob", "a write operation panicked; it was rolled back");
-                    reject(Error::Internal(
-                        "the write operation panicked; it was rolled back".into(),
-                    ));
-                }
+                Err(_) => reject_panicked(reject),
             }
             continue;
         }
@@ -1068,12 +1058,7 @@ fn run_group(
         }
         match outcome {
             Ok((_, reply)) => replies.push((durability, reply)),
-            Err(_) => {
-                log::error!(target: "litejob", "a write operation panicked; it was rolled back");
-                reject(Error::Internal(
-                    "the write operation panicked; it was rolled back".into(),
-                ));
-            }
+            Err(_) => reject_panicked(reject),
         }
     }
     if in_tx {
@@ -1199,6 +1184,14 @@ fn with_follow_ups(
             Err(p)
         }
     }
+}
+
+/// Answers the caller of an operation that panicked (it was rolled back).
+fn reject_panicked(reject: Reject) {
+    log::error!(target: "litejob", "a write operation panicked; it was rolled back");
+    reject(Error::Internal(
+        "the write operation panicked; it was rolled back".into(),
+    ));
 }
 
 /// Ends the open transaction, if any, without committing it; false when the

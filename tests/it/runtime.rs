@@ -836,6 +836,9 @@ fn the_attempt_history_records_each_run_and_caps_huge_errors() {
         assert_eq!(a.attempt, i as i64 + 1);
         assert_eq!(a.key, "huge:1");
         assert!(a.worker.contains(&pid), "{}", a.worker);
+        // An apply-only run is started by a claim and its handler runs on
+        // the writer thread, which the row names.
+        assert!(a.worker.ends_with("/litejob-writer"), "{}", a.worker);
         assert_eq!(a.outcome, AttemptOutcome::Failed);
         let f = a.finished_at.unwrap();
         assert!(t0 <= a.started_at && a.started_at <= f && f <= t1);
