@@ -140,10 +140,9 @@ const KIND: &str = "bench.noop";
 /// The latency probes' interval: one enqueue every 4 ms, and only the
 /// probes handled while the backlog runs count (the rate at full load).
 /// Light on purpose: they measure the processing, not a load of their own.
-/// Every probe is urgent (priority -1), so each batch claimed while one
-/// waits is split (see README, "Performance"): at one probe a millisecond
-/// processing ran 17 % slower (10 alternating pairs), at about one every
-/// 3.5 ms (the closed loop before) it was within the noise.
+/// At one a millisecond, urgent jobs handled in among the backlog, they
+/// slowed processing by 17 % (10 alternating pairs; see README,
+/// "Performance"); at one every 4 ms it is within the noise.
 const PROBE_EVERY: Duration = Duration::from_millis(4);
 
 /// Threads enqueueing the probes, so that a probe leaves on time while
