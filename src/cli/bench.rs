@@ -76,8 +76,9 @@ pub struct BenchReport {
     pub latency_p50_us: u64,
     /// In-process enqueue → handler start, 99th percentile.
     pub latency_p99_us: u64,
-    /// Probes the two percentiles are taken from: those whose handler
-    /// started while the backlog was processed (all of them if none did).
+    /// Probes whose handler started while the backlog was processed: the
+    /// two percentiles are theirs. 0 when none did (a tiny `--jobs`): the
+    /// percentiles are then those of every probe, handled at idle.
     pub latency_samples: usize,
     /// Settings.
     pub jobs: usize,
@@ -124,6 +125,23 @@ pub struct BenchReport {
 struct Probe {
     /// Nanoseconds since `epoch()` at enqueue; absent for backlog jobs.
     t: Option<u64>,
+}
+
+/// The probes' latencies the percentiles are taken from, sorted, and how
+/// many of them were handled under load. `all`: each probe's latency, and
+/// whether its handler started while the backlog was processed. Only those
+/// count (the latency at full rate); if none did, every probe does, and
+/// the count says 0.
+fn latencies_to_report(all: &[(u64, bool)]) -> (Vec<u64>, usize) {
+    let busy: Vec<u64> = all.iter().filter(|(_, b)| *b).map(|(l, _)| *l).collect();
+    let under_load = busy.len();
+    let mut lat = if busy.is_empty() {
+        all.iter().map(|(l, _)| *l).collect()
+    } else {
+        busy
+    };
+    lat.sort_unstable();
+    (lat, under_load)
 }
 
 fn epoch() -> Instant {
@@ -204,7 +222,7 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
              process (claim, ledger, handler,\n\
              \x20        completion, attempt row)  {:>10.0} jobs/s\n\
              \x20 CPU per processed job (all threads) {:>6.1} us\n\
-             enqueue -> handler start          p50 {} us, p99 {} us ({} probes)\n",
+             enqueue -> handler start          p50 {} us, p99 {} us (probes under load: {})\n",
             report.enqueue_per_sec,
             report.producers,
             report.enqueue_concurrent_per_sec,
@@ -320,8 +338,8 @@ fn measure(
     }
     let enqueue_batch_per_sec = batched as f64 / t0.elapsed().as_secs_f64();
 
-    // 4. Process everything, while a producer enqueues latency probes ahead
-    //    of the backlog (priority -1).
+    // 4. Process everything, while PROBE_THREADS enqueue latency probes
+    //    ahead of the backlog (priority -1), for ~1 s from its start.
     let done = Arc::new(AtomicUsize::new(0));
     let cpu0 = cpu_ns();
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(probes)));
@@ -411,6 +429,13 @@ fn measure(
     }
     let process_per_sec = backlog as f64 / t0.elapsed().as_secs_f64();
     let process_cpu_us_per_job = cpu_ns().saturating_sub(cpu0) as f64 / 1000.0 / backlog as f64;
+    // Before waiting for every probe: one whose enqueue failed would never
+    // succeed, and its error, not a timeout, is the answer.
+    for producer in producers {
+        producer
+            .join()
+            .map_err(|_| Error::Internal("probe producer panicked".into()))??;
+    }
     while succeeded("")? < args.jobs as i64 {
         if Instant::now() > deadline {
             return Err(Error::Internal(
@@ -419,20 +444,8 @@ fn measure(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    for producer in producers {
-        producer
-            .join()
-            .map_err(|_| Error::Internal("probe producer panicked".into()))??;
-    }
     runtime.stop();
-    let all = latencies.lock().unwrap().clone();
-    let busy: Vec<u64> = all.iter().filter(|(_, b)| *b).map(|(l, _)| *l).collect();
-    let mut lat = if busy.is_empty() {
-        all.iter().map(|(l, _)| *l).collect()
-    } else {
-        busy
-    };
-    lat.sort_unstable();
+    let (lat, under_load) = latencies_to_report(&latencies.lock().unwrap());
     let pct = |p: f64| {
         lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
             .copied()
@@ -453,7 +466,7 @@ fn measure(
         process_cpu_us_per_job,
         latency_p50_us: pct(0.50),
         latency_p99_us: pct(0.99),
-        latency_samples: lat.len(),
+        latency_samples: under_load,
         jobs: args.jobs,
         workers: args.workers,
         producers: args.producers,
@@ -693,4 +706,22 @@ fn peak_rss_kb() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_probes_handled_under_load_make_the_percentiles() {
+        // Two probes ran while the backlog did, two after it at idle.
+        let all = [(900, false), (2_000, true), (100, false), (1_500, true)];
+        assert_eq!(latencies_to_report(&all), (vec![1_500, 2_000], 2));
+    }
+
+    #[test]
+    fn with_none_under_load_every_probe_counts_and_the_count_says_so() {
+        let all = [(300, false), (100, false)];
+        assert_eq!(latencies_to_report(&all), (vec![100, 300], 0));
+    }
 }

@@ -798,10 +798,11 @@ fn bench_with_a_db_keeps_the_file_and_every_job_went_the_full_path() {
         v["latency_p99_us"].as_u64().unwrap(),
     );
     assert!(p50 <= p99, "{v}");
-    // The percentiles say how many probes they come from: 30 were sent
-    // (a tenth of the jobs), and at least one was measured.
-    let samples = v["latency_samples"].as_u64().unwrap();
-    assert!((1..=30).contains(&samples), "{v}");
+    // How many of the 30 probes (a tenth of the jobs) ran under load.
+    assert!(
+        v["latency_samples"].as_u64().is_some_and(|n| n <= 30),
+        "{v}"
+    );
     assert_eq!(
         (&v["jobs"], &v["sync"], &v["kept"]),
         (&json!(300), &json!("full"), &json!(true)),
