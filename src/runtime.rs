@@ -1161,6 +1161,29 @@ fn context(id: i64, kind: &str, st: &claim::Started) -> JobContext {
     }
 }
 
+/// Once a run's start committed, before any of its user code: counts it in
+/// flight under its attempt (its lease is renewed, a stop gives it back)
+/// and logs "job started". Returns its context and its "N/M" attempt.
+fn announce_start(
+    s: &Arc<Shared>,
+    id: i64,
+    kind: &str,
+    st: &claim::Started,
+    worker: &str,
+) -> (JobContext, String) {
+    fault::point("after-start-commit");
+    s.in_flight
+        .lock()
+        .unwrap()
+        .jobs
+        .insert(id, Some(st.attempt_id));
+    let ctx = context(id, kind, st);
+    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt_str.as_str(), worker = worker; "job started");
+    (ctx, attempt_str)
+}
+
 /// The simple case, a handler with no prepare step: no user code runs on
 /// the worker, so the worker hands both the start (a light commit) and the
 /// apply step to the writer without waiting, and goes on with its next job.
@@ -1222,16 +1245,7 @@ fn apply_started(
     st: claim::Started,
     backoff_unit: f64,
 ) -> Result<execute::RunEnd> {
-    fault::point("after-start-commit");
-    sh.in_flight
-        .lock()
-        .unwrap()
-        .jobs
-        .insert(id, Some(st.attempt_id));
-    let ctx = context(id, kind, &st);
-    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
-    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-        attempt = attempt_str.as_str(), worker = worker; "job started");
+    let (ctx, _) = announce_start(sh, id, kind, &st, worker);
     let now = now_ms();
     let backoff_at = now
         + sh.cfg
@@ -1318,16 +1332,7 @@ fn begin_job(s: &Arc<Shared>, claimed: &Claimed, worker: &str, rng: &mut Rng) ->
             return None;
         }
     };
-    fault::point("after-start-commit");
-    s.in_flight
-        .lock()
-        .unwrap()
-        .jobs
-        .insert(id, Some(started.attempt_id));
-    let ctx = context(id, &claimed.kind, &started);
-    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
-    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-        attempt = attempt_str.as_str(), worker = worker; "job started");
+    let (ctx, attempt_str) = announce_start(s, id, &claimed.kind, &started, worker);
     let t0 = Instant::now();
     fault::point("in-handler");
     let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)));

@@ -162,14 +162,7 @@ impl Core {
     ) -> Vec<Reply> {
         let mut durable: Vec<Reply> = Vec::new();
         if !first.is_empty() {
-            let committed = run_group(conn, first, &self.op_started, self.epoch);
-            self.after_commit(conn, taken);
-            for (class, reply) in committed {
-                match class {
-                    Durability::Light => reply(Ok(())),
-                    Durability::Durable => durable.push(reply),
-                }
-            }
+            self.commit_group(conn, first, taken, &mut durable);
         }
         // What the light operations just committed queued, first; then
         // again for what light follow-ups queue in turn (a claim that
@@ -180,14 +173,7 @@ impl Core {
             if applies.is_empty() {
                 break;
             }
-            let committed = run_group(conn, applies, &self.op_started, self.epoch);
-            self.after_commit(conn, taken);
-            for (class, reply) in committed {
-                match class {
-                    Durability::Light => reply(Ok(())),
-                    Durability::Durable => durable.push(reply),
-                }
-            }
+            self.commit_group(conn, applies, taken, &mut durable);
         }
         match (&self.sync, syncer) {
             _ if durable.is_empty() => Vec::new(),
@@ -206,6 +192,26 @@ impl Core {
                 // SQLite's commit already synced as the file says.
                 durable.into_iter().for_each(|r| r(Ok(())));
                 Vec::new()
+            }
+        }
+    }
+
+    /// One transaction of a cycle: applies `ops`, answers the light ones
+    /// that committed, and keeps the durable ones' answers in `durable`
+    /// for after the fsync.
+    fn commit_group(
+        &self,
+        conn: &Connection,
+        ops: &mut Vec<Op>,
+        taken: usize,
+        durable: &mut Vec<Reply>,
+    ) {
+        let committed = run_group(conn, ops, &self.op_started, self.epoch);
+        self.after_commit(conn, taken);
+        for (class, reply) in committed {
+            match class {
+                Durability::Light => reply(Ok(())),
+                Durability::Durable => durable.push(reply),
             }
         }
     }
