@@ -210,13 +210,95 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
 /// batch, not twice per job: rusqlite's cache hashes the SQL text on each
 /// lookup and again to put the statement back, ~10 % of a batch's
 /// instructions.
+///
+/// New keys, the common case, go in by multi-row INSERTs of
+/// [`ROWS_PER_INSERT`] rows ([`insert_new`]): one statement for a hundred
+/// rows opens the table's and indexes' cursors and updates the
+/// AUTOINCREMENT counter once, not a hundred times. From the first chunk
+/// that holds a key seen before (in `jobs` or in the ledger, or twice in
+/// the batch) on, each job takes the one-row path, which counts the
+/// duplicate.
 pub(crate) fn insert_many(
     conn: &Connection,
     jobs: &[ValidJob],
     now: Millis,
 ) -> Result<Vec<Enqueued>> {
     let mut st = Statements::new(conn)?;
-    jobs.iter().map(|j| st.insert(conn, j, now)).collect()
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut keys = std::collections::HashSet::with_capacity(jobs.len());
+    let distinct = jobs.iter().all(|j| keys.insert(j.key.as_str()));
+    let mut rest = jobs;
+    // (A key twice in the batch: all one by one, so the second counts as
+    // a delivery of the first.)
+    while let Some(n) = ROWS_PER_INSERT
+        .iter()
+        .copied()
+        .find(|&n| distinct && n <= rest.len())
+    {
+        let (chunk, after) = rest.split_at(n);
+        match insert_new(conn, &mut st, chunk, now)? {
+            Some(ids) => out.extend(ids.into_iter().map(Enqueued::New)),
+            None => break,
+        }
+        rest = after;
+    }
+    for j in rest {
+        out.push(st.insert(conn, j, now)?);
+    }
+    Ok(out)
+}
+
+/// The sizes of the multi-row INSERTs of a batch, largest first: a fixed
+/// few, so a batch of any length needs at most three prepared statements
+/// in the connection's cache (a hundred rows: one). The last few rows of a
+/// batch go in one by one.
+const ROWS_PER_INSERT: [usize; 3] = [100, 25, 5];
+
+/// Inserts `jobs` (distinct keys) in one statement if none of their keys
+/// was seen before, and returns their ids in order; `None`, with nothing
+/// written, if one was. A key already in `jobs` fails the statement on the
+/// key index, and SQLite undoes a failed statement whole (it keeps a
+/// statement journal for a multi-row INSERT), leaving the transaction as
+/// it was.
+fn insert_new(
+    conn: &Connection,
+    st: &mut Statements<'_>,
+    jobs: &[ValidJob],
+    now: Millis,
+) -> Result<Option<Vec<i64>>> {
+    for j in jobs {
+        if st.in_ledger.query_row([&j.key], |r| r.get::<_, bool>(0))? {
+            return Ok(None);
+        }
+    }
+    let sql = format!(
+        "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
+         VALUES {} RETURNING idempotency_key, id",
+        vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; jobs.len()].join(", ")
+    );
+    let mut insert = conn.prepare_cached(&sql)?;
+    let params: Vec<&dyn rusqlite::ToSql> = jobs.iter().flat_map(|j| job_params(j, &now)).collect();
+    // RETURNING's order is not promised: the ids are matched by key.
+    let mut ids = std::collections::HashMap::with_capacity(jobs.len());
+    let mut rows = insert.query(params.as_slice()).map_err(constraint)?;
+    loop {
+        match rows.next() {
+            Ok(Some(r)) => {
+                ids.insert(r.get::<_, String>(0)?, r.get::<_, i64>(1)?);
+            }
+            Ok(None) => break,
+            Err(e) if is_key_taken(&e) => return Ok(None),
+            Err(e) => return Err(constraint(e)),
+        }
+    }
+    jobs.iter()
+        .map(|j| {
+            ids.get(&j.key).copied().ok_or_else(|| {
+                Error::Internal(format!("the batch insert returned no id for key {}", j.key))
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// The two statements of an insert inside a transaction.

@@ -583,6 +583,82 @@ proptest! {
     }
 }
 
+/// The file a batch test starts from: keys `s:0`… of [`SPECIAL`] as three
+/// kinds of key a batch may meet: a job already in `jobs` (i % 3 == 0),
+/// only a ledger row, its job pruned (i % 3 == 1), and unseen (i % 3 == 2).
+fn batch_start(db: &TestDb) -> Queue {
+    let q = db.open();
+    for i in (0..SPECIAL).filter(|i| i % 3 == 0) {
+        q.enqueue(NewJob::new("k", format!("s:{i}"), &json!({})))
+            .unwrap();
+    }
+    let c = db.sql();
+    for i in (0..SPECIAL).filter(|i| i % 3 == 1) {
+        c.execute(
+            "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, 1, ?2)",
+            rusqlite::params![format!("s:{i}"), 9000 + i as i64],
+        )
+        .unwrap();
+    }
+    q
+}
+
+const SPECIAL: usize = 12;
+
+/// Every job row, by id, as a batch test compares two files.
+fn job_rows(db: &TestDb) -> Vec<(i64, String, i64)> {
+    let c = db.sql();
+    let mut st = c
+        .prepare("SELECT id, idempotency_key, deliveries FROM jobs ORDER BY id")
+        .unwrap();
+    let rows = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    rows.map(|r| r.unwrap()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// `enqueue_many` answers, and leaves the file, exactly as one `enqueue`
+    /// per job in order would: the same ids (in order, none spent on a
+    /// duplicate), the same duplicates (of jobs in the file, of pruned jobs
+    /// in the ledger, and of a key twice in the batch) and the same
+    /// delivery counts. Batches of up to 140 new keys go in by multi-row
+    /// INSERTs; a key seen before, at any position, sends the rest down
+    /// the one-row path.
+    #[test]
+    fn a_batch_answers_like_one_enqueue_per_job(
+        fresh in prop::sample::subsequence((0..300usize).collect::<Vec<_>>(), 0..140),
+        special in prop::collection::vec((0..140usize, 0..SPECIAL), 0..3),
+        twice in prop::option::of((0..140usize, 0..140usize)),
+    ) {
+        let mut keys: Vec<String> = fresh.iter().map(|i| format!("f:{i}")).collect();
+        for (at, i) in special {
+            keys.insert(at.min(keys.len()), format!("s:{i}"));
+        }
+        if let Some((from, to)) = twice {
+            if !keys.is_empty() {
+                let k = keys[from % keys.len()].clone();
+                keys.insert(to.min(keys.len()), k);
+            }
+        }
+        let batch = |keys: &[String]| -> Vec<NewJob> {
+            keys.iter().map(|k| NewJob::new("k", k.clone(), &json!({ "k": k }))).collect()
+        };
+        let (a, b) = (TestDb::new(), TestDb::new());
+        let (qa, qb) = (batch_start(&a), batch_start(&b));
+        let together = qa.enqueue_many(batch(&keys)).unwrap();
+        let one_by_one: Vec<Enqueued> =
+            batch(&keys).into_iter().map(|j| qb.enqueue(j).unwrap()).collect();
+        prop_assert_eq!(&together, &one_by_one);
+        prop_assert_eq!(job_rows(&a), job_rows(&b));
+        // And the next job takes the next id on both.
+        let next = |q: &Queue| q.enqueue(NewJob::new("k", "next", &json!({}))).unwrap();
+        prop_assert_eq!(next(&qa), next(&qb));
+    }
+}
+
 /// A caller writing back to back (a prune's batches) must not starve an
 /// enqueue (issue 8: a prune never blocks enqueue over 100 ms). In a release
 /// build (`litejob bench --preload 1000000 --prune-check`) each such caller
