@@ -214,10 +214,10 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
 /// New keys, the common case, go in by multi-row INSERTs of
 /// [`ROWS_PER_INSERT`] rows ([`insert_new`]): one statement for a hundred
 /// rows opens the table's and indexes' cursors and updates the
-/// AUTOINCREMENT counter once, not a hundred times. From the first chunk
-/// that holds a key seen before (in `jobs` or in the ledger, or twice in
-/// the batch) on, each job takes the one-row path, which counts the
-/// duplicate.
+/// AUTOINCREMENT counter once, not a hundred times. A chunk that holds a
+/// key seen before (in `jobs` or in the ledger) goes in one job at a time
+/// by the one-row path, which counts the duplicate; so does a batch with a
+/// key twice in it.
 pub(crate) fn insert_many(
     conn: &Connection,
     jobs: &[ValidJob],
@@ -228,19 +228,23 @@ pub(crate) fn insert_many(
     let mut keys = std::collections::HashSet::with_capacity(jobs.len());
     let distinct = jobs.iter().all(|j| keys.insert(j.key.as_str()));
     let mut rest = jobs;
-    // (A key twice in the batch: all one by one, so the second counts as
-    // a delivery of the first.)
-    while let Some(n) = ROWS_PER_INSERT
-        .iter()
-        .copied()
-        .find(|&n| distinct && n <= rest.len())
-    {
-        let (chunk, after) = rest.split_at(n);
-        match insert_new(conn, &mut st, chunk, now)? {
-            Some(ids) => out.extend(ids.into_iter().map(Enqueued::New)),
-            None => break,
+    // A key twice in the batch: all one by one, so that the second counts
+    // as a delivery of the first.
+    if distinct {
+        while let Some(size) =
+            (0..ROWS_PER_INSERT.len()).find(|&i| ROWS_PER_INSERT[i] <= rest.len())
+        {
+            let (chunk, after) = rest.split_at(ROWS_PER_INSERT[size]);
+            match insert_new(conn, &mut st, size, chunk, now)? {
+                Some(ids) => out.extend(ids.into_iter().map(Enqueued::New)),
+                None => {
+                    for j in chunk {
+                        out.push(st.insert(conn, j, now)?);
+                    }
+                }
+            }
+            rest = after;
         }
-        rest = after;
     }
     for j in rest {
         out.push(st.insert(conn, j, now)?);
@@ -254,33 +258,49 @@ pub(crate) fn insert_many(
 /// batch go in one by one.
 const ROWS_PER_INSERT: [usize; 3] = [100, 25, 5];
 
-/// Inserts `jobs` (distinct keys) in one statement if none of their keys
-/// was seen before, and returns their ids in order; `None`, with nothing
-/// written, if one was. A key already in `jobs` fails the statement on the
-/// key index, and SQLite undoes a failed statement whole (it keeps a
-/// statement journal for a multi-row INSERT), leaving the transaction as
-/// it was.
+/// Inserts `jobs` (distinct keys, `ROWS_PER_INSERT[size]` of them) in one
+/// statement if none of their keys was seen before, and returns their ids
+/// in order; `None`, with nothing written, if one was. A key already in
+/// `jobs` fails the statement on the key index, and SQLite undoes a failed
+/// statement whole (it keeps a statement journal for a multi-row INSERT,
+/// and writes the AUTOINCREMENT counter only at the statement's end),
+/// leaving the transaction as it was.
 fn insert_new(
     conn: &Connection,
     st: &mut Statements<'_>,
+    size: usize,
     jobs: &[ValidJob],
     now: Millis,
 ) -> Result<Option<Vec<i64>>> {
+    debug_assert_eq!(jobs.len(), ROWS_PER_INSERT[size]);
     for j in jobs {
         if st.in_ledger.query_row([&j.key], |r| r.get::<_, bool>(0))? {
             return Ok(None);
         }
     }
-    let sql = format!(
-        "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
-         VALUES {} RETURNING idempotency_key, id",
-        vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; jobs.len()].join(", ")
-    );
-    let mut insert = conn.prepare_cached(&sql)?;
+    // Built once per size: ~3 KB of SQL text for a hundred rows.
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let sql = &SQL.get_or_init(|| {
+        ROWS_PER_INSERT
+            .iter()
+            .map(|&n| {
+                format!(
+                    "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at) \
+                     VALUES {} RETURNING idempotency_key, id",
+                    vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; n].join(", ")
+                )
+            })
+            .collect()
+    })[size];
+    let mut insert = conn.prepare_cached(sql)?;
     let params: Vec<&dyn rusqlite::ToSql> = jobs.iter().flat_map(|j| job_params(j, &now)).collect();
     // RETURNING's order is not promised: the ids are matched by key.
     let mut ids = std::collections::HashMap::with_capacity(jobs.len());
-    let mut rows = insert.query(params.as_slice()).map_err(constraint)?;
+    let mut rows = match insert.query(params.as_slice()) {
+        Ok(rows) => rows,
+        Err(e) if is_key_taken(&e) => return Ok(None),
+        Err(e) => return Err(constraint(e)),
+    };
     loop {
         match rows.next() {
             Ok(Some(r)) => {

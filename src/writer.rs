@@ -263,6 +263,13 @@ enum SyncMode {
         /// success, and recovery would stop at the hole. No later commit can
         /// then be called durable (PostgreSQL's "fsyncgate" rule).
         failed: AtomicBool,
+        /// Held across the check of `failed`, the fsync and the setting of
+        /// `failed`: one fsync at a time. Two threads sync (the syncer, and
+        /// the writer thread or an inline caller), and Linux reports a
+        /// failed writeback to one fsync of a file, not to each one running
+        /// then: without the turn, one could see the error while the other,
+        /// covering a later commit, returned success for a WAL with a hole.
+        turn: std::sync::Mutex<()>,
     },
 }
 
@@ -271,7 +278,8 @@ impl SyncMode {
     fn sync(&self) -> Result<()> {
         match self {
             SyncMode::Sqlite => Ok(()),
-            SyncMode::Wal { wal, failed } => {
+            SyncMode::Wal { wal, failed, turn } => {
+                let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
                 if failed.load(Ordering::Acquire) {
                     return Err(Error::OutcomeUnknown(
                         "an earlier fsync of the WAL failed: no commit of this process can be \
@@ -317,6 +325,7 @@ impl Writer {
                     SyncMode::Wal {
                         wal,
                         failed: AtomicBool::new(false),
+                        turn: std::sync::Mutex::new(()),
                     }
                 }
                 None => {
@@ -810,17 +819,26 @@ fn writer_loop(
     // The last cycle held only blocked callers' operations (producers, not
     // workers): see `direct` below.
     let mut last_only_blocking = false;
-    let run_cycle = |first: &mut Vec<Op>,
-                     light: &mut Vec<Op>,
-                     applies: &mut Vec<Op>,
-                     taken,
-                     syncer: Option<&Sender<Vec<Reply>>>| {
-        first.append(light);
-        let conn = core.lock();
-        let unsynced = core.cycle(&conn, first, applies, syncer, taken);
-        drop(conn);
-        core.sync_and_answer(unsynced);
-    };
+    let run_cycle =
+        |first: &mut Vec<Op>, light: &mut Vec<Op>, applies: &mut Vec<Op>, taken, direct: bool| {
+            first.append(light);
+            let conn = core.lock();
+            let unsynced = core.cycle(&conn, first, applies, (!direct).then_some(&syncer), taken);
+            drop(conn);
+            if unsynced.is_empty() {
+                return;
+            }
+            // Operations that arrived meanwhile (a worker's run) should not
+            // wait for this fsync: the syncer takes it after all.
+            if core.queued.load(Ordering::Acquire) > taken {
+                if let Err(e) = syncer.send(unsynced) {
+                    core.sync_and_answer(e.0);
+                }
+                return;
+            }
+            core.direct_syncs.fetch_add(1, Ordering::Relaxed);
+            core.sync_and_answer(unsynced);
+        };
     while let Ok(first) = receiver.recv() {
         let t0 = Instant::now();
         let gather_until = t0 + (last_cycle / 2).min(Duration::from_micros(500));
@@ -834,14 +852,14 @@ fn writer_loop(
                 // Finish what came before, then the pair alone.
                 if !light.is_empty() || !durable.is_empty() || !applies.is_empty() {
                     cycles += 1;
-                    run_cycle(&mut durable, &mut light, &mut applies, taken, Some(&syncer));
+                    run_cycle(&mut durable, &mut light, &mut applies, taken, false);
                 }
                 let mut d = Vec::with_capacity(1);
                 if let Some(pair) = op.pair.take() {
                     d.push(*pair);
                 }
                 cycles += 1;
-                run_cycle(&mut vec![op], &mut Vec::new(), &mut d, taken, Some(&syncer));
+                run_cycle(&mut vec![op], &mut Vec::new(), &mut d, taken, false);
             } else {
                 if let Some(pair) = op.pair.take() {
                     applies.push(*pair);
@@ -882,18 +900,17 @@ fn writer_loop(
             // producers enqueued 8.5 % more a second (16 pairs). Workers'
             // operations (pipelined) keep the syncer, so the writer goes on
             // applying during the fsync, and so does NORMAL, whose syncer
-            // also syncs the WAL in the background. A group the syncer is
-            // still syncing meanwhile is no matter: each group is answered
-            // after an fsync that began after its own commit.
+            // also syncs the WAL in the background. If operations arrive
+            // during the commit, the syncer takes the fsync after all. A
+            // group the syncer is still syncing is no matter: each group is
+            // answered after an fsync that began after its own commit, and
+            // the two fsyncs take turns (see `SyncMode::Wal::turn`).
             let direct = matches!(core.sync, SyncMode::Wal { .. })
                 && blocking == taken
                 && last_only_blocking
                 && core.queued.load(Ordering::Acquire) <= taken
                 && syncer.is_empty();
-            core.direct_syncs
-                .fetch_add(direct as u64, Ordering::Relaxed);
-            let syncer = if direct { None } else { Some(&syncer) };
-            run_cycle(&mut durable, &mut light, &mut applies, taken, syncer);
+            run_cycle(&mut durable, &mut light, &mut applies, taken, direct);
             last_cycle = t1.elapsed();
         }
         core.queued.fetch_sub(taken, Ordering::AcqRel);
