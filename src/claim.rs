@@ -242,7 +242,7 @@ fn begin_run(
         return Ok(None);
     };
     let attempt = charged + 1;
-    let attempt_id = history::start_with(
+    let attempt_id = history::start(
         attempt_row,
         conn,
         history::RunOf::Job(job_id),

@@ -129,30 +129,8 @@ pub(crate) enum RunOf {
     Effect(i64),
 }
 
-/// Records the start of attempt number `attempt` of `of`; returns the
-/// attempt id. The caller has checked, under the same write lock, that the
-/// run is its to start (the job's claim, the outbox row's lease).
-pub(crate) fn start(
-    conn: &Connection,
-    of: RunOf,
-    attempt: i64,
-    key: &str,
-    worker: &str,
-    now: Millis,
-) -> Result<i64> {
-    start_with(
-        &mut start_statement(conn)?,
-        conn,
-        of,
-        attempt,
-        key,
-        worker,
-        now,
-    )
-}
-
-/// The statement [`start_with`] runs, for a caller that starts many runs
-/// in one operation (a claim): taken from the connection's cache once.
+/// The statement [`start`] runs: a caller that starts many runs in one
+/// operation (a claim) takes it from the connection's cache once.
 pub(crate) fn start_statement(conn: &Connection) -> Result<CachedStatement<'_>> {
     // One row, VALUES: an INSERT … SELECT would make SQLite keep a statement
     // journal (a copy of every page it touches) for what is one row.
@@ -161,8 +139,11 @@ pub(crate) fn start_statement(conn: &Connection) -> Result<CachedStatement<'_>> 
     Ok(conn.prepare_cached(SQL)?)
 }
 
-/// [`start`] with its statement from [`start_statement`].
-pub(crate) fn start_with(
+/// Records the start of attempt number `attempt` of `of` with `st`, the
+/// statement from [`start_statement`]; returns the attempt id. The caller
+/// has checked, under the same write lock, that the run is its to start
+/// (the job's claim, the outbox row's lease).
+pub(crate) fn start(
     st: &mut CachedStatement<'_>,
     conn: &Connection,
     of: RunOf,

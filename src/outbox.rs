@@ -184,6 +184,7 @@ pub(crate) fn claim_one(
         .optional()?;
     let Some(row) = row else { return Ok(None) };
     let attempt_id = history::start(
+        &mut history::start_statement(conn)?,
         conn,
         history::RunOf::Effect(row.id),
         row.attempts,
