@@ -106,8 +106,11 @@ mod db;
 mod enqueue;
 mod error;
 mod execute;
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
+#[cfg(not(feature = "fault-injection"))]
+mod fault;
 mod handler;
 pub mod history;
 mod job;
