@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use litejob::{Error, NewJob, Outcome, Queue, QueueOptions, Synchronous};
+use litejob::{Error, NewJob, Outcome, PruneOptions, Queue, QueueOptions, Synchronous};
 use serde::{Deserialize, Serialize};
 
 /// Flags of `litejob bench`.
@@ -185,7 +185,7 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
             std::env::temp_dir().join(format!(
                 "litejob-bench-{}-{:x}.db",
                 std::process::id(),
-                litejob::retry::Rng::from_entropy().next_u64() as u32
+                super::rng::Rng::from_entropy().next_u64() as u32
             )),
             false,
         ),
@@ -269,7 +269,7 @@ fn measure(
 ) -> Result<BenchReport, Error> {
     let _ = epoch();
     let queue = Queue::open_with(path, QueueOptions::default().with_synchronous(sync))?;
-    let run_id = format!("{:x}", litejob::retry::Rng::from_entropy().next_u64());
+    let run_id = format!("{:x}", super::rng::Rng::from_entropy().next_u64());
     let key = |phase: &str, i: usize| format!("bench:{run_id}:{phase}:{i}");
     let payload = Probe { t: None };
 
@@ -515,7 +515,7 @@ fn preload(queue: &Queue, run_id: &str, n: usize) -> Result<(), Error> {
          INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
          SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', ?5, ?5 FROM s";
     let finished = n / 2;
-    let now = litejob::time::now_ms();
+    let now = super::time::now_ms();
     let finished_base = now - 2 * 86_400_000;
     let mut lo = 0;
     while lo < n {
@@ -566,15 +566,8 @@ fn prune_check(queue: &Queue, run_id: &str) -> Result<PruneCheck, Error> {
         let (queue, stop) = (queue.clone(), stop.clone());
         std::thread::spawn(move || {
             let t0 = Instant::now();
-            let r = litejob::admin::prune(
-                &queue,
-                &litejob::admin::PruneOptions {
-                    finished_before: litejob::time::now_ms() - 3_600_000,
-                    ledger_before: None,
-                    // The default of `litejob prune`.
-                    batch: 1000,
-                },
-            );
+            // In batches of 1000 rows, the default of `litejob prune`.
+            let r = queue.prune(&PruneOptions::new(Duration::from_secs(3600)));
             stop.store(true, Ordering::SeqCst);
             r.map(|r| (r, t0.elapsed().as_secs_f64()))
         })
