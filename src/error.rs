@@ -46,8 +46,9 @@ pub enum Error {
     /// The write was rolled back through no fault of its own (another
     /// operation in the same group commit was interrupted); retry it.
     Aborted(String),
-    /// A run's transaction ran past its time budget and was interrupted; the
-    /// attempt counts as failed.
+    /// A run's transaction ran past its time budget and was interrupted (or
+    /// its handler panicked after SQLite had rolled it back); the attempt
+    /// counts as failed.
     Interrupted(String),
     /// Any other SQLite error.
     Sqlite(rusqlite::Error),

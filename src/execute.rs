@@ -161,6 +161,7 @@ pub(crate) struct ApplyInput<'h> {
 /// failed before its first write: the fence, or a lost lease), or it was
 /// ended with a ROLLBACK (any step failing from the ledger row on), so that
 /// the writer never commits half a run.
+// Long: a run's steps in their order (fence, ledger, handler, outcome), each with its undo.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
     let ApplyInput {
         handler,

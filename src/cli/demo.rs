@@ -140,6 +140,7 @@ struct ThisRun {
 }
 
 /// Runs the demo on the file at `db`; returns the exit status.
+// Long: the demo's script from start to summary, read top to bottom.
 pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     if !(0.0..=1.0).contains(&args.mail_failure_rate) {
         return Err(Error::InvalidInput(format!(

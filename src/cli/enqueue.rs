@@ -143,6 +143,7 @@ fn read_payload_file(f: &Path, limit: usize) -> CliResult<String> {
 
 /// Parses `--run-at`: `YYYY-MM-DD[( |T)HH:MM[:SS[.fff]]][Z|±HH:MM]` (UTC
 /// unless an offset is given) or `@<unix seconds>`.
+// Long: a parser that reads the text left to right, one field at a time.
 pub fn parse_time(s: &str) -> Result<SystemTime, String> {
     let bad = || {
         format!(
