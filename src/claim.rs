@@ -51,6 +51,7 @@ pub(crate) struct Batch<W> {
 /// [`start`] would, in the same statements: its row is updated once, claim
 /// and fence together.
 #[allow(clippy::too_many_arguments)]
+// Long: one claim transaction, read, decide and write in order, under one lock.
 pub(crate) fn claim_batch<W>(
     conn: &Connection,
     kinds: &[String],

@@ -296,9 +296,11 @@ fn insert_new(
     let params: Vec<&dyn rusqlite::ToSql> = jobs.iter().flat_map(|j| job_params(j, &now)).collect();
     // RETURNING's order is not promised: the ids are matched by key.
     let mut ids = std::collections::HashMap::with_capacity(jobs.len());
+    // A refusal that may be a key taken undoes the statement whole; the
+    // chunk then goes in one by one, which tells a duplicate from a bad row.
     let mut rows = match insert.query(params.as_slice()) {
         Ok(rows) => rows,
-        Err(e) if is_key_taken(&e) => return Ok(None),
+        Err(e) if may_be_key_taken(&e) => return Ok(None),
         Err(e) => return Err(constraint(e)),
     };
     loop {
@@ -307,7 +309,7 @@ fn insert_new(
                 ids.insert(r.get::<_, String>(0)?, r.get::<_, i64>(1)?);
             }
             Ok(None) => break,
-            Err(e) if is_key_taken(&e) => return Ok(None),
+            Err(e) if may_be_key_taken(&e) => return Ok(None),
             Err(e) => return Err(constraint(e)),
         }
     }
@@ -347,13 +349,15 @@ impl<'c> Statements<'c> {
     /// look at `jobs` first cost a second seek of the key index per job.
     fn insert(&mut self, conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueued> {
         let in_ledger: bool = self.in_ledger.query_row([&job.key], |r| r.get(0))?;
-        if !in_ledger {
+        let refused = if in_ledger {
+            None
+        } else {
             match self.insert.execute(job_params(job, &now).as_slice()) {
                 Ok(_) => return Ok(Enqueued::New(conn.last_insert_rowid())),
-                Err(e) if is_key_taken(&e) => {}
+                Err(e) if may_be_key_taken(&e) => Some(e),
                 Err(e) => return Err(constraint(e)),
             }
-        }
+        };
         // Seen before: a job with this key (count a delivery), or only the
         // ledger's row of a pruned job.
         const FIND: &str = "SELECT id FROM jobs WHERE idempotency_key = ?1";
@@ -361,24 +365,30 @@ impl<'c> Statements<'c> {
             .prepare_cached(FIND)?
             .query_row([&job.key], |r| r.get(0))
             .optional()?;
-        match existing {
-            Some(id) => {
+        match (existing, refused) {
+            (Some(id), _) => {
                 const BUMP: &str = "UPDATE jobs SET deliveries = deliveries + 1 WHERE id = ?1";
                 conn.prepare_cached(BUMP)?.execute([id])?;
                 Ok(Enqueued::Duplicate(id))
             }
-            None => ledger_duplicate(conn, &job.key),
+            // No job holds the key: some other constraint refused the row.
+            (None, Some(e)) => Err(constraint(e)),
+            (None, None) => ledger_duplicate(conn, &job.key),
         }
     }
 }
 
-/// The INSERT was refused because `jobs` already holds the key. By the
-/// primary code and the message, not the extended code: an application's
-/// own connection (`enqueue_in`) may run without extended result codes.
-fn is_key_taken(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, Some(msg))
-        if f.code == rusqlite::ErrorCode::ConstraintViolation
-            && msg.contains("UNIQUE constraint failed: jobs.idempotency_key"))
+/// The INSERT may have been refused because `jobs` already holds the key:
+/// SQLITE_CONSTRAINT_UNIQUE (the key's index is the only UNIQUE one the
+/// insert can hit: the id is SQLite's own), or the bare primary code from a
+/// connection without extended result codes (an application's own, through
+/// `enqueue_in`). Which it was, the caller learns from a lookup of the key,
+/// not from the message.
+fn may_be_key_taken(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_extended_error_code(),
+        Some(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT)
+    )
 }
 
 fn constraint(e: rusqlite::Error) -> Error {

@@ -29,19 +29,27 @@ pub enum Error {
     /// The commit failed with an I/O error: the write may or may not be on
     /// disk. Retrying with the same idempotency key is always safe.
     OutcomeUnknown(String),
-    /// No row with this id or key.
-    NotFound(String),
+    /// No such row.
+    NotFound(RowId),
+    /// An operator action named a row whose state it does not apply to
+    /// (retrying a job that is not dead, cancelling one that is not queued);
+    /// nothing changed.
+    WrongState {
+        /// What was asked, of which row.
+        action: Action,
+        /// The state the row is in (the word stored in its `state` column).
+        state: String,
+    },
     /// The run lost its lease (it took too long or another worker took the
     /// job over); its transaction was rolled back.
     LeaseLost(String),
     /// The write was rolled back through no fault of its own (another
     /// operation in the same group commit was interrupted); retry it.
     Aborted(String),
-    /// A run's transaction ran past its time budget and was interrupted; the
-    /// attempt counts as failed.
+    /// A run's transaction ran past its time budget and was interrupted (or
+    /// its handler panicked after SQLite had rolled it back); the attempt
+    /// counts as failed.
     Interrupted(String),
-    /// The queue or runtime is shutting down.
-    ShuttingDown,
     /// Any other SQLite error.
     Sqlite(rusqlite::Error),
     /// The connection pool could not hand out a connection.
@@ -53,6 +61,28 @@ pub enum Error {
     Open(String),
     /// An internal failure (a thread died, a channel closed unexpectedly).
     Internal(String),
+}
+
+/// The row an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RowId {
+    /// A job, by id.
+    Job(i64),
+    /// An outbox row, by id.
+    OutboxRow(i64),
+}
+
+/// An operator action that a row's state can refuse, with the row's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Requeue a dead job ([`crate::Queue::retry_job`]).
+    RetryJob(i64),
+    /// Cancel a queued job ([`crate::Queue::cancel_job`]).
+    CancelJob(i64),
+    /// Requeue a dead outbox row ([`crate::Queue::retry_outbox`]).
+    RetryOutbox(i64),
 }
 
 /// Shorthand for `Result<T, litejob::Error>`.
@@ -75,9 +105,15 @@ impl Error {
         matches!(self, Error::OutcomeUnknown(_))
     }
 
-    /// True when the input was refused; nothing was written.
+    /// True when the input was refused (invalid, or an operator action the
+    /// row's state does not allow); nothing was written.
     pub fn is_invalid_input(&self) -> bool {
-        matches!(self, Error::InvalidInput(_))
+        matches!(self, Error::InvalidInput(_) | Error::WrongState { .. })
+    }
+
+    /// True when the row asked about does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound(_))
     }
 
     /// True when retrying the same call later may succeed (busy, storage full,
@@ -110,11 +146,14 @@ impl Error {
             Error::Busy(m) => Error::Busy(m.clone()),
             Error::StorageFull(m) => Error::StorageFull(m.clone()),
             Error::OutcomeUnknown(m) => Error::OutcomeUnknown(m.clone()),
-            Error::NotFound(m) => Error::NotFound(m.clone()),
+            Error::NotFound(row) => Error::NotFound(*row),
+            Error::WrongState { action, state } => Error::WrongState {
+                action: *action,
+                state: state.clone(),
+            },
             Error::LeaseLost(m) => Error::LeaseLost(m.clone()),
             Error::Aborted(m) => Error::Aborted(m.clone()),
             Error::Interrupted(m) => Error::Interrupted(m.clone()),
-            Error::ShuttingDown => Error::ShuttingDown,
             Error::Sqlite(rusqlite::Error::SqliteFailure(code, msg)) => {
                 Error::Sqlite(rusqlite::Error::SqliteFailure(*code, msg.clone()))
             }
@@ -170,11 +209,27 @@ impl fmt::Display for Error {
                 "outcome unknown: the commit failed with an I/O error, the write may or may not \
                  be on disk; retrying with the same key is safe: {m}"
             ),
-            Error::NotFound(m) => write!(f, "not found: {m}"),
+            Error::NotFound(RowId::Job(id)) => write!(f, "not found: no job with id {id}"),
+            Error::NotFound(RowId::OutboxRow(id)) => {
+                write!(f, "not found: no outbox row with id {id}")
+            }
+            Error::WrongState { action, state } => match action {
+                Action::RetryJob(id) => write!(
+                    f,
+                    "job {id} is {state}, not dead: only a dead job can be retried"
+                ),
+                Action::CancelJob(id) => write!(
+                    f,
+                    "job {id} is {state}, not queued: only a queued job can be cancelled"
+                ),
+                Action::RetryOutbox(id) => write!(
+                    f,
+                    "outbox row {id} is {state}, not dead: only a dead row can be retried"
+                ),
+            },
             Error::LeaseLost(m) => write!(f, "lease lost: {m}"),
             Error::Aborted(m) => write!(f, "aborted, retry: {m}"),
             Error::Interrupted(m) => write!(f, "interrupted: {m}"),
-            Error::ShuttingDown => write!(f, "litejob is shutting down"),
             Error::Sqlite(e) => write!(f, "sqlite: {e}"),
             Error::Pool(m) => write!(f, "connection pool: {m}"),
             Error::Io(e) => write!(f, "i/o: {e}"),

@@ -161,6 +161,7 @@ pub(crate) struct ApplyInput<'h> {
 /// failed before its first write: the fence, or a lost lease), or it was
 /// ended with a ROLLBACK (any step failing from the ledger row on), so that
 /// the writer never commits half a run.
+// Long: a run's steps in their order (fence, ledger, handler, outcome), each with its undo.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
     let ApplyInput {
         handler,
@@ -212,12 +213,18 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         // The handler's SQL failed in a way that rolled the whole transaction
         // back (disk full, interrupted by the time budget): nothing of this
         // group survives; the writer tells the others.
-        let why = match &result {
-            Ok(Err(e)) => e.to_string(),
-            Err(p) => panic_message(p.as_ref()),
-            Ok(Ok(_)) => "the transaction was rolled back".into(),
-        };
-        return Err(classify_rollback(&why));
+        return Err(match &result {
+            Ok(Err(e)) => classify_rollback(&e.to_string(), sqlite_code(e.as_ref())),
+            // A panic carries no error code, only text. It is the handler's
+            // own failure, so it is charged like an interrupted run (were it
+            // released uncharged, a handler that panics on the interrupt of
+            // its over-budget transaction would run again forever).
+            Err(p) => Error::Interrupted(format!(
+                "the handler panicked after its transaction was rolled back: {}",
+                panic_message(p.as_ref())
+            )),
+            Ok(Ok(_)) => classify_rollback("the transaction was rolled back", None),
+        });
     }
     if savepoint == Savepoint::Failed {
         // The handler wrote outside any savepoint: its writes cannot be
@@ -311,15 +318,40 @@ fn abort(conn: &Connection, e: Error) -> Error {
     e
 }
 
-fn classify_rollback(why: &str) -> Error {
-    let lower = why.to_ascii_lowercase();
-    if lower.contains("interrupt") {
-        Error::Interrupted(format!(
+/// What rolled a run's whole transaction back, by SQLite's error code:
+/// the time budget's interrupt, a full disk, or anything else (the group is
+/// aborted, its callers retry).
+fn classify_rollback(why: &str, code: Option<rusqlite::ErrorCode>) -> Error {
+    match code {
+        Some(rusqlite::ErrorCode::OperationInterrupted) => Error::Interrupted(format!(
             "the run's transaction ran past its time budget and was interrupted: {why}"
-        ))
-    } else if lower.contains("full") {
-        Error::StorageFull(format!("storage full during the run's transaction: {why}"))
-    } else {
-        Error::Aborted(format!("the run's transaction was rolled back: {why}"))
+        )),
+        Some(rusqlite::ErrorCode::DiskFull) => {
+            Error::StorageFull(format!("storage full during the run's transaction: {why}"))
+        }
+        _ => Error::Aborted(format!("the run's transaction was rolled back: {why}")),
     }
+}
+
+/// The SQLite error code behind a handler's error: a `rusqlite::Error` it
+/// passed on with `?`, or a litejob [`Error`] (from `JobTx::outbox`), found
+/// anywhere in the error's chain of sources.
+fn sqlite_code(e: &(dyn std::error::Error + 'static)) -> Option<rusqlite::ErrorCode> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(e) = e.downcast_ref::<rusqlite::Error>() {
+            return e.sqlite_error_code();
+        }
+        if let Some(e) = e.downcast_ref::<Error>() {
+            // Classified already: the variant is the code.
+            match e {
+                Error::Interrupted(_) => return Some(rusqlite::ErrorCode::OperationInterrupted),
+                Error::StorageFull(_) => return Some(rusqlite::ErrorCode::DiskFull),
+                Error::Sqlite(e) => return e.sqlite_error_code(),
+                _ => {}
+            }
+        }
+        next = e.source();
+    }
+    None
 }

@@ -86,7 +86,7 @@ pub struct Attempt {
 pub const MAX_ERROR_BYTES: usize = 4096;
 
 /// Cuts `s` to at most `MAX_ERROR_BYTES`, on a character boundary.
-pub fn cap_error(s: &str) -> String {
+pub(crate) fn cap_error(s: &str) -> String {
     if s.len() <= MAX_ERROR_BYTES {
         return s.to_string();
     }
@@ -186,7 +186,7 @@ pub(crate) fn finish(
 }
 
 /// Every attempt of a job, oldest first.
-pub fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<Attempt>> {
+pub(crate) fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<Attempt>> {
     let sql = format!("SELECT {COLUMNS} FROM attempts WHERE job_id = ?1 ORDER BY id");
     let mut st = conn.prepare_cached(&sql)?;
     let rows = st.query_map([job_id], from_row)?;
@@ -194,18 +194,10 @@ pub fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<Attempt>> {
 }
 
 /// Every attempt of an outbox row, oldest first.
-pub fn for_outbox(conn: &Connection, outbox_id: i64) -> Result<Vec<Attempt>> {
+pub(crate) fn for_outbox(conn: &Connection, outbox_id: i64) -> Result<Vec<Attempt>> {
     let sql = format!("SELECT {COLUMNS} FROM attempts WHERE outbox_id = ?1 ORDER BY id");
     let mut st = conn.prepare_cached(&sql)?;
     let rows = st.query_map([outbox_id], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
-/// Every attempt recorded under `key` (job or effect), oldest first.
-pub fn for_key(conn: &Connection, key: &str) -> Result<Vec<Attempt>> {
-    let sql = format!("SELECT {COLUMNS} FROM attempts WHERE key = ?1 ORDER BY id");
-    let mut st = conn.prepare_cached(&sql)?;
-    let rows = st.query_map([key], from_row)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 

@@ -280,8 +280,17 @@ impl Job {
     }
 }
 
-/// Filter for [`list_jobs`].
+/// Which jobs [`crate::Queue::jobs`] lists.
+///
+/// ```
+/// # use litejob::{JobFilter, JobState};
+/// let dead_mail = JobFilter::default()
+///     .with_state(JobState::Dead)
+///     .with_queue("mail")
+///     .with_limit(20);
+/// ```
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct JobFilter {
     /// Only this state.
     pub state: Option<JobState>,
@@ -293,8 +302,34 @@ pub struct JobFilter {
     pub limit: Option<u32>,
 }
 
+impl JobFilter {
+    /// Only jobs in this state (`None`: any).
+    pub fn with_state(mut self, state: impl Into<Option<JobState>>) -> Self {
+        self.state = state.into();
+        self
+    }
+
+    /// Only jobs of this kind.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs in this queue.
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// At most this many, newest first.
+    pub fn with_limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+}
+
 /// Reads one job by id.
-pub fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
+pub(crate) fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
     let mut st = conn.prepare_cached(&sql)?;
     let mut rows = st.query_map([id], Job::from_row)?;
@@ -302,7 +337,7 @@ pub fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
 }
 
 /// Reads one job by idempotency key.
-pub fn get_job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
+pub(crate) fn get_job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ?1");
     let mut st = conn.prepare_cached(&sql)?;
     let mut rows = st.query_map([key], Job::from_row)?;
@@ -310,7 +345,7 @@ pub fn get_job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
 }
 
 /// Lists jobs, newest first.
-pub fn list_jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
+pub(crate) fn list_jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs \
          WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR queue = ?3) \

@@ -34,7 +34,7 @@ pub(crate) fn unrecord(conn: &Connection, key: &str) -> Result<()> {
 }
 
 /// The ledger row for `key`, if its work committed: `(completed_at, job_id)`.
-pub fn lookup(conn: &Connection, key: &str) -> Result<Option<(Millis, Option<i64>)>> {
+pub(crate) fn lookup(conn: &Connection, key: &str) -> Result<Option<(Millis, Option<i64>)>> {
     const SQL: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = ?1";
     Ok(conn
         .prepare_cached(SQL)?
@@ -44,7 +44,7 @@ pub fn lookup(conn: &Connection, key: &str) -> Result<Option<(Millis, Option<i64
 
 /// Deletes ledger rows completed before `before`, at most `limit` of them.
 /// Returns how many went.
-pub fn prune(conn: &Connection, before: Millis, limit: i64) -> Result<usize> {
+pub(crate) fn prune(conn: &Connection, before: Millis, limit: i64) -> Result<usize> {
     const SQL: &str = "DELETE FROM processed_jobs WHERE rowid IN \
         (SELECT rowid FROM processed_jobs WHERE completed_at < ?1 ORDER BY completed_at LIMIT ?2)";
     Ok(conn

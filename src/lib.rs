@@ -97,39 +97,75 @@
 //! One file per concept; see ARCHITECTURE.md for the codemap and invariants.
 //! [`Queue`] opens the file and enqueues; [`Queue::runtime`] builds the
 //! worker threads; a handler returns an [`Outcome`]; library failures are
-//! [`Error`]s.
+//! [`Error`]s. In `src/`:
+//!
+//! - `queue.rs`: [`Queue`], [`QueueOptions`], [`WriteTx`]; `admin.rs`: the
+//!   operator's repairs (retry, cancel, outbox retry, prune); `inspect.rs`: the
+//!   operator's reports (stats, job detail, explain).
+//! - `job.rs`, `enqueue.rs`: jobs as data and the producer's insert;
+//!   `claim.rs`, `execute.rs`, `handler.rs`: leases, a run's transaction, and
+//!   what user code plugs in; `outbox.rs`: side effects after commit;
+//!   `history.rs`: the attempt rows; `ledger.rs`: the `processed_jobs` ledger.
+//! - `src/writer/`: the one writer thread and its group commit;
+//!   `checkpoint.rs`: checkpoints off the write path; `src/runtime/`: workers,
+//!   the supervisor and effect dispatchers.
+//! - `db.rs`, `schema.rs`: connections, pragmas and migrations; `error.rs`,
+//!   `time.rs`, `retry.rs`, `fault.rs`: errors, milliseconds, backoff, and the
+//!   crash points of the `fault-injection` feature.
+//! - `src/cli/` and `main.rs`: the `litejob` command (the `cli` feature), a
+//!   client of this API like any application.
+//!
+//! # Features
+//!
+//! - `cli` (default): the `litejob` command and its dependencies (clap,
+//!   env_logger, ctrlc). An application that embeds the library sets
+//!   `default-features = false` and gets none of them.
+//! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
+//!   Off, the library never aborts the process and never writes to stderr.
 
-pub mod admin;
+mod admin;
 mod checkpoint;
 mod claim;
 mod db;
 mod enqueue;
 mod error;
 mod execute;
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
+#[cfg(not(feature = "fault-injection"))]
+mod fault;
 mod handler;
-pub mod history;
+mod history;
+mod inspect;
 mod job;
-pub mod ledger;
-pub mod outbox;
+mod ledger;
+mod outbox;
 mod queue;
+#[doc(hidden)]
 pub mod retry;
 mod runtime;
-pub mod schema;
+mod schema;
+#[doc(hidden)]
 pub mod time;
 mod writer;
 
+pub use admin::{PruneOptions, PruneReport};
 pub use db::{immediate, Synchronous};
+pub use error::{Action, Error, Result, RowId};
+pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
+pub use history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
+pub use inspect::{
+    Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
+};
+pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
+pub use outbox::{OutboxRow, OutboxState};
+pub use queue::{Queue, QueueOptions, WriteTx};
+pub use retry::Backoff;
+pub use runtime::{Runtime, RuntimeBuilder, StopReport};
+pub use schema::SCHEMA_VERSION;
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-pub use error::{Error, Result};
-pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
-pub use history::{Attempt, AttemptOutcome};
-pub use job::{get_job, get_job_by_key, list_jobs, Enqueued, Job, JobFilter, JobState, NewJob};
-pub use outbox::{OutboxRow, OutboxState};
-pub use queue::{Queue, QueueOptions, WriteTx};
-pub use runtime::{Runtime, RuntimeBuilder, StopReport};

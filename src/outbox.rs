@@ -5,7 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Action, Error, Result, RowId};
 use crate::history::{self, AttemptOutcome};
 use crate::time::Millis;
 
@@ -331,40 +331,33 @@ pub(crate) fn release(
     Ok(n == 1)
 }
 
-/// Requeues a dead row with a fresh attempt budget.
-pub fn retry_dead(conn: &Connection, outbox_id: i64, now: Millis) -> Result<()> {
+/// Requeues a dead row with a fresh attempt budget, due at `now`: the one
+/// implementation behind [`crate::Queue::retry_outbox`]. `NotFound` when
+/// there is no such row, `WrongState` when it is not dead.
+pub(crate) fn retry_dead(conn: &Connection, outbox_id: i64, now: Millis) -> Result<()> {
+    const SQL: &str = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?2                        WHERE id = ?1 AND state = 'dead'";
+    if conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![outbox_id, now])?
+        == 1
+    {
+        return Ok(());
+    }
     let state: Option<String> = conn
         .prepare_cached("SELECT state FROM outbox WHERE id = ?1")?
         .query_row([outbox_id], |r| r.get(0))
         .optional()?;
-    match state.as_deref() {
-        None => Err(Error::NotFound(format!(
-            "no outbox row with id {outbox_id}"
-        ))),
-        Some("dead") => {
-            conn.prepare_cached(
-                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?2 WHERE id = ?1 AND state = 'dead'",
-            )?
-            .execute(rusqlite::params![outbox_id, now])?;
-            Ok(())
-        }
-        Some(other) => Err(Error::invalid(format!(
-            "outbox row {outbox_id} is {other}, not dead: only dead rows can be retried"
-        ))),
-    }
-}
-
-/// Reads one row.
-pub fn get(conn: &Connection, id: i64) -> Result<Option<OutboxRow>> {
-    let sql = format!("SELECT {COLUMNS} FROM outbox WHERE id = ?1");
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row([id], from_row)
-        .optional()?)
+    Err(match state {
+        None => Error::NotFound(RowId::OutboxRow(outbox_id)),
+        Some(state) => Error::WrongState {
+            action: Action::RetryOutbox(outbox_id),
+            state,
+        },
+    })
 }
 
 /// The rows a job wrote, oldest first.
-pub fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<OutboxRow>> {
+pub(crate) fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<OutboxRow>> {
     let sql = format!("SELECT {COLUMNS} FROM outbox WHERE job_id = ?1 ORDER BY id");
     let mut st = conn.prepare_cached(&sql)?;
     let rows = st.query_map([job_id], from_row)?;
@@ -372,7 +365,11 @@ pub fn for_job(conn: &Connection, job_id: i64) -> Result<Vec<OutboxRow>> {
 }
 
 /// Lists rows, newest first, optionally in one state.
-pub fn list(conn: &Connection, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
+pub(crate) fn list(
+    conn: &Connection,
+    state: Option<OutboxState>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
     let sql = format!(
         "SELECT {COLUMNS} FROM outbox WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2"
     );

@@ -1,6 +1,8 @@
 //! The queue handle: opens the file, owns the writer and the reader pool,
 //! and is the producer's API (enqueue, batch, transactional) and the reader's
-//! (jobs, attempts, outbox rows). Writes `jobs` through enqueue.
+//! (jobs, attempts, outbox rows). Writes `jobs` through enqueue. The
+//! operator's methods live beside it: repairs in the admin module, reports
+//! in the inspect module.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -22,8 +24,16 @@ use crate::schema;
 use crate::time::{now_ms, Millis};
 use crate::writer::{Writer, WriterConfig};
 
-/// How a queue opens its file. Builder-lite: `QueueOptions::default().with_synchronous(Synchronous::Normal)`.
+/// How a queue opens its file. Builder-lite:
+///
+/// ```
+/// # use litejob::{QueueOptions, Synchronous};
+/// let opts = QueueOptions::default()
+///     .with_synchronous(Synchronous::Normal)
+///     .with_kind_max_retries("send_digest", 3);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct QueueOptions {
     /// `PRAGMA synchronous`; `Full` by default (durable on power loss).
     pub synchronous: Synchronous,
@@ -83,6 +93,16 @@ impl QueueOptions {
     /// Sets the default `max_retries` of one kind.
     pub fn with_kind_max_retries(mut self, kind: impl Into<String>, n: u32) -> Self {
         self.kind_max_retries.insert(kind.into(), n);
+        self
+    }
+    /// Sets the number of reader connections.
+    pub fn with_pool_size(mut self, n: u32) -> Self {
+        self.pool_size = n;
+        self
+    }
+    /// Sets the most writes applied in one group commit.
+    pub fn with_max_group(mut self, n: usize) -> Self {
+        self.max_group = n;
         self
     }
     /// Sets the time budget of one write transaction step.
@@ -259,11 +279,9 @@ impl Queue {
     /// `synchronous=FULL`): `New(id)`, or `Duplicate(id)` when the key was
     /// seen before (its `deliveries` count grows, nothing else changes).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let valid = enqueue::validate_owned(job, &self.inner.rules, now_ms())?;
-        let r = self.write_retrying(move |conn| {
-            let now = now_ms();
-            enqueue::insert(conn, &valid, now)
-        })?;
+        let now = now_ms();
+        let valid = enqueue::validate_owned(job, &self.inner.rules, now)?;
+        let r = self.write_retrying(move |conn| enqueue::insert(conn, &valid, now))?;
         if !r.is_duplicate() {
             self.notify();
         }
@@ -293,7 +311,7 @@ impl Queue {
             .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
             .collect();
         let valid = Arc::new(valid);
-        let r = self.write_retrying(move |conn| enqueue::insert_many(conn, &valid, now_ms()))?;
+        let r = self.write_retrying(move |conn| enqueue::insert_many(conn, &valid, now))?;
         if r.iter().any(|e| !e.is_duplicate()) {
             self.notify();
         }
@@ -320,11 +338,12 @@ impl Queue {
         F: FnOnce(&WriteTx<'_>) -> Result<R> + Send + 'static,
     {
         let inner = self.inner.clone();
+        let now = now_ms();
         let (r, enqueued) = self.inner.writer.run(move |conn| {
             let tx = WriteTx {
                 conn,
                 rules: &inner.rules,
-                now: now_ms(),
+                now,
                 enqueued: Cell::new(false),
             };
             let r = f(&tx)?;
@@ -357,7 +376,8 @@ impl Queue {
     /// Test hook: sets `PRAGMA max_page_count` on the writer connection (the
     /// only one that writes), so tests can simulate a full disk and then
     /// give the space back. Returns the limit SQLite applied (never below
-    /// the file's current size).
+    /// the file's current size). Only with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn set_max_page_count(&self, pages: u64) -> Result<u64> {
         self.writer().run(move |c| {
@@ -429,14 +449,6 @@ impl Queue {
     /// Outbox rows, newest first.
     pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
         self.read(|c| outbox::list(c, state, limit))
-    }
-
-    /// Requeues a dead outbox row with a fresh attempt budget.
-    pub fn retry_outbox(&self, outbox_id: i64) -> Result<()> {
-        self.writer()
-            .run(move |c| outbox::retry_dead(c, outbox_id, now_ms()))?;
-        self.notify_outbox();
-        Ok(())
     }
 
     /// Starts building a runtime (workers and effect dispatchers) on this queue.

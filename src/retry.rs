@@ -6,7 +6,16 @@ use std::time::Duration;
 /// Backoff policy: `base * 2^(attempt-1)`, capped at `max`, then spread by
 /// ±`jitter` (a fraction, 0.0–1.0) so that jobs failing together do not retry
 /// together.
+///
+/// ```
+/// # use std::time::Duration;
+/// let quick = litejob::Backoff::default()
+///     .with_base(Duration::from_millis(50))
+///     .with_max(Duration::from_secs(1))
+///     .with_jitter(0.1);
+/// ```
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Backoff {
     /// Delay after the first failure, before jitter.
     pub base: Duration,
@@ -27,6 +36,24 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Sets the delay after the first failure.
+    pub fn with_base(mut self, d: Duration) -> Self {
+        self.base = d;
+        self
+    }
+
+    /// Sets the upper bound of the delay before jitter.
+    pub fn with_max(mut self, d: Duration) -> Self {
+        self.max = d;
+        self
+    }
+
+    /// Sets the fraction of the delay added or removed at random (0.0–1.0).
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
     /// The delay after failed attempt number `attempt` (1-based); `unit` is a
     /// uniform random draw in `[0, 1)`.
     pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
@@ -38,8 +65,8 @@ impl Backoff {
     }
 }
 
-/// A small, fast, non-cryptographic random source (SplitMix64) for jitter,
-/// so the library needs no random-number crate.
+/// A small, fast, non-cryptographic random source (SplitMix64) for the
+/// runtime's jitter, so the library needs no random-number crate.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 

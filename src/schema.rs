@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use crate::error::{Error, Result};
 
 /// The whole current schema, as shipped in `schema.sql` at the repository root.
-pub const SCHEMA_SQL: &str = include_str!("../schema.sql");
+pub(crate) const SCHEMA_SQL: &str = include_str!("../schema.sql");
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 1;
@@ -18,7 +18,7 @@ pub const SCHEMA_VERSION: i64 = 1;
 const MIGRATIONS: &[&str] = &[];
 
 /// Reads `PRAGMA user_version` without writing anything.
-pub fn read_version(conn: &Connection) -> Result<i64> {
+pub(crate) fn read_version(conn: &Connection) -> Result<i64> {
     Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
 }
 

@@ -1,10 +1,9 @@
 //! Time as litejob stores it: integer milliseconds since the Unix epoch.
-//! Only the runtime and the command read the clock (`now_ms`); everything
-//! below them takes `now` as an argument. Writes no table.
+//! Only the runtime and the `Queue`'s public entry points read the clock
+//! (`now_ms`), once per call; everything below them takes `now` as an
+//! argument. Writes no table.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use crate::error::{Error, Result};
 
 /// Milliseconds since the Unix epoch, the unit of every `*_at` column.
 pub type Millis = i64;
@@ -18,15 +17,16 @@ pub fn now_ms() -> Millis {
 }
 
 /// A `SystemTime` as milliseconds since the epoch (negative before 1970).
-pub fn to_millis(t: SystemTime) -> Millis {
+pub(crate) fn to_millis(t: SystemTime) -> Millis {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_millis() as i64,
         Err(e) => -(e.duration().as_millis() as i64),
     }
 }
 
-/// Formats stored milliseconds as `YYYY-MM-DD HH:MM:SS` UTC, like the views.
-pub fn format_millis(ms: Millis) -> String {
+/// Formats stored milliseconds as `YYYY-MM-DD HH:MM:SS` UTC, like the views
+/// (for log lines).
+pub(crate) fn format_millis(ms: Millis) -> String {
     let secs = ms.div_euclid(1000);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -53,57 +53,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Parses a duration like `500ms`, `30s`, `15m`, `12h`, `7d` (or a sum:
-/// `1h30m`). A bare number is seconds.
-pub fn parse_duration(s: &str) -> Result<Duration> {
-    let bad = || {
-        Error::invalid(format!(
-            "bad duration {s:?}: use a number with a unit, like 30s, 15m, 12h or 7d"
-        ))
-    };
-    let s = s.trim();
-    if s.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(n) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(n));
-    }
-    let mut total: u128 = 0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(bad());
-        }
-        let n: u128 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let ms_per: u128 = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            "w" => 7 * 86_400_000,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total = total
-            .checked_add(n.checked_mul(ms_per).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
-    }
-    if total > (i64::MAX as u128) / 2 {
-        return Err(bad());
-    }
-    Ok(Duration::from_millis(total as u64))
-}
-
-/// Formats a duration for people: `850ms`, `12s`, `5m`, `3h`, `2d`.
-pub fn format_duration(d: Duration) -> String {
+/// Formats a duration for people: `850ms`, `12s`, `5m`, `3h`, `2d` (for
+/// stored error texts and log lines).
+pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
         0..=999 => format!("{ms}ms"),
@@ -117,25 +69,6 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_like_people_write_them() {
-        assert_eq!(
-            parse_duration("7d").unwrap(),
-            Duration::from_secs(7 * 86400)
-        );
-        assert_eq!(
-            parse_duration("12h").unwrap(),
-            Duration::from_secs(12 * 3600)
-        );
-        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
-        for bad in ["", "d", "7x", "-3d", "1.5h", "h1", "99999999999999999999d"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
-        }
-    }
 
     #[test]
     fn millis_format_as_utc() {

@@ -1,19 +1,17 @@
 //! `litejob retry`, `cancel`, `stats` and `prune`: repair and inspect the
 //! queue. Writes `jobs`, `attempts`, `outbox` and (when asked)
-//! `processed_jobs` through `litejob::admin`.
+//! `processed_jobs` through the `Queue`'s operator methods.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::ArgGroup;
-use litejob::admin::{self, JobCounts, OutboxCounts, PruneOptions, Transition};
-use litejob::Queue;
+use litejob::{JobCounts, OutboxCounts, PruneOptions, Queue};
 use serde::Serialize;
 
-use super::{cell, span, CliError, CliResult, Out, Table};
+use super::{cell, span, CliResult, Out, Table};
 
-/// Rows per write transaction for bulk repairs: small enough that workers
-/// in another process wait only briefly for the write lock.
+/// Rows per write transaction of `litejob prune`, the library's default.
 const BATCH: usize = 1000;
 
 /// Flags of `litejob retry`.
@@ -44,20 +42,19 @@ struct Retried {
 
 /// `litejob retry ID | --dead [--kind K]`.
 pub fn retry(queue: &Queue, a: &RetryArgs, json: bool, out: &mut Out) -> CliResult {
-    let now = litejob::time::now_ms();
     if let Some(id) = a.id {
-        return match admin::retry_job(queue, id, now)? {
-            Transition::Changed if json => out.json(&Retried {
+        // A job that is not dead is refused by the library, whose error
+        // says so (exit 1).
+        queue.retry_job(id)?;
+        if json {
+            return out.json(&Retried {
                 retried: 1,
                 ids: vec![id],
-            }),
-            Transition::Changed => out.line(format!("job {id} requeued")),
-            Transition::Refused { state } => Err(CliError::Failed(format!(
-                "job {id} is {state}, not dead: only a dead job can be retried"
-            ))),
-        };
+            });
+        }
+        return out.line(format!("job {id} requeued"));
     }
-    let n = admin::retry_dead_jobs(queue, a.kind.as_deref(), BATCH, now)?;
+    let n = queue.retry_dead_jobs(a.kind.as_deref())?;
     if json {
         return out.json(&Retried {
             retried: n,
@@ -97,16 +94,14 @@ struct Cancelled {
 /// `litejob cancel ID`.
 pub fn cancel(queue: &Queue, a: &CancelArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
-    match admin::cancel_job(queue, id, litejob::time::now_ms())? {
-        Transition::Changed if json => out.json(&Cancelled {
+    queue.cancel_job(id)?;
+    if json {
+        return out.json(&Cancelled {
             id,
             state: "cancelled",
-        }),
-        Transition::Changed => out.line(format!("job {id} cancelled")),
-        Transition::Refused { state } => Err(CliError::Failed(format!(
-            "job {id} is {state}, not queued: only a queued job can be cancelled"
-        ))),
+        });
     }
+    out.line(format!("job {id} cancelled"))
 }
 
 /// Flags of `litejob stats`.
@@ -116,7 +111,7 @@ pub struct StatsArgs {}
 
 /// `litejob stats`.
 pub fn stats(queue: &Queue, _a: &StatsArgs, json: bool, out: &mut Out) -> CliResult {
-    let s = admin::stats(queue, litejob::time::now_ms())?;
+    let s = queue.stats()?;
     if json {
         return out.json(&s);
     }
@@ -247,11 +242,11 @@ fn bytes(n: u64) -> String {
     unless --ledger-older-than is given.")]
 pub struct PruneArgs {
     /// Age of the finished history to delete (`12h`, `7d`, `0s` for all).
-    #[arg(long, value_name = "DUR", value_parser = super::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = super::time::parse_duration)]
     pub older_than: Duration,
     /// Also delete ledger rows older than this (re-enqueueing such a key
     /// creates a new job).
-    #[arg(long, value_name = "DUR", value_parser = super::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = super::time::parse_duration)]
     pub ledger_older_than: Option<Duration>,
     /// Rows per write transaction.
     #[arg(long, default_value_t = BATCH, hide = true)]
@@ -260,15 +255,10 @@ pub struct PruneArgs {
 
 /// `litejob prune`.
 pub fn prune(queue: &Queue, a: &PruneArgs, json: bool, out: &mut Out) -> CliResult {
-    let now = litejob::time::now_ms();
-    let before = |d: Duration| now.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
-    let r = admin::prune(
-        queue,
-        &PruneOptions {
-            finished_before: before(a.older_than),
-            ledger_before: a.ledger_older_than.map(before),
-            batch: a.batch,
-        },
+    let r = queue.prune(
+        &PruneOptions::new(a.older_than)
+            .with_ledger_older_than(a.ledger_older_than)
+            .with_batch(a.batch),
     )?;
     if json {
         return out.json(&r);

@@ -1,4 +1,4 @@
-//! `litejob demo`: the receipts scenario of DESIGN §5, built from the public
+//! `litejob demo`: the receipts scenario, built from the public
 //! library API only, as an application would use it. A simulated payment
 //! provider redelivers `payment.succeeded` events; the job handler records
 //! one invoice per event and an outbox row; the effect appends one receipt
@@ -18,10 +18,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use litejob::retry::{Backoff, Rng};
-use litejob::{Enqueued, Error, JobTx, NewJob, Outcome, Queue};
+use litejob::{Backoff, Enqueued, Error, JobTx, NewJob, Outcome, Queue};
 use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
+
+use super::rng::Rng;
+use super::time::parse_duration;
 
 /// The job kind the provider's webhook enqueues.
 const JOB_KIND: &str = "payment.succeeded";
@@ -138,6 +140,7 @@ struct ThisRun {
 }
 
 /// Runs the demo on the file at `db`; returns the exit status.
+// Long: the demo's script from start to summary, read top to bottom.
 pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     if !(0.0..=1.0).contains(&args.mail_failure_rate) {
         return Err(Error::InvalidInput(format!(
@@ -156,7 +159,7 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
             "--effect-workers must be at least 1".into(),
         ));
     }
-    let lease = litejob::time::parse_duration(&args.lease)?;
+    let lease = parse_duration(&args.lease).map_err(Error::InvalidInput)?;
     let receipts = args.receipts.clone().unwrap_or_else(|| {
         let mut p = db.as_os_str().to_owned();
         p.push(".receipts");
@@ -271,7 +274,7 @@ fn start_runtime(
     receipts: &Path,
 ) -> Result<litejob::Runtime, Error> {
     let failure_rate = args.mail_failure_rate;
-    let send_delay = litejob::time::parse_duration(&args.send_delay)?;
+    let send_delay = parse_duration(&args.send_delay).map_err(Error::InvalidInput)?;
     let mail_rng = Mutex::new(Rng::from_entropy());
     let receipts = receipts.to_path_buf();
     queue
@@ -281,19 +284,21 @@ fn start_runtime(
         .lease(lease)
         // Short, so retries and another copy's work are picked up quickly.
         .poll_interval(Duration::from_millis(100))
-        .backoff(Backoff {
-            base: Duration::from_millis(50),
-            max: Duration::from_secs(1),
-            jitter: 0.25,
-        })
+        .backoff(
+            Backoff::default()
+                .with_base(Duration::from_millis(50))
+                .with_max(Duration::from_secs(1))
+                .with_jitter(0.25),
+        )
         // Six attempts in all: at a 10 % failure rate a receipt ends dead
         // about once in a million.
         .outbox_max_retries(5)
-        .effect_backoff(Backoff {
-            base: Duration::from_millis(10),
-            max: Duration::from_millis(200),
-            jitter: 0.25,
-        })
+        .effect_backoff(
+            Backoff::default()
+                .with_base(Duration::from_millis(10))
+                .with_max(Duration::from_millis(200))
+                .with_jitter(0.25),
+        )
         .handler(JOB_KIND, record_invoice)
         .effect(EFFECT_KIND, move |_effect, r: Receipt| {
             std::thread::sleep(send_delay);

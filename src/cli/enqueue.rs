@@ -36,7 +36,7 @@ pub struct EnqueueArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i64,
     /// Do not run before this long from now (`30s`, `15m`, `12h`, `7d`).
-    #[arg(long, value_name = "DUR", value_parser = super::parse_duration, conflicts_with = "run_at")]
+    #[arg(long, value_name = "DUR", value_parser = super::time::parse_duration, conflicts_with = "run_at")]
     pub delay: Option<Duration>,
     /// Do not run before this time: `2026-11-29 08:00:00` (UTC),
     /// `2026-11-29T08:00:00+01:00`, `2026-11-29`, or `@<unix seconds>`.
@@ -143,6 +143,7 @@ fn read_payload_file(f: &Path, limit: usize) -> CliResult<String> {
 
 /// Parses `--run-at`: `YYYY-MM-DD[( |T)HH:MM[:SS[.fff]]][Z|±HH:MM]` (UTC
 /// unless an offset is given) or `@<unix seconds>`.
+// Long: a parser that reads the text left to right, one field at a time.
 pub fn parse_time(s: &str) -> Result<SystemTime, String> {
     let bad = || {
         format!(
@@ -240,7 +241,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 }
 
 // Howard Hinnant's days-from-civil algorithm (the inverse of the one in
-// litejob::time).
+// `super::time`).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -256,7 +257,11 @@ mod tests {
     use super::*;
 
     fn ms(s: &str) -> i64 {
-        litejob::time::to_millis(parse_time(s).unwrap())
+        parse_time(s)
+            .unwrap()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! `litejob explain KEY`: everything known for one idempotency key, under
 //! one sentence answering "ten events, or one event ten times?". Reads only.
 
-use litejob::admin::{self, Explanation};
-use litejob::Queue;
+use litejob::{
+    Attempt, AttemptOutcome, Explanation, Job, JobState, LedgerEntry, OutboxEntry, OutboxState,
+    Queue,
+};
+use serde::Serialize;
 
 use super::jobs::{print_attempts, print_outbox};
+use super::time::{format_duration, format_millis, now_ms};
 use super::{cell, cell_cut, when, CliResult, Out, Table};
 
 /// Flags of `litejob explain`.
@@ -19,20 +23,46 @@ pub struct ExplainArgs {
     pub key: String,
 }
 
+/// The `--json` document: the library's explanation with the sentence in
+/// second place.
+#[derive(Serialize)]
+struct Explained<'a> {
+    key: &'a str,
+    summary: &'a str,
+    deliveries: i64,
+    job: &'a Option<Job>,
+    attempts: &'a [Attempt],
+    ledger: &'a Option<LedgerEntry>,
+    outbox: &'a [OutboxEntry],
+}
+
 /// `litejob explain KEY`. An unknown key is an answer ("no job has this
 /// key"), not a failure: exit 0.
 pub fn explain(queue: &Queue, a: &ExplainArgs, json: bool, out: &mut Out) -> CliResult {
-    let now = litejob::time::now_ms();
-    let key = a.key.clone();
-    let e = queue.read(|c| admin::explain(c, &key, now))?;
+    let e = queue.explain(&a.key)?;
+    let summary = summarize(
+        e.job.as_ref(),
+        &e.attempts,
+        e.ledger.as_ref(),
+        &e.outbox,
+        now_ms(),
+    );
     if json {
-        return out.json(&e);
+        return out.json(&Explained {
+            key: &e.key,
+            summary: &summary,
+            deliveries: e.deliveries,
+            job: &e.job,
+            attempts: &e.attempts,
+            ledger: &e.ledger,
+            outbox: &e.outbox,
+        });
     }
-    print(&e, out)
+    print(&e, &summary, out)
 }
 
-fn print(e: &Explanation, out: &mut Out) -> CliResult {
-    out.line(&e.summary)?;
+fn print(e: &Explanation, summary: &str, out: &mut Out) -> CliResult {
+    out.line(summary)?;
     out.line("")?;
     let mut t = Table::new(&["key", &cell(&e.key)]);
     t.row(vec!["deliveries".into(), e.deliveries.to_string()]);
@@ -81,4 +111,224 @@ fn print(e: &Explanation, out: &mut Out) -> CliResult {
         print_outbox(&e.outbox, out)?;
     }
     Ok(())
+}
+
+/// "once", "twice", "3 times".
+fn times(n: i64) -> String {
+    match n {
+        1 => "once".into(),
+        2 => "twice".into(),
+        n => format!("{n} times"),
+    }
+}
+
+fn plural(n: i64, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// The one sentence on top of `explain`: how many events, how many
+/// deliveries, how many runs and what became of them, and each effect.
+/// `now` is used for "scheduled in ..." phrases.
+pub fn summarize(
+    job: Option<&Job>,
+    attempts: &[Attempt],
+    ledger: Option<&LedgerEntry>,
+    outbox: &[OutboxEntry],
+    now: i64,
+) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    match (job, ledger) {
+        (None, None) => return "no job has this key".into(),
+        (None, Some(l)) => {
+            parts.push("1 event".into());
+            parts.push("its job row was pruned".into());
+            parts.push(format!(
+                "work committed once at {}",
+                format_millis(l.completed_at)
+            ));
+        }
+        (Some(j), _) => {
+            parts.push("1 event".into());
+            parts.push(format!("delivered {}", times(j.deliveries)));
+            parts.push(run_phrase(j, attempts, ledger.is_some(), now));
+        }
+    }
+    for o in outbox {
+        parts.push(outbox_phrase(o));
+    }
+    parts.join(", ")
+}
+
+fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> String {
+    if attempts.is_empty() {
+        return match job.state {
+            JobState::Queued if job.run_at > now => format!(
+                "not run yet (scheduled in {})",
+                format_duration(std::time::Duration::from_millis((job.run_at - now) as u64))
+            ),
+            JobState::Queued => "not run yet".into(),
+            JobState::Running => "claimed, about to run".into(),
+            JobState::Succeeded => "succeeded".into(),
+            JobState::Dead => "dead without a run".into(),
+            JobState::Cancelled => "cancelled before it ran".into(),
+        };
+    }
+    let n = attempts.len() as i64;
+    let only_success = n == 1 && attempts[0].outcome == AttemptOutcome::Succeeded;
+    let mut s = if only_success {
+        "run once".to_string()
+    } else {
+        // Outcomes in a fixed order, so the sentence reads the same each time.
+        let order = [
+            AttemptOutcome::Failed,
+            AttemptOutcome::Panicked,
+            AttemptOutcome::Abandoned,
+            AttemptOutcome::Released,
+            AttemptOutcome::Duplicate,
+            AttemptOutcome::Succeeded,
+            AttemptOutcome::Running,
+        ];
+        let breakdown: Vec<String> = order
+            .iter()
+            .filter_map(|o| {
+                let c = attempts.iter().filter(|a| a.outcome == *o).count();
+                (c > 0).then(|| format!("{c} {o}"))
+            })
+            .collect();
+        format!("run {} ({})", times(n), breakdown.join(", "))
+    };
+    let tail = match job.state {
+        JobState::Succeeded if only_success => "",
+        JobState::Succeeded if committed => ", work committed once",
+        JobState::Succeeded => ", succeeded",
+        JobState::Queued => ", waiting to retry",
+        JobState::Running => ", running now",
+        JobState::Dead => ", dead",
+        JobState::Cancelled => ", cancelled",
+    };
+    s.push_str(tail);
+    s
+}
+
+fn outbox_phrase(o: &OutboxEntry) -> String {
+    let kind = &o.row.kind;
+    let n = (o.attempts.len() as i64).max(o.row.attempts);
+    match o.row.state {
+        OutboxState::Sent if n <= 1 => format!("{kind} sent once"),
+        OutboxState::Sent => format!("{kind} sent after {}", plural(n, "attempt")),
+        OutboxState::Pending if n == 0 => format!("{kind} not sent yet"),
+        OutboxState::Pending => format!("{kind} not sent yet ({} failed)", plural(n, "attempt")),
+        OutboxState::Sending => format!("{kind} being sent now"),
+        OutboxState::Dead => format!("{kind} dead after {}, not sent", plural(n, "attempt")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use litejob::OutboxRow;
+
+    fn job(state: JobState, deliveries: i64) -> Job {
+        Job {
+            id: 1,
+            queue: "default".into(),
+            kind: "k".into(),
+            idempotency_key: "evt".into(),
+            payload: "{}".into(),
+            state,
+            priority: 0,
+            run_at: 0,
+            attempts: 1,
+            max_attempts: 2,
+            abandoned: 0,
+            deliveries,
+            last_error: None,
+            created_at: 0,
+            finished_at: None,
+            lease_owner: None,
+            lease_expires_at: None,
+            current_attempt: None,
+        }
+    }
+
+    fn attempt(outcome: AttemptOutcome) -> Attempt {
+        Attempt {
+            id: 1,
+            job_id: Some(1),
+            outbox_id: None,
+            attempt: 1,
+            key: "evt".into(),
+            worker: "1/w".into(),
+            started_at: 0,
+            finished_at: Some(1),
+            outcome,
+            error: None,
+        }
+    }
+
+    fn receipt(state: OutboxState, attempts: usize) -> OutboxEntry {
+        OutboxEntry {
+            row: OutboxRow {
+                id: 1,
+                key: "receipt:evt".into(),
+                kind: "send_receipt".into(),
+                payload: "{}".into(),
+                state,
+                attempts: attempts as i64,
+                max_attempts: 2,
+                job_id: Some(1),
+                next_attempt_at: 0,
+                last_error: None,
+                created_at: 0,
+                sent_at: None,
+            },
+            attempts: vec![attempt(AttemptOutcome::Succeeded); attempts],
+        }
+    }
+
+    #[test]
+    fn the_sentence_answers_ten_events_or_one_event_ten_times() {
+        let ledger = LedgerEntry {
+            key: "evt".into(),
+            completed_at: 0,
+            job_id: Some(1),
+        };
+        assert_eq!(
+            summarize(
+                Some(&job(JobState::Succeeded, 10)),
+                &[attempt(AttemptOutcome::Succeeded)],
+                Some(&ledger),
+                &[receipt(OutboxState::Sent, 1)],
+                0
+            ),
+            "1 event, delivered 10 times, run once, send_receipt sent once"
+        );
+        assert_eq!(
+            summarize(
+                Some(&job(JobState::Succeeded, 1)),
+                &[
+                    attempt(AttemptOutcome::Failed),
+                    attempt(AttemptOutcome::Succeeded)
+                ],
+                Some(&ledger),
+                &[],
+                0
+            ),
+            "1 event, delivered once, run twice (1 failed, 1 succeeded), work committed once"
+        );
+        assert_eq!(
+            summarize(Some(&job(JobState::Queued, 2)), &[], None, &[], 0),
+            "1 event, delivered twice, not run yet"
+        );
+        assert_eq!(summarize(None, &[], None, &[], 0), "no job has this key");
+        assert!(summarize(None, &[], Some(&ledger), &[], 0).contains("pruned"));
+        assert_eq!(
+            outbox_phrase(&receipt(OutboxState::Dead, 2)),
+            "send_receipt dead after 2 attempts, not sent"
+        );
+    }
 }

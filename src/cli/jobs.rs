@@ -1,8 +1,7 @@
 //! `litejob jobs` and `litejob show`: list jobs, and one job with its
 //! attempts and outbox rows. Reads only; writes no table.
 
-use litejob::admin::{self, JobDetail, OutboxEntry};
-use litejob::{Attempt, Job, JobFilter, JobState, Queue};
+use litejob::{Attempt, Job, JobDetail, JobFilter, JobState, OutboxEntry, Queue};
 use serde::Serialize;
 
 use super::{cell, cell_cut, span, when, CliError, CliResult, Out, Table};
@@ -34,12 +33,14 @@ struct JobList<'a> {
 
 /// `litejob jobs`.
 pub fn jobs(queue: &Queue, a: &JobsArgs, json: bool, out: &mut Out) -> CliResult {
-    let list = queue.jobs(&JobFilter {
-        state: a.state,
-        kind: a.kind.clone(),
-        queue: a.queue.clone(),
-        limit: Some(a.limit),
-    })?;
+    let mut filter = JobFilter::default().with_state(a.state).with_limit(a.limit);
+    if let Some(kind) = &a.kind {
+        filter = filter.with_kind(kind);
+    }
+    if let Some(q) = &a.queue {
+        filter = filter.with_queue(q);
+    }
+    let list = queue.jobs(&filter)?;
     if json {
         return out.json(&JobList { jobs: &list });
     }
@@ -81,7 +82,7 @@ pub struct ShowArgs {
 pub fn show(queue: &Queue, a: &ShowArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
     let detail = queue
-        .read(|c| admin::job_detail(c, id))?
+        .job_detail(id)?
         .ok_or_else(|| CliError::Failed(format!("no job with id {id}")))?;
     if json {
         return out.json(&detail);

@@ -1,7 +1,7 @@
 //! The `litejob` command: argument parsing (clap derive), dispatch, the one
 //! function that turns failures into exit statuses, and output helpers
 //! (aligned tables, JSON, broken pipes). Writes no table itself: each
-//! subcommand goes through the library (`Queue`, `litejob::admin`).
+//! subcommand goes through the library's `Queue`, like any application.
 //!
 //! Exit status: 0 success (a duplicate enqueue is a success), 1 failure,
 //! 2 bad usage or bad input. Results go to stdout, logs and errors to
@@ -14,6 +14,8 @@ pub mod enqueue;
 pub mod explain;
 pub mod jobs;
 pub mod outbox_cmd;
+pub mod rng;
+pub mod time;
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -42,7 +44,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands (DESIGN §5).
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or migrate the queue file; print its path and schema version.
@@ -129,8 +131,9 @@ pub fn exit_status(e: &CliError) -> i32 {
         CliError::Lib(e) => match e {
             Error::InvalidInput(_) => 2,
             Error::Io(io) if io.kind() == io::ErrorKind::BrokenPipe => 0,
-            // Schema too new, busy past the timeout, not found, unreadable
-            // file, I/O, and anything the library adds later.
+            // Schema too new, busy past the timeout, not found, a repair
+            // refused by the row's state, unreadable file, I/O, and anything
+            // the library adds later.
             _ => 1,
         },
     }
@@ -356,9 +359,9 @@ pub fn cell_cut(s: &str, max: usize) -> String {
 }
 
 /// A stored time for people (UTC), or `-`.
-pub fn when(ms: Option<litejob::time::Millis>) -> String {
+pub fn when(ms: Option<i64>) -> String {
     match ms {
-        Some(ms) => litejob::time::format_millis(ms),
+        Some(ms) => time::format_millis(ms),
         None => "-".into(),
     }
 }
@@ -366,9 +369,7 @@ pub fn when(ms: Option<litejob::time::Millis>) -> String {
 /// A span of milliseconds for people (`850ms`, `12s`, `3h`), or `-`.
 pub fn span(ms: Option<i64>) -> String {
     match ms {
-        Some(ms) => {
-            litejob::time::format_duration(std::time::Duration::from_millis(ms.max(0) as u64))
-        }
+        Some(ms) => time::format_duration(std::time::Duration::from_millis(ms.max(0) as u64)),
         None => "-".into(),
     }
 }
@@ -381,14 +382,6 @@ pub fn parse_job_state(s: &str) -> Result<JobState, String> {
 /// Parses an outbox state for clap.
 pub fn parse_outbox_state(s: &str) -> Result<OutboxState, String> {
     s.parse().map_err(|e: Error| e.to_string())
-}
-
-/// Parses a duration like `7d`, `12h`, `30m` for clap.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    litejob::time::parse_duration(s).map_err(|e| match e {
-        Error::InvalidInput(m) => m,
-        e => e.to_string(),
-    })
 }
 
 #[cfg(test)]

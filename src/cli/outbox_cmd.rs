@@ -1,11 +1,10 @@
 //! `litejob outbox`: list outbox rows, and `outbox retry ID` to requeue a
-//! dead one. Writes `outbox` (retry only) through `litejob::admin`.
+//! dead one. Writes `outbox` (retry only) through `Queue::retry_outbox`.
 
-use litejob::admin::{self, Transition};
 use litejob::{OutboxRow, OutboxState, Queue};
 use serde::Serialize;
 
-use super::{cell_cut, when, CliError, CliResult, Out, Table};
+use super::{cell_cut, when, CliResult, Out, Table};
 
 /// Flags of `litejob outbox`.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,16 +52,16 @@ struct Retried {
 pub fn outbox(queue: &Queue, a: &OutboxArgs, json: bool, out: &mut Out) -> CliResult {
     if let Some(OutboxAction::Retry { id }) = &a.action {
         let id = *id;
-        return match admin::retry_outbox(queue, id, litejob::time::now_ms())? {
-            Transition::Changed if json => out.json(&Retried {
+        // A row that is not dead is refused by the library, whose error
+        // says so (exit 1).
+        queue.retry_outbox(id)?;
+        if json {
+            return out.json(&Retried {
                 id,
                 state: "pending",
-            }),
-            Transition::Changed => out.line(format!("outbox {id} requeued (pending)")),
-            Transition::Refused { state } => Err(CliError::Failed(format!(
-                "outbox row {id} is {state}, not dead: only a dead row can be retried"
-            ))),
-        };
+            });
+        }
+        return out.line(format!("outbox {id} requeued (pending)"));
     }
     let rows = queue.outbox(a.state, a.limit)?;
     if json {

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use litejob::retry::Backoff;
+use litejob::Backoff;
 use litejob::{NewJob, Outcome, Queue};
 use serde_json::{json, Value};
 
@@ -515,11 +515,12 @@ fn outbox_lists_rows_and_retries_a_dead_one() {
         })
         .effect("send_receipt", |_ctx, _v: Value| Err("smtp down".into()))
         .outbox_max_retries(0)
-        .effect_backoff(Backoff {
-            base: Duration::from_millis(5),
-            max: Duration::from_millis(5),
-            jitter: 0.0,
-        })
+        .effect_backoff(
+            Backoff::default()
+                .with_base(Duration::from_millis(5))
+                .with_max(Duration::from_millis(5))
+                .with_jitter(0.0),
+        )
         .poll_interval(Duration::from_millis(10))
         .start()
         .unwrap();

@@ -121,22 +121,22 @@ fn a_pooled_connection_is_never_handed_out_inside_a_transaction() {
 fn user_version_is_the_schema_version() {
     let db = TestDb::new();
     let q = db.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::schema::SCHEMA_VERSION);
+    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
     let v: i64 = db
         .sql()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, litejob::schema::SCHEMA_VERSION);
+    assert_eq!(v, litejob::SCHEMA_VERSION);
     drop(q);
     // Opening again is a no-op migration.
     let q = db.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::schema::SCHEMA_VERSION);
+    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
 }
 
 #[test]
 fn a_newer_schema_is_refused_and_the_file_is_untouched() {
     let db = TestDb::new();
-    let newer = litejob::schema::SCHEMA_VERSION + 1;
+    let newer = litejob::SCHEMA_VERSION + 1;
     {
         // A rollback-journal file from "the future", fully checkpointed.
         let c = Connection::open(&db.path).unwrap();
@@ -149,15 +149,12 @@ fn a_newer_schema_is_refused_and_the_file_is_untouched() {
     let err = litejob::Queue::open(&db.path).unwrap_err();
     assert!(
         matches!(err, Error::SchemaTooNew { found, supported }
-            if found == newer && supported == litejob::schema::SCHEMA_VERSION),
+            if found == newer && supported == litejob::SCHEMA_VERSION),
         "{err:?}"
     );
     let msg = err.to_string();
     assert!(msg.contains(&newer.to_string()), "{msg}");
-    assert!(
-        msg.contains(&litejob::schema::SCHEMA_VERSION.to_string()),
-        "{msg}"
-    );
+    assert!(msg.contains(&litejob::SCHEMA_VERSION.to_string()), "{msg}");
     assert_eq!(std::fs::read(&db.path).unwrap(), before, "file changed");
     let wal = db.path.with_extension("db-wal");
     assert!(!wal.exists(), "a -wal file appeared");
@@ -237,7 +234,7 @@ fn the_sqlite3_shell_reads_the_views_and_inserts_a_job_the_library_runs() {
         .id();
     drop(q);
     let version = sqlite3(&db.path, "PRAGMA user_version;");
-    assert_eq!(version.trim(), litejob::schema::SCHEMA_VERSION.to_string());
+    assert_eq!(version.trim(), litejob::SCHEMA_VERSION.to_string());
     for view in [
         "job_overview",
         "attempt_history",
@@ -428,7 +425,7 @@ fn an_applications_existing_database_gets_the_queue_beside_its_tables() {
         .unwrap();
     }
     let q = db.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::schema::SCHEMA_VERSION);
+    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
     assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
     q.enqueue(NewJob::new("k", "app:1", &json!({}))).unwrap();
     assert_eq!(db.count("SELECT count(*) FROM jobs"), 1);

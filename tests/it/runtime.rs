@@ -843,11 +843,11 @@ fn the_attempt_history_records_each_run_and_caps_huge_errors() {
         let f = a.finished_at.unwrap();
         assert!(t0 <= a.started_at && a.started_at <= f && f <= t1);
         let e = a.error.as_deref().unwrap();
-        assert!(e.len() <= litejob::history::MAX_ERROR_BYTES, "{}", e.len());
+        assert!(e.len() <= litejob::MAX_ERROR_BYTES, "{}", e.len());
         assert!(e.starts_with("ééé"));
     }
     let j = q.job(huge).unwrap().unwrap();
-    assert!(j.last_error.unwrap().len() <= litejob::history::MAX_ERROR_BYTES);
+    assert!(j.last_error.unwrap().len() <= litejob::MAX_ERROR_BYTES);
     let a = q.attempts(fine).unwrap();
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].outcome, AttemptOutcome::Succeeded);

@@ -49,12 +49,11 @@ impl TestDb {
 pub const LONG: Duration = Duration::from_secs(20);
 
 /// Backoff short enough that retries happen within a test.
-pub fn tiny_backoff() -> litejob::retry::Backoff {
-    litejob::retry::Backoff {
-        base: Duration::from_millis(10),
-        max: Duration::from_millis(20),
-        jitter: 0.0,
-    }
+pub fn tiny_backoff() -> litejob::Backoff {
+    litejob::Backoff::default()
+        .with_base(Duration::from_millis(10))
+        .with_max(Duration::from_millis(20))
+        .with_jitter(0.0)
 }
 
 /// Waits until job `id` is in `state`.

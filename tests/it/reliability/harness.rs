@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use litejob::retry::Backoff;
+use litejob::Backoff;
 use litejob::{JobFilter, NewJob, Outcome, Queue, RuntimeBuilder};
 
 use crate::support::TestDb;
@@ -64,11 +64,10 @@ pub fn runtime(queue: &Queue, h: &Handlers) -> RuntimeBuilder {
     );
     let effects = h.effects.clone();
     let slow_ms = h.slow_ms;
-    let quick = Backoff {
-        base: Duration::from_millis(20),
-        max: Duration::from_millis(200),
-        jitter: 0.0,
-    };
+    let quick = Backoff::default()
+        .with_base(Duration::from_millis(20))
+        .with_max(Duration::from_millis(200))
+        .with_jitter(0.0);
     queue
         .runtime()
         .workers(h.workers)
@@ -225,10 +224,7 @@ fn probe(db: &Path) {
     println!("probe: schema_version {:?}", q.schema_version());
     let r = q.enqueue(NewJob::new("work", "probe-key", &serde_json::json!({})));
     println!("probe: enqueue {r:?}");
-    let jobs = q.jobs(&JobFilter {
-        limit: Some(1000),
-        ..JobFilter::default()
-    });
+    let jobs = q.jobs(&JobFilter::default().with_limit(1000));
     println!("probe: jobs {:?}", jobs.as_ref().map(|j| j.len()));
     println!("probe: job 1 {:?}", q.job(1).map(|j| j.map(|j| j.state)));
     println!("probe: attempts {:?}", q.attempts(1).map(|a| a.len()));

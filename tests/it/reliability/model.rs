@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use litejob::retry::Backoff;
+use litejob::Backoff;
 use litejob::{Enqueued, NewJob, Outcome, Queue};
 
 use crate::support::{wait_until, TestDb};
@@ -60,11 +60,10 @@ struct Model {
 }
 
 fn start(q: &Queue) -> litejob::Runtime {
-    let zero = Backoff {
-        base: Duration::ZERO,
-        max: Duration::ZERO,
-        jitter: 0.0,
-    };
+    let zero = Backoff::default()
+        .with_base(Duration::ZERO)
+        .with_max(Duration::ZERO)
+        .with_jitter(0.0);
     let effect = |tx: &litejob::JobTx<'_>| -> rusqlite::Result<usize> {
         tx.execute("INSERT INTO effects (key) VALUES (?1)", [&tx.job().key])
     };

@@ -21,6 +21,12 @@ use std::time::{Duration, Instant};
 use litejob::{Error, NewJob, Outcome, Queue, QueueOptions, Synchronous};
 use serde::{Deserialize, Serialize};
 
+mod machine;
+mod scale;
+
+use machine::{cpu_ns, fsync_probe, peak_rss_kb, wake_probe};
+use scale::{preload, prune_check};
+
 /// Flags of `litejob bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -185,7 +191,7 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
             std::env::temp_dir().join(format!(
                 "litejob-bench-{}-{:x}.db",
                 std::process::id(),
-                litejob::retry::Rng::from_entropy().next_u64() as u32
+                super::rng::Rng::from_entropy().next_u64() as u32
             )),
             false,
         ),
@@ -205,62 +211,68 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
             serde_json::to_string(&report).unwrap_or_default()
         )
     } else {
-        let mut text = format!(
-            "litejob bench: {} jobs, {} workers, synchronous={}\n",
-            report.jobs, report.workers, report.sync
-        );
-        if report.preload > 0 {
-            text += &format!(
-                "preloaded {} jobs (half succeeded, half queued for bench.idle) in {:.1} s\n",
-                report.preload, report.preload_secs
-            );
-        }
-        text += &format!(
-            "enqueue, one per call, 1 thread   {:>10.0} jobs/s\n\
-             enqueue, one per call, {} threads {:>10.0} jobs/s\n\
-             enqueue, batches of 100           {:>10.0} jobs/s\n\
-             process (claim, ledger, handler,\n\
-             \x20        completion, attempt row)  {:>10.0} jobs/s\n\
-             \x20 CPU per processed job (all threads) {:>6.1} us\n\
-             enqueue -> handler start          p50 {} us, p99 {} us (probes under load: {})\n",
-            report.enqueue_per_sec,
-            report.producers,
-            report.enqueue_concurrent_per_sec,
-            report.enqueue_batch_per_sec,
-            report.process_per_sec,
-            report.process_cpu_us_per_job,
-            report.latency_p50_us,
-            report.latency_p99_us,
-            report.latency_samples,
-        );
-        if let (Some(jobs), Some(secs), Some(block), Some(n)) = (
-            report.prune_jobs,
-            report.prune_secs,
-            report.prune_max_enqueue_block_ms,
-            report.prune_enqueues,
-        ) {
-            text += &format!(
-                "prune of {jobs} finished jobs: {secs:.1} s; {n} enqueues meanwhile, \
-                 the longest {block:.1} ms\n"
-            );
-        }
-        text += &format!(
-            "machine: 4 KiB write + fdatasync  {:>10.0} us\n\
-             machine: thread wake round trip   {:>10.0} us\n",
-            report.machine_fsync_us, report.machine_wake_round_trip_us
-        );
-        text += &format!(
-            "peak resident memory              {:>10.1} MB\n\
-             file: {}{}",
-            report.max_rss_kb as f64 / 1024.0,
-            report.db,
-            if kept { " (kept)" } else { " (removed)" }
-        );
-        writeln!(out, "{text}")
+        writeln!(out, "{}", text(&report, kept))
     };
     Ok(0)
 }
 
+/// The report for people.
+fn text(report: &BenchReport, kept: bool) -> String {
+    let mut text = format!(
+        "litejob bench: {} jobs, {} workers, synchronous={}\n",
+        report.jobs, report.workers, report.sync
+    );
+    if report.preload > 0 {
+        text += &format!(
+            "preloaded {} jobs (half succeeded, half queued for bench.idle) in {:.1} s\n",
+            report.preload, report.preload_secs
+        );
+    }
+    text += &format!(
+        "enqueue, one per call, 1 thread   {:>10.0} jobs/s\n\
+         enqueue, one per call, {} threads {:>10.0} jobs/s\n\
+         enqueue, batches of 100           {:>10.0} jobs/s\n\
+         process (claim, ledger, handler,\n\
+         \x20        completion, attempt row)  {:>10.0} jobs/s\n\
+         \x20 CPU per processed job (all threads) {:>6.1} us\n\
+         enqueue -> handler start          p50 {} us, p99 {} us (probes under load: {})\n",
+        report.enqueue_per_sec,
+        report.producers,
+        report.enqueue_concurrent_per_sec,
+        report.enqueue_batch_per_sec,
+        report.process_per_sec,
+        report.process_cpu_us_per_job,
+        report.latency_p50_us,
+        report.latency_p99_us,
+        report.latency_samples,
+    );
+    if let (Some(jobs), Some(secs), Some(block), Some(n)) = (
+        report.prune_jobs,
+        report.prune_secs,
+        report.prune_max_enqueue_block_ms,
+        report.prune_enqueues,
+    ) {
+        text += &format!(
+            "prune of {jobs} finished jobs: {secs:.1} s; {n} enqueues meanwhile, \
+             the longest {block:.1} ms\n"
+        );
+    }
+    text += &format!(
+        "machine: 4 KiB write + fdatasync  {:>10.0} us\n\
+         machine: thread wake round trip   {:>10.0} us\n",
+        report.machine_fsync_us, report.machine_wake_round_trip_us
+    );
+    text += &format!(
+        "peak resident memory              {:>10.1} MB\n\
+         file: {}{}",
+        report.max_rss_kb as f64 / 1024.0,
+        report.db,
+        if kept { " (kept)" } else { " (removed)" }
+    );
+    text
+}
+
+// Long: the measured phases in their order, sharing one file, timers and counters.
 fn measure(
     path: &Path,
     kept: bool,
@@ -269,7 +281,7 @@ fn measure(
 ) -> Result<BenchReport, Error> {
     let _ = epoch();
     let queue = Queue::open_with(path, QueueOptions::default().with_synchronous(sync))?;
-    let run_id = format!("{:x}", litejob::retry::Rng::from_entropy().next_u64());
+    let run_id = format!("{:x}", super::rng::Rng::from_entropy().next_u64());
     let key = |phase: &str, i: usize| format!("bench:{run_id}:{phase}:{i}");
     let payload = Probe { t: None };
 
@@ -484,228 +496,6 @@ fn measure(
         kept,
     };
     Ok(report)
-}
-
-/// The kind of the preloaded queued jobs and of the prune check's enqueues:
-/// no handler in the bench, so they stay queued.
-const IDLE_KIND: &str = "bench.idle";
-
-/// Rows per preload transaction.
-const PRELOAD_BATCH: usize = 50_000;
-
-/// Writes `n` jobs with plain SQL, `PRELOAD_BATCH` per transaction: the first
-/// half `succeeded` two days ago (each with its ledger row and a succeeded
-/// attempt row, as a real run leaves them), the rest `queued` for
-/// [`IDLE_KIND`]. Keys are `bench:<run>:done:<i>` and `bench:<run>:idle:<i>`.
-fn preload(queue: &Queue, run_id: &str, n: usize) -> Result<(), Error> {
-    const DONE: &str =
-        "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
-         INSERT INTO jobs (queue, kind, idempotency_key, payload, state, run_at, attempts, \
-                           created_at, finished_at) \
-         SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', 'succeeded', ?5 + x, 1, \
-                ?5 + x, ?5 + x + 1 FROM s";
-    const ATTEMPTS: &str =
-        "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome) \
-         SELECT id, 1, idempotency_key, 'bench-preload', finished_at - 1, finished_at, 'succeeded' \
-         FROM jobs WHERE id > ?1";
-    const LEDGER: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) \
-         SELECT idempotency_key, finished_at, id FROM jobs WHERE id > ?1";
-    const IDLE: &str =
-        "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
-         INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
-         SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', ?5, ?5 FROM s";
-    let finished = n / 2;
-    let now = litejob::time::now_ms();
-    let finished_base = now - 2 * 86_400_000;
-    let mut lo = 0;
-    while lo < n {
-        let hi = if lo < finished {
-            (lo + PRELOAD_BATCH).min(finished)
-        } else {
-            (lo + PRELOAD_BATCH).min(n)
-        };
-        let done = lo < finished;
-        let prefix = format!("bench:{run_id}:{}:", if done { "done" } else { "idle" });
-        let (a, b) = (lo as i64, hi as i64);
-        queue.write(move |tx| {
-            if done {
-                let base: i64 =
-                    tx.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?;
-                tx.execute(DONE, rusqlite::params![a, b, KIND, prefix, finished_base])?;
-                tx.execute(ATTEMPTS, [base])?;
-                tx.execute(LEDGER, [base])?;
-            } else {
-                tx.execute(IDLE, rusqlite::params![a, b, IDLE_KIND, prefix, now])?;
-            }
-            Ok(())
-        })?;
-        lo = hi;
-    }
-    // Start measuring from an empty WAL, as on a file that has lived long
-    // enough to be checkpointed, not one that just took 50,000-row commits.
-    queue
-        .connect()?
-        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-    Ok(())
-}
-
-/// What `--prune-check` saw.
-struct PruneCheck {
-    jobs: usize,
-    secs: f64,
-    max_enqueue_ms: f64,
-    enqueues: usize,
-}
-
-/// Prunes jobs finished more than an hour ago (the preloaded ones) in one
-/// thread while this one enqueues one job per call, back to back, timing
-/// each enqueue.
-fn prune_check(queue: &Queue, run_id: &str) -> Result<PruneCheck, Error> {
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let pruner = {
-        let (queue, stop) = (queue.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let t0 = Instant::now();
-            let r = litejob::admin::prune(
-                &queue,
-                &litejob::admin::PruneOptions {
-                    finished_before: litejob::time::now_ms() - 3_600_000,
-                    ledger_before: None,
-                    // The default of `litejob prune`.
-                    batch: 1000,
-                },
-            );
-            stop.store(true, Ordering::SeqCst);
-            r.map(|r| (r, t0.elapsed().as_secs_f64()))
-        })
-    };
-    let payload = Probe { t: None };
-    let mut max = Duration::ZERO;
-    let mut n = 0;
-    let mut failed = None;
-    while !stop.load(Ordering::SeqCst) {
-        let t = Instant::now();
-        if let Err(e) = queue.enqueue(NewJob::new(
-            IDLE_KIND,
-            format!("bench:{run_id}:prune-probe:{n}"),
-            &payload,
-        )) {
-            failed = Some(e);
-            break;
-        }
-        max = max.max(t.elapsed());
-        n += 1;
-    }
-    let (report, secs) = pruner
-        .join()
-        .map_err(|_| Error::Internal("prune thread panicked".into()))??;
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    Ok(PruneCheck {
-        jobs: report.jobs,
-        secs,
-        max_enqueue_ms: max.as_secs_f64() * 1000.0,
-        enqueues: n,
-    })
-}
-
-/// CPU time so far of this process's live threads, in nanoseconds (the
-/// first field of each /proc/self/task/*/schedstat); 0 without /proc.
-/// Median time of a 4 KiB overwrite plus `fdatasync` of a scratch file
-/// beside `db` (same file system), in µs. Overwrites, as the WAL is once it
-/// has wrapped: an append also syncs the file's new size.
-fn fsync_probe(db: &Path) -> Result<f64, Error> {
-    use std::io::{Seek, SeekFrom};
-    let path = PathBuf::from(format!("{}-fsync-probe", db.display()));
-    let io = |e: std::io::Error| Error::Open(format!("{}: {e}", path.display()));
-    let run = || -> Result<f64, Error> {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io)?;
-        let page = [0x5au8; 4096];
-        f.write_all(&page).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        let mut times: Vec<f64> = (0..200)
-            .map(|_| {
-                let t = Instant::now();
-                f.seek(SeekFrom::Start(0))?;
-                f.write_all(&page)?;
-                f.sync_data()?;
-                Ok(t.elapsed().as_secs_f64() * 1e6)
-            })
-            .collect::<std::io::Result<_>>()
-            .map_err(io)?;
-        times.sort_by(f64::total_cmp);
-        Ok(times[times.len() / 2])
-    };
-    let r = run();
-    let _ = std::fs::remove_file(&path);
-    r
-}
-
-/// Mean round trip of two threads waking each other through a mutex and
-/// condvar, in µs. On a virtual machine a wake across CPUs can cost tens of
-/// µs (the idle virtual CPU must be woken by the host).
-fn wake_probe() -> f64 {
-    const ROUNDS: u64 = 2000;
-    let pair = Arc::new((Mutex::new(0u64), std::sync::Condvar::new()));
-    let other = pair.clone();
-    let echo = std::thread::spawn(move || {
-        let (m, c) = &*other;
-        let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
-        // Odd: the main thread's turn is over, answer it.
-        while *n < 2 * ROUNDS {
-            if *n % 2 == 1 {
-                *n += 1;
-                c.notify_one();
-            } else {
-                n = c.wait(n).unwrap_or_else(|e| e.into_inner());
-            }
-        }
-    });
-    let (m, c) = &*pair;
-    let t = Instant::now();
-    let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..ROUNDS {
-        *n += 1;
-        c.notify_one();
-        while *n % 2 == 1 {
-            n = c.wait(n).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-    let us = t.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64;
-    drop(n);
-    let _ = echo.join();
-    us
-}
-
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
-/// Peak resident memory of this process (VmHWM), in KiB; 0 where
-/// /proc/self/status is not available.
-fn peak_rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
