@@ -200,7 +200,13 @@ pub(crate) fn pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
     let cfg = cfg.clone();
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_init(move |c| configure(c, &cfg));
+        // Readers never write: every write of the library goes through the
+        // writer, and a write slipped into `Queue::read` fails at once
+        // instead of taking the lock behind the writer's back.
+        .with_init(move |c| {
+            configure(c, &cfg)?;
+            c.pragma_update(None, "query_only", true)
+        });
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))

@@ -410,7 +410,9 @@ impl Queue {
         db::connect(&self.inner.path, &self.inner.conn_cfg)
     }
 
-    /// Runs `f` on a pooled reader connection.
+    /// Runs `f` on a pooled reader connection. It is read-only (`PRAGMA
+    /// query_only`): a write fails with an error and changes nothing; write
+    /// through [`Queue::write`].
     pub fn read<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
         let conn = self.inner.pool.get()?;
         f(&conn)
