@@ -3,7 +3,7 @@
 //! never write anything when refused.
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 
 use litejob::{Enqueued, NewJob, Queue};
 
@@ -61,14 +61,10 @@ fn snapshot(db: &TestDb) -> (i64, i64, i64) {
 }
 
 fn runner(cases: u32) -> TestRunner {
-    TestRunner::new_with_rng(
-        Config {
-            cases,
-            failure_persistence: None,
-            ..Config::default()
-        },
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    )
+    TestRunner::new(Config {
+        failure_persistence: None,
+        ..crate::support::proptest_config(cases)
+    })
 }
 
 fn check_one(db: &TestDb, q: &Queue, kind: &str, key: &str, payload: &str) {
