@@ -120,6 +120,9 @@ pub mod schema;
 pub mod time;
 mod writer;
 
+#[cfg(test)]
+mod sql_check;
+
 pub use db::{immediate, Synchronous};
 
 /// The README's Rust examples, compiled and run as doc tests.
