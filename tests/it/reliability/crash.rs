@@ -95,7 +95,7 @@ fn random_kills_lose_nothing_and_double_nothing() {
 /// Two processes with workers on one file; one is killed and restarted
 /// repeatedly while the parent keeps enqueueing.
 #[test]
-fn two_processes_one_killed_repeatedly() {
+fn two_processes_on_one_file_lose_nothing_while_one_is_killed_repeatedly() {
     let env = Env::new();
     let q = env.db.open();
     let mut rng = Rng::seeded();
