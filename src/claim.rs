@@ -422,23 +422,13 @@ mod tests {
     //! parameter: every `now` is a number the test picks, nothing sleeps.
 
     use super::*;
-    use crate::db::{open_file, ConnConfig, Synchronous};
     use crate::job::{Enqueued, NewJob};
+    use crate::sql_check::fresh_file as fresh;
 
     /// A moment in the file's unit; the tests move it by hand.
     const T0: Millis = 1_000_000;
     const LEASE: Millis = 30_000;
     const OWNER: &str = "1/test";
-
-    fn fresh() -> (tempfile::TempDir, Connection) {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = ConnConfig {
-            synchronous: Synchronous::Full,
-            busy_timeout: std::time::Duration::from_secs(5),
-        };
-        let conn = open_file(&dir.path().join("q.db"), &cfg).unwrap();
-        (dir, conn)
-    }
 
     /// Enqueues job `key` of kind `k`, due at `run_at`, with two attempts.
     fn enqueue(conn: &Connection, key: &str, run_at: Millis) -> i64 {
@@ -477,9 +467,8 @@ mod tests {
     }
 
     fn outcomes(conn: &Connection, id: i64) -> Vec<String> {
-        let mut st = conn
-            .prepare("SELECT outcome FROM attempts WHERE job_id = ?1 ORDER BY id")
-            .unwrap();
+        let sql = "SELECT outcome FROM attempts WHERE job_id = ?1 ORDER BY id";
+        let mut st = conn.prepare(sql).unwrap();
         let rows = st.query_map([id], |r| r.get(0)).unwrap();
         rows.collect::<rusqlite::Result<_>>().unwrap()
     }

@@ -390,7 +390,6 @@ mod tests {
     //! clock as a parameter: every `now` is a number the test picks.
 
     use super::*;
-    use crate::db::{open_file, ConnConfig, Synchronous};
     use crate::job::{Enqueued, NewJob};
 
     const T0: Millis = 1_000_000;
@@ -400,12 +399,7 @@ mod tests {
     /// A fresh migrated file holding one job and its outbox row `mail:1`
     /// (kind `mail`, two attempts) written at T0.
     fn fresh() -> (tempfile::TempDir, Connection, i64) {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = ConnConfig {
-            synchronous: Synchronous::Full,
-            busy_timeout: std::time::Duration::from_secs(5),
-        };
-        let conn = open_file(&dir.path().join("q.db"), &cfg).unwrap();
+        let (dir, conn) = crate::sql_check::fresh_file();
         let job = crate::enqueue::into_valid(NewJob::new("k", "evt", &0), T0, 2);
         let Enqueued::New(job_id) = crate::enqueue::insert(&conn, &job, T0).unwrap() else {
             panic!("not new")

@@ -9,6 +9,8 @@
 //! column lists) or from [`placeholders`] (the SQL built at run time: the
 //! claim's rounded LIMIT, the batch insert's rows for each chunk size); a
 //! placeholder found in neither fails the test, naming the template.
+//!
+//! Also the fresh file other modules' unit tests open ([`fresh_file`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -426,14 +428,21 @@ fn statements() -> (Vec<(String, String)>, Vec<String>) {
     (found, problems)
 }
 
-#[test]
-fn every_sql_statement_in_the_sources_prepares_against_a_fresh_file() {
+/// A new queue file in a temporary directory, opened and migrated by the
+/// crate's own open path, for unit tests that write to it.
+pub(crate) fn fresh_file() -> (tempfile::TempDir, rusqlite::Connection) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = ConnConfig {
         synchronous: Synchronous::Full,
         busy_timeout: std::time::Duration::from_secs(5),
     };
     let conn = open_file(&dir.path().join("q.db"), &cfg).unwrap();
+    (dir, conn)
+}
+
+#[test]
+fn every_sql_statement_in_the_sources_prepares_against_a_fresh_file() {
+    let (_dir, conn) = fresh_file();
     let (found, mut problems) = statements();
     // The tables an application makes (the demo's) before its statements.
     for (at, sql) in found
