@@ -256,7 +256,7 @@ pub(crate) fn insert_many(
 /// few, so a batch of any length needs at most three prepared statements
 /// in the connection's cache (a hundred rows: one). The last few rows of a
 /// batch go in one by one.
-const ROWS_PER_INSERT: [usize; 3] = [100, 25, 5];
+pub(crate) const ROWS_PER_INSERT: [usize; 3] = [100, 25, 5];
 
 /// Inserts `jobs` (distinct keys, `ROWS_PER_INSERT[size]` of them) in one
 /// statement if none of their keys was seen before, and returns their ids

@@ -142,13 +142,14 @@ mod job;
 mod ledger;
 mod outbox;
 mod queue;
-#[doc(hidden)]
-pub mod retry;
+mod retry;
 mod runtime;
 mod schema;
-#[doc(hidden)]
-pub mod time;
+mod time;
 mod writer;
+
+#[cfg(test)]
+mod sql_check;
 
 pub use admin::{PruneOptions, PruneReport};
 pub use db::{immediate, Synchronous};

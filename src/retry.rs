@@ -101,31 +101,116 @@ impl Rng {
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
-
-    /// A uniform draw in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    //! Backoff as a pure function: every attempt number and a fine grid of
+    //! random draws, checked exhaustively rather than sampled.
+
     use super::*;
-    use proptest::prelude::*;
 
-    proptest! {
-        #[test]
-        fn delay_stays_within_jitter_of_the_capped_exponential(attempt in 1u32..100, unit in 0.0f64..1.0) {
-            let b = Backoff::default();
-            let d = b.delay(attempt, unit).as_secs_f64();
+    /// Draws across `[0, 1)`, both ends and values just inside them.
+    fn units() -> impl Iterator<Item = f64> {
+        (0..1000).map(|i| f64::from(i) / 1000.0).chain([
+            1e-12,
+            0.5,
+            1.0 - 1e-12,
+            1.0 - f64::EPSILON,
+        ])
+    }
+
+    #[test]
+    fn delay_stays_within_jitter_of_the_capped_exponential() {
+        let b = Backoff::default();
+        for attempt in 1u32..100 {
             let ideal = (2f64.powi(attempt.min(41) as i32 - 1)).min(3600.0);
-            prop_assert!(d >= ideal * 0.75 - 1e-9 && d <= ideal * 1.25 + 1e-9, "{d} vs {ideal}");
+            for unit in units() {
+                let d = b.delay(attempt, unit).as_secs_f64();
+                assert!(
+                    d >= ideal * 0.75 - 1e-9 && d <= ideal * 1.25 + 1e-9,
+                    "attempt {attempt}, unit {unit}: {d} vs {ideal}"
+                );
+            }
         }
+    }
 
-        #[test]
-        fn delay_grows_with_the_attempt_without_jitter(a in 1u32..30) {
-            let b = Backoff { jitter: 0.0, ..Backoff::default() };
-            prop_assert!(b.delay(a + 1, 0.5) >= b.delay(a, 0.5));
+    #[test]
+    fn delay_grows_with_the_attempt_up_to_the_cap_without_jitter() {
+        let b = Backoff {
+            jitter: 0.0,
+            ..Backoff::default()
+        };
+        let mut last = Duration::ZERO;
+        for a in 1u32..=200 {
+            let d = b.delay(a, 0.5);
+            assert!(d >= last, "attempt {a}: {d:?} after {last:?}");
+            assert!(d <= b.max, "attempt {a}: {d:?} over the cap");
+            last = d;
+        }
+        assert_eq!(last, b.max);
+        // 1 s doubled reaches the hour's cap at the 13th attempt.
+        assert_eq!(b.delay(12, 0.5), Duration::from_secs(2048));
+        assert_eq!(b.delay(13, 0.5), b.max);
+    }
+
+    #[test]
+    fn the_first_attempt_waits_the_base_and_attempt_zero_counts_as_the_first() {
+        let b = Backoff {
+            base: Duration::from_millis(250),
+            max: Duration::from_secs(60),
+            jitter: 0.0,
+        };
+        assert_eq!(b.delay(1, 0.3), Duration::from_millis(250));
+        assert_eq!(b.delay(0, 0.3), b.delay(1, 0.3));
+        assert_eq!(b.delay(2, 0.3), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn jitter_spreads_evenly_around_the_delay_and_never_past_its_bounds() {
+        let b = Backoff {
+            base: Duration::from_secs(8),
+            max: Duration::from_secs(60),
+            jitter: 0.5,
+        };
+        // The draw's ends map to the jitter's ends, its middle to no jitter.
+        assert_eq!(b.delay(1, 0.0), Duration::from_secs(4));
+        assert_eq!(b.delay(1, 0.5), Duration::from_secs(8));
+        for unit in units().chain([-3.0, 1.0, 7.0, f64::INFINITY]) {
+            let d = b.delay(1, unit);
+            assert!(
+                (Duration::from_secs(4)..=Duration::from_secs(12)).contains(&d),
+                "unit {unit}: {d:?}"
+            );
+        }
+        // A jitter outside 0..=1 is clamped: never a negative delay.
+        for jitter in [-1.0, 0.0, 1.0, 2.5] {
+            let b = Backoff { jitter, ..b };
+            for unit in [0.0, 0.5, 1.0 - f64::EPSILON] {
+                let d = b.delay(1, unit).as_secs_f64();
+                assert!((0.0..=16.0 + 1e-9).contains(&d), "jitter {jitter}: {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn huge_attempt_numbers_do_not_overflow() {
+        let year = Duration::from_secs(365 * 86_400);
+        for b in [
+            Backoff::default(),
+            Backoff {
+                base: Duration::from_secs(3600),
+                max: year,
+                jitter: 1.0,
+            },
+        ] {
+            for attempt in [40, 41, 64, 1000, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
+                for unit in [0.0, 0.5, 1.0 - f64::EPSILON] {
+                    let d = b.delay(attempt, unit);
+                    assert!(d <= b.max.mul_f64(1.0 + b.jitter), "{attempt}: {d:?}");
+                    assert!(d >= b.max.mul_f64(1.0 - b.jitter), "{attempt}: {d:?}");
+                }
+            }
         }
     }
 

@@ -1,7 +1,7 @@
-//! Issue 5 (and `init`/`enqueue` of issue 2): the `litejob` command, run as
-//! the real binary. Exit statuses, `--json` documents, the explain sentence,
-//! repairs (retry, cancel, outbox retry, prune), broken pipes and a newer
-//! schema.
+//! The `litejob` command, run as the real binary: `init` and `enqueue`, exit
+//! statuses, `--json` documents, the explain sentence, repairs (retry,
+//! cancel, outbox retry, prune), `bench`'s figures and the rows it leaves,
+//! broken pipes and a newer schema.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -809,8 +809,8 @@ fn bench_with_a_db_keeps_the_file_and_every_job_went_the_full_path() {
         (&json!(300), &json!("full"), &json!(true)),
         "{v}"
     );
-    // DESIGN §5's check, then what the full path leaves per job: its key in
-    // the ledger and a succeeded attempt row.
+    // Every benchmarked job succeeded, and the full path left its trace per
+    // job: its key in the ledger and a succeeded attempt row.
     assert_eq!(
         db.count("SELECT count(*) FROM jobs WHERE state='succeeded'"),
         300

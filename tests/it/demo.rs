@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use litejob::retry::Rng;
 use serde_json::Value;
 
-use crate::support::{self, litejob, show, TestDb};
+use crate::support::{self, litejob, show, Rng, TestDb};
 
 fn receipts_path(db: &Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
@@ -201,7 +200,7 @@ fn a_bad_mail_failure_rate_is_refused_before_anything_is_written() {
 fn killed_at_random_moments_then_run_again_invoices_once_and_resends_only_where_a_kill_landed() {
     let t = TestDb::new();
     let args = ["--events", "300", "--seed", "9", "--lease", "1s"];
-    let mut rng = Rng::from_entropy();
+    let mut rng = Rng::seeded();
     let (mut sleeps, mut landed) = (Vec::new(), 0);
     for _ in 0..8 {
         let ms = 5 + rng.below(300);

@@ -1,4 +1,4 @@
-//! Issue 2, the file: pragmas read back on every kind of connection, the
+//! The file: pragmas read back on every kind of connection, the
 //! schema version, refusing files it must not touch, the sqlite3 shell, the
 //! schema's CHECK constraints, ids never reused.
 

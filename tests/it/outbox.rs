@@ -1,4 +1,4 @@
-//! Issue 4, the outbox: rows exist iff the job's transaction committed,
+//! The outbox: rows exist iff the job's transaction committed,
 //! stable keys, effects outside any transaction on their own threads, their
 //! own retries and death, requeueing a dead row, and a slow effect never
 //! holding up jobs.
@@ -11,8 +11,7 @@ use std::time::Duration;
 use litejob::{AttemptOutcome, Error, JobState, NewJob, OutboxState, Outcome, Queue};
 use serde_json::{json, Value};
 
-use crate::support::{tiny_backoff, wait_state, wait_until, TestDb, LONG};
-use litejob::time::now_ms;
+use crate::support::{now_ms, tiny_backoff, wait_state, wait_until, TestDb, LONG};
 
 fn enqueue(q: &Queue, key: &str) -> i64 {
     q.enqueue(NewJob::new("k", key, &json!({ "key": key })).with_max_retries(0))

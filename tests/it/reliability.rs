@@ -1,4 +1,8 @@
-//! The reliability suite (issue 7): the guarantees of DESIGN §2 under faults.
+//! The guarantees under faults: a returned enqueue is never lost, a key's
+//! work commits at most once, an outbox row exists iff its job committed and
+//! its effect repeats only where a process died between effect and
+//! acknowledgement, completion is fenced, bad files and bad input are
+//! refused, and a held write lock makes work wait.
 //!
 //! Crash tests re-run this test binary as a child process (`child_worker`
 //! below, which does nothing unless `LITEJOB_CHILD_DB` is set), SIGKILL it at

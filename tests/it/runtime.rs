@@ -1,4 +1,4 @@
-//! Issue 3, the runtime: which jobs it claims, its threads, the ledger
+//! The runtime: which jobs it claims, its threads, the ledger
 //! transaction, outcomes and retries, panics, prepare outside the lock,
 //! wake-up and polling, leases and fencing, the attempt history, graceful
 //! stop, abandoned runs and poison pills.
@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use litejob::{AttemptOutcome, Enqueued, JobState, NewJob, Outcome, Queue, Runtime};
 use serde_json::{json, Value};
 
-use crate::support::{tiny_backoff, wait_state, wait_until, TestDb, LONG};
-use litejob::time::now_ms;
+use crate::support::{now_ms, tiny_backoff, wait_state, wait_until, TestDb, LONG};
 
 fn enqueue(q: &Queue, kind: &str, key: &str) -> i64 {
     q.enqueue(NewJob::new(kind, key, &json!({ "key": key })))

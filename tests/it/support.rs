@@ -1,5 +1,7 @@
 //! Shared test helpers: a temporary queue file, waiting for a condition
-//! without fixed sleeps, and running the real `litejob` binary.
+//! without fixed sleeps, running the real `litejob` binary, the wall clock
+//! in the file's unit, and the seeds and random numbers of randomized tests
+//! (printed, and replayed with `LITEJOB_SEED=…`).
 
 #![allow(dead_code)]
 
@@ -42,6 +44,83 @@ impl TestDb {
         self.sql()
             .query_row(sql, [], |r| r.get(0))
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+/// The wall clock in milliseconds since the Unix epoch, the unit of every
+/// `*_at` column.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+/// The seed of a randomized test: `LITEJOB_SEED` when set (to replay a
+/// failure), otherwise a new one. Printed either way: cargo shows a failing
+/// test's output, so the failure names the command line that replays it.
+pub fn seed() -> u64 {
+    let seed = match std::env::var("LITEJOB_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("LITEJOB_SEED={s:?} is not a number")),
+        Err(_) => {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static COUNTER: AtomicU64 = AtomicU64::new(0);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let mix = nanos
+                ^ (u64::from(std::process::id()) << 32)
+                ^ COUNTER.fetch_add(1, Ordering::Relaxed);
+            Rng::new(mix).next_u64()
+        }
+    };
+    eprintln!("seed: LITEJOB_SEED={seed}");
+    seed
+}
+
+/// A proptest configuration whose cases come from [`seed`] (so they are
+/// printed and replayable like every other randomized test's), with
+/// `cases` cases. Persisted regressions still run first.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        rng_algorithm: proptest::test_runner::RngAlgorithm::ChaCha,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed()),
+        ..proptest::test_runner::Config::default()
+    }
+}
+
+/// The tests' own small random source (SplitMix64): fast, seedable, and
+/// the same on every platform.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator that replays `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// A generator from [`seed`] (printed, or `LITEJOB_SEED`).
+    pub fn seeded() -> Rng {
+        Rng::new(seed())
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform draw in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 }
 

@@ -383,8 +383,8 @@ fn measure(
         .start()?;
     // Open loop: probe i is enqueued at start + i × PROBE_EVERY by whichever
     // of PROBE_THREADS is free, whatever the earlier probes' enqueues take.
-    // One thread enqueueing its probes in turn (at one a millisecond, until
-    // the sixth session) waited for each enqueue (a writer cycle or two
+    // One thread enqueueing its probes in turn (at one a millisecond, as an
+    // earlier form of this bench did) waited for each enqueue (a writer cycle or two
     // under full load, ~3.5 ms), so its probes left every ~3.5 ms, each
     // right after the previous one's answer: always at the same point of
     // the writer's cycle, just after one began with NORMAL (which answers at

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use litejob::{NewJob, Queue};
 
 use super::harness::{
-    self, check_invariants, enqueue_n, enqueue_quick, kill, soak, wait_timeout, Env, Rng,
+    self, check_invariants, enqueue_n, enqueue_quick, kill, soak, wait_timeout, Env,
 };
-use crate::support::wait_until;
+use crate::support::{wait_until, Rng};
 
 /// 100 kills in CI (a mix of random SIGKILLs and aborts at announced
 /// points), 1000 with `LITEJOB_SOAK=1`; then nothing lost, nothing doubled.
@@ -21,9 +21,7 @@ use crate::support::wait_until;
 fn random_kills_lose_nothing_and_double_nothing() {
     let env = Env::new();
     let q = env.db.open();
-    let seed = Rng::from_time().next();
-    let mut rng = Rng(seed);
-    eprintln!("random kills: seed {seed}");
+    let mut rng = Rng::seeded();
     let target = if soak() { 1000 } else { 100 };
     let mut keys = enqueue_n(&q, "work", "w", 0, 60);
     keys.extend(enqueue_n(&q, "doomed", "d", 0, 5));
@@ -97,12 +95,10 @@ fn random_kills_lose_nothing_and_double_nothing() {
 /// Two processes with workers on one file; one is killed and restarted
 /// repeatedly while the parent keeps enqueueing.
 #[test]
-fn two_processes_one_killed_repeatedly() {
+fn two_processes_on_one_file_lose_nothing_while_one_is_killed_repeatedly() {
     let env = Env::new();
     let q = env.db.open();
-    let seed = Rng::from_time().next();
-    let mut rng = Rng(seed);
-    eprintln!("two processes: seed {seed}");
+    let mut rng = Rng::seeded();
     let stop = Arc::new(AtomicBool::new(false));
     let producer = {
         let (q, stop) = (q.clone(), stop.clone());

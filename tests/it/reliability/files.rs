@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use litejob::{Error, NewJob, Queue};
 
-use super::harness::{tail, wait_timeout, Rng};
-use crate::support::TestDb;
+use super::harness::{tail, wait_timeout};
+use crate::support::{Rng, TestDb};
 
 /// Opens `db` in a child process that runs a few operations on it; the
 /// child must exit normally, without a panic. Returns its stdout.
@@ -84,9 +84,7 @@ fn not_a_database_is_refused_untouched() {
 /// using it gives typed errors (or works), never a panic or a crash loop.
 #[test]
 fn flipped_bytes_never_panic() {
-    let seed = Rng::from_time().next();
-    eprintln!("flipped bytes: seed {seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded();
     let src = TestDb::new();
     {
         let q = src.open();
@@ -213,8 +211,8 @@ fn read_only_directory_gives_a_clear_error_naming_the_path() {
     }
 }
 
-/// DESIGN §2: "An enqueue whose commit failed with an I/O error reports
-/// 'outcome unknown': retrying with the same key is always safe." The WAL
+/// An enqueue whose commit failed with an I/O error reports "outcome
+/// unknown", and retrying with the same key is always safe. The WAL
 /// file is made immutable under the open queue, so the commit's write
 /// fails with an I/O error; the error must say the outcome is unknown and
 /// that retrying with the same key is safe — and, once the disk is back, the

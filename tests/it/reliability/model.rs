@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 
 use litejob::Backoff;
 use litejob::{Enqueued, NewJob, Outcome, Queue};
@@ -262,15 +262,11 @@ fn check(db: &TestDb, m: &Model, after: &Op) {
 }
 
 #[test]
-fn state_machine_against_a_model() {
-    let mut runner = TestRunner::new_with_rng(
-        Config {
-            cases: 20,
-            failure_persistence: None,
-            ..Config::default()
-        },
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+fn runs_crashes_and_prunes_agree_with_a_model_of_the_queue() {
+    let mut runner = TestRunner::new(Config {
+        failure_persistence: None,
+        ..crate::support::proptest_config(20)
+    });
     runner
         .run(&proptest::collection::vec(op(), 1..30), |ops| {
             let db = TestDb::new();
