@@ -118,6 +118,27 @@ fn a_pooled_connection_is_never_handed_out_inside_a_transaction() {
 }
 
 #[test]
+fn a_write_through_a_read_connection_fails_and_writes_nothing() {
+    let db = TestDb::new();
+    let q = db.open();
+    let id = q
+        .enqueue(NewJob::new("k", "read-only", &json!({})))
+        .unwrap()
+        .id();
+    for _ in 0..8 {
+        let on: i64 = q
+            .read(|c| Ok(c.query_row("PRAGMA query_only", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(on, 1, "every pooled reader is query_only");
+        let e = q
+            .read(|c| Ok(c.execute("UPDATE jobs SET priority = 9 WHERE id = ?1", [id])?))
+            .unwrap_err();
+        assert!(e.to_string().contains("readonly"), "{e}");
+    }
+    assert_eq!(q.job(id).unwrap().unwrap().priority, 0);
+}
+
+#[test]
 fn user_version_is_the_schema_version() {
     let db = TestDb::new();
     let q = db.open();
