@@ -14,14 +14,14 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, NewJob, Outcome, Queue, QueueOptions, Synchronous};
+use litejob::{Error, Queue, QueueOptions, Synchronous};
 use serde::{Deserialize, Serialize};
 
 mod machine;
+mod phases;
 mod scale;
 
 use machine::{cpu_ns, fsync_probe, peak_rss_kb, wake_probe};
@@ -49,7 +49,7 @@ pub struct BenchArgs {
     /// state='succeeded'` then equals --jobs + N/2 (N/2 rounded down).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub preload: usize,
-    /// After measuring, prune the preloaded finished jobs (`admin::prune`,
+    /// After measuring, prune the preloaded finished jobs (`Queue::prune`,
     /// older than one hour, batches of 1000) while another thread enqueues
     /// one `bench.idle` job per call, and report the longest single enqueue
     /// and the prune's duration. The preloaded finished jobs are gone
@@ -272,7 +272,6 @@ fn text(report: &BenchReport, kept: bool) -> String {
     text
 }
 
-// Long: the measured phases in their order, sharing one file, timers and counters.
 fn measure(
     path: &Path,
     kept: bool,
@@ -282,8 +281,7 @@ fn measure(
     let _ = epoch();
     let queue = Queue::open_with(path, QueueOptions::default().with_synchronous(sync))?;
     let run_id = format!("{:x}", super::rng::Rng::from_entropy().next_u64());
-    let key = |phase: &str, i: usize| format!("bench:{run_id}:{phase}:{i}");
-    let payload = Probe { t: None };
+    let keys = phases::Keys(run_id.clone());
 
     let t0 = Instant::now();
     if args.preload > 0 {
@@ -302,162 +300,17 @@ fn measure(
     let concurrent = backlog / 4;
     let batched = backlog - single - concurrent;
 
-    // 1. One enqueue per call, one thread.
-    let t0 = Instant::now();
-    for i in 0..single {
-        queue.enqueue(NewJob::new(KIND, key("single", i), &payload))?;
-    }
-    let enqueue_per_sec = single as f64 / t0.elapsed().as_secs_f64();
-
-    // 2. One enqueue per call from several producers: they share commits.
-    let t0 = Instant::now();
-    let per = concurrent.div_ceil(args.producers);
-    let errors: Vec<Error> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..args.producers)
-            .map(|p| {
-                let queue = queue.clone();
-                let key = &key;
-                let payload = &payload;
-                s.spawn(move || {
-                    for i in (p * per)..((p + 1) * per).min(concurrent) {
-                        queue.enqueue(NewJob::new(KIND, key("concurrent", i), payload))?;
-                    }
-                    Ok::<(), Error>(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .filter_map(|h| h.join().ok().and_then(|r| r.err()))
-            .collect()
-    });
-    if let Some(e) = errors.into_iter().next() {
-        return Err(e);
-    }
-    let enqueue_concurrent_per_sec = concurrent as f64 / t0.elapsed().as_secs_f64();
-
-    // 3. Batches of 100 per transaction.
-    let t0 = Instant::now();
-    let mut i = 0;
-    while i < batched {
-        let n = (batched - i).min(100);
-        queue.enqueue_many(
-            (i..i + n)
-                .map(|j| NewJob::new(KIND, key("batch", j), &payload))
-                .collect(),
-        )?;
-        i += n;
-    }
-    let enqueue_batch_per_sec = batched as f64 / t0.elapsed().as_secs_f64();
-
-    // 4. Process everything, while PROBE_THREADS enqueue latency probes
-    //    ahead of the backlog (priority -1), for ~1 s from its start.
-    let done = Arc::new(AtomicUsize::new(0));
-    let cpu0 = cpu_ns();
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(probes)));
-    let (d, l) = (done.clone(), latencies.clone());
-    let t0 = Instant::now();
-    let mut builder = queue.runtime().workers(args.workers);
-    if let Some(n) = args.claim_ahead {
-        builder = builder.claim_ahead(n);
-    }
-    let mut runtime = builder
-        // Apply-only, like most handlers: the latency is to the start of
-        // the handler inside its transaction.
-        .handler(KIND, move |_tx, p: Probe| {
-            match p.t {
-                Some(t) => {
-                    let lat = since_epoch_ns().saturating_sub(t) / 1000;
-                    // Kept apart once the backlog is done: only the probes
-                    // run while the queue processes at full rate count
-                    // (unless there are none, with a tiny --jobs).
-                    let busy = d.load(Ordering::Relaxed) < backlog;
-                    l.lock().unwrap().push((lat, busy));
-                }
-                None => {
-                    d.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ok(Outcome::Done)
-        })
-        .start()?;
-    // Open loop: probe i is enqueued at start + i × PROBE_EVERY by whichever
-    // of PROBE_THREADS is free, whatever the earlier probes' enqueues take.
-    // One thread enqueueing its probes in turn (at one a millisecond, as an
-    // earlier form of this bench did) waited for each enqueue (a writer cycle or two
-    // under full load, ~3.5 ms), so its probes left every ~3.5 ms, each
-    // right after the previous one's answer: always at the same point of
-    // the writer's cycle, just after one began with NORMAL (which answers at
-    // once) and an fsync later with FULL. NORMAL's p50 then read ~0.4 ms
-    // above FULL's for no reason an application would see.
-    let start = Instant::now();
-    let keys: Arc<Vec<String>> = Arc::new((0..probes).map(|i| key("probe", i)).collect());
-    let next_probe = Arc::new(AtomicUsize::new(0));
-    let producers: Vec<_> = (0..PROBE_THREADS)
-        .map(|_| {
-            let (queue, keys, next) = (queue.clone(), keys.clone(), next_probe.clone());
-            std::thread::spawn(move || -> Result<(), Error> {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(k) = keys.get(i) else {
-                        return Ok(());
-                    };
-                    let due = start + PROBE_EVERY * i as u32;
-                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                        std::thread::sleep(wait);
-                    }
-                    let job = NewJob::new(
-                        KIND,
-                        k.clone(),
-                        &Probe {
-                            t: Some(since_epoch_ns()),
-                        },
-                    )
-                    .with_priority(-1);
-                    queue.enqueue(job)?;
-                }
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    // The processing rate is the backlog's (priority 0); the probes
-    // (priority -1) measure latency meanwhile and finish afterwards.
-    while done.load(Ordering::Relaxed) < backlog {
-        if Instant::now() > deadline {
-            return Err(Error::Internal(
-                "bench: processing did not finish in 10 minutes".into(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let succeeded = |filter: &str| -> Result<i64, Error> {
-        let sql =
-            format!("SELECT count(*) FROM jobs WHERE id > ?1 AND state = 'succeeded' {filter}");
-        queue.read(|c| Ok(c.query_row(&sql, [base_id], |r| r.get(0))?))
+    let enqueue_per_sec = phases::enqueue_single(&queue, &keys, single)?;
+    let enqueue_concurrent_per_sec =
+        phases::enqueue_concurrent(&queue, &keys, concurrent, args.producers)?;
+    let enqueue_batch_per_sec = phases::enqueue_batched(&queue, &keys, batched)?;
+    let backlog = phases::Backlog {
+        base_id,
+        jobs: backlog,
+        probes,
     };
-    // Counted in the apply step, before the commit: confirm the commits.
-    while succeeded("AND priority = 0")? < backlog as i64 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let process_per_sec = backlog as f64 / t0.elapsed().as_secs_f64();
-    let process_cpu_us_per_job = cpu_ns().saturating_sub(cpu0) as f64 / 1000.0 / backlog as f64;
-    // Before waiting for every probe: one whose enqueue failed would never
-    // succeed, and its error, not a timeout, is the answer.
-    for producer in producers {
-        producer
-            .join()
-            .map_err(|_| Error::Internal("probe producer panicked".into()))??;
-    }
-    while succeeded("")? < args.jobs as i64 {
-        if Instant::now() > deadline {
-            return Err(Error::Internal(
-                "bench: processing did not finish in 10 minutes".into(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    runtime.stop();
-    let (lat, under_load) = latencies_to_report(&latencies.lock().unwrap());
+    let processed = phases::process(&queue, &keys, &backlog, args)?;
+    let (lat, under_load) = latencies_to_report(&processed.latencies);
     let pct = |p: f64| {
         lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
             .copied()
@@ -470,12 +323,12 @@ fn measure(
         None
     };
 
-    let report = BenchReport {
+    Ok(BenchReport {
         enqueue_per_sec,
         enqueue_concurrent_per_sec,
         enqueue_batch_per_sec,
-        process_per_sec,
-        process_cpu_us_per_job,
+        process_per_sec: processed.per_sec,
+        process_cpu_us_per_job: processed.cpu_us_per_job,
         latency_p50_us: pct(0.50),
         latency_p99_us: pct(0.99),
         latency_samples: under_load,
@@ -494,8 +347,7 @@ fn measure(
         prune_enqueues: prune.as_ref().map(|p| p.enqueues),
         db: path.display().to_string(),
         kept,
-    };
-    Ok(report)
+    })
 }
 
 #[cfg(test)]

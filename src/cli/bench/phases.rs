@@ -1,0 +1,233 @@
+//! The measured phases of `litejob bench`, each timed on its own: three
+//! ways to enqueue, then processing the backlog while latency probes are
+//! enqueued ahead of it. Writes `jobs` through the library only.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use litejob::{Error, NewJob, Outcome, Queue};
+
+use super::{since_epoch_ns, BenchArgs, Probe, KIND, PROBE_EVERY, PROBE_THREADS};
+
+/// The bench's own keys: unique per run, so a kept file can take another.
+pub(super) struct Keys(pub(super) String);
+
+impl Keys {
+    fn key(&self, phase: &str, i: usize) -> String {
+        format!("bench:{}:{phase}:{i}", self.0)
+    }
+}
+
+const BACKLOG: Probe = Probe { t: None };
+
+/// One enqueue per call, one thread: jobs per second.
+pub(super) fn enqueue_single(queue: &Queue, keys: &Keys, n: usize) -> Result<f64, Error> {
+    let t0 = Instant::now();
+    for i in 0..n {
+        queue.enqueue(NewJob::new(KIND, keys.key("single", i), &BACKLOG))?;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// One enqueue per call from `producers` threads at once (they share
+/// commits): jobs per second.
+pub(super) fn enqueue_concurrent(
+    queue: &Queue,
+    keys: &Keys,
+    n: usize,
+    producers: usize,
+) -> Result<f64, Error> {
+    let t0 = Instant::now();
+    let per = n.div_ceil(producers);
+    let errors: Vec<Error> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..producers)
+            .map(|p| {
+                s.spawn(move || {
+                    for i in (p * per)..((p + 1) * per).min(n) {
+                        queue.enqueue(NewJob::new(KIND, keys.key("concurrent", i), &BACKLOG))?;
+                    }
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| h.join().ok().and_then(|r| r.err()))
+            .collect()
+    });
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// `enqueue_many` in batches of 100 per transaction: jobs per second.
+pub(super) fn enqueue_batched(queue: &Queue, keys: &Keys, n: usize) -> Result<f64, Error> {
+    let t0 = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let chunk = (n - i).min(100);
+        queue.enqueue_many(
+            (i..i + chunk)
+                .map(|j| NewJob::new(KIND, keys.key("batch", j), &BACKLOG))
+                .collect(),
+        )?;
+        i += chunk;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// What the processing phase measured.
+pub(super) struct Processed {
+    pub(super) per_sec: f64,
+    pub(super) cpu_us_per_job: f64,
+    /// Each probe's latency in µs, and whether it ran under load.
+    pub(super) latencies: Vec<(u64, bool)>,
+}
+
+/// Where the jobs of this run start, and how many of them there are.
+pub(super) struct Backlog {
+    /// Every measured job's id is above it.
+    pub(super) base_id: i64,
+    /// Jobs of priority 0 enqueued by the phases above.
+    pub(super) jobs: usize,
+    /// Latency probes (priority -1) to enqueue while they are processed.
+    pub(super) probes: usize,
+}
+
+/// Processes the backlog with `args.workers` while PROBE_THREADS enqueue
+/// latency probes ahead of it, for ~1 s from its start.
+pub(super) fn process(
+    queue: &Queue,
+    keys: &Keys,
+    backlog: &Backlog,
+    args: &BenchArgs,
+) -> Result<Processed, Error> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(backlog.probes)));
+    let cpu0 = super::cpu_ns();
+    let t0 = Instant::now();
+    let mut runtime = start_runtime(queue, args, backlog.jobs, &done, &latencies)?;
+    let producers = spawn_probes(queue, keys, backlog.probes);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    // The processing rate is the backlog's (priority 0); the probes
+    // (priority -1) measure latency meanwhile and finish afterwards.
+    wait_for(deadline, 2, || {
+        Ok(done.load(Ordering::Relaxed) >= backlog.jobs)
+    })?;
+    let succeeded = |filter: &str| -> Result<i64, Error> {
+        let sql =
+            format!("SELECT count(*) FROM jobs WHERE id > ?1 AND state = 'succeeded' {filter}");
+        queue.read(|c| Ok(c.query_row(&sql, [backlog.base_id], |r| r.get(0))?))
+    };
+    // Counted in the apply step, before the commit: confirm the commits.
+    wait_for(deadline, 1, || {
+        Ok(succeeded("AND priority = 0")? >= backlog.jobs as i64)
+    })?;
+    let per_sec = backlog.jobs as f64 / t0.elapsed().as_secs_f64();
+    let cpu_us_per_job = super::cpu_ns().saturating_sub(cpu0) as f64 / 1000.0 / backlog.jobs as f64;
+    // Before waiting for every probe: one whose enqueue failed would never
+    // succeed, and its error, not a timeout, is the answer.
+    for producer in producers {
+        producer
+            .join()
+            .map_err(|_| Error::Internal("probe producer panicked".into()))??;
+    }
+    let all = (backlog.jobs + backlog.probes) as i64;
+    wait_for(deadline, 5, || Ok(succeeded("")? >= all))?;
+    runtime.stop();
+    let latencies = std::mem::take(&mut *latencies.lock().unwrap());
+    Ok(Processed {
+        per_sec,
+        cpu_us_per_job,
+        latencies,
+    })
+}
+
+/// The runtime with the bench's handler: apply-only, like most handlers,
+/// so the latency is to the start of the handler inside its transaction.
+fn start_runtime(
+    queue: &Queue,
+    args: &BenchArgs,
+    backlog: usize,
+    done: &Arc<AtomicUsize>,
+    latencies: &Arc<Mutex<Vec<(u64, bool)>>>,
+) -> Result<litejob::Runtime, Error> {
+    let (d, l) = (done.clone(), latencies.clone());
+    let mut builder = queue.runtime().workers(args.workers);
+    if let Some(n) = args.claim_ahead {
+        builder = builder.claim_ahead(n);
+    }
+    builder
+        .handler(KIND, move |_tx, p: Probe| {
+            match p.t {
+                Some(t) => {
+                    let lat = since_epoch_ns().saturating_sub(t) / 1000;
+                    // Kept apart once the backlog is done: only the probes
+                    // run while the queue processes at full rate count
+                    // (unless there are none, with a tiny --jobs).
+                    let busy = d.load(Ordering::Relaxed) < backlog;
+                    l.lock().unwrap().push((lat, busy));
+                }
+                None => {
+                    d.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(Outcome::Done)
+        })
+        .start()
+}
+
+/// Open loop: probe i is enqueued at start + i × PROBE_EVERY by whichever
+/// of PROBE_THREADS is free, whatever the earlier probes' enqueues take.
+/// One thread enqueueing its probes in turn (as an earlier form of this
+/// bench did) waited for each enqueue (a writer cycle or two under full
+/// load, ~3.5 ms), so its probes left every ~3.5 ms, each right after the
+/// previous one's answer: always at the same point of the writer's cycle,
+/// just after one began with NORMAL (which answers at once) and an fsync
+/// later with FULL. NORMAL's p50 then read ~0.4 ms above FULL's for no
+/// reason an application would see.
+fn spawn_probes(queue: &Queue, keys: &Keys, probes: usize) -> Vec<JoinHandle<Result<(), Error>>> {
+    let start = Instant::now();
+    let keys: Arc<Vec<String>> = Arc::new((0..probes).map(|i| keys.key("probe", i)).collect());
+    let next_probe = Arc::new(AtomicUsize::new(0));
+    (0..PROBE_THREADS)
+        .map(|_| {
+            let (queue, keys, next) = (queue.clone(), keys.clone(), next_probe.clone());
+            std::thread::spawn(move || -> Result<(), Error> {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(k) = keys.get(i) else {
+                        return Ok(());
+                    };
+                    let due = start + PROBE_EVERY * i as u32;
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let t = Some(since_epoch_ns());
+                    let job = NewJob::new(KIND, k.clone(), &Probe { t }).with_priority(-1);
+                    queue.enqueue(job)?;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Polls `done` every `every_ms` until it is true; an error past `deadline`.
+fn wait_for(
+    deadline: Instant,
+    every_ms: u64,
+    mut done: impl FnMut() -> Result<bool, Error>,
+) -> Result<(), Error> {
+    while !done()? {
+        if Instant::now() > deadline {
+            return Err(Error::Internal(
+                "bench: processing did not finish in 10 minutes".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(every_ms));
+    }
+    Ok(())
+}
