@@ -140,26 +140,8 @@ struct ThisRun {
 }
 
 /// Runs the demo on the file at `db`; returns the exit status.
-// Long: the demo's script from start to summary, read top to bottom.
 pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
-    if !(0.0..=1.0).contains(&args.mail_failure_rate) {
-        return Err(Error::InvalidInput(format!(
-            "--mail-failure-rate {} is not a probability: use a number from 0.0 to 1.0",
-            args.mail_failure_rate
-        )));
-    }
-    if args.redeliver == 0 {
-        return Err(Error::InvalidInput("--redeliver must be at least 1".into()));
-    }
-    if args.workers == 0 {
-        return Err(Error::InvalidInput("--workers must be at least 1".into()));
-    }
-    if args.effect_workers == 0 {
-        return Err(Error::InvalidInput(
-            "--effect-workers must be at least 1".into(),
-        ));
-    }
-    let lease = parse_duration(&args.lease).map_err(Error::InvalidInput)?;
+    let lease = check_args(args)?;
     let receipts = args.receipts.clone().unwrap_or_else(|| {
         let mut p = db.as_os_str().to_owned();
         p.push(".receipts");
@@ -184,69 +166,7 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let order = delivery_order(args.events as usize, args.redeliver, args.seed);
 
     let this_run = Arc::new(Counters::default());
-    let progress = std::io::stderr().is_terminal();
-    // The provider sends webhooks concurrently; each delivery is one
-    // enqueue, as an HTTP endpoint would do it.
-    let next = AtomicUsize::new(0);
-    let produced: Result<bool, Error> = std::thread::scope(|scope| {
-        let producers: Vec<_> = (0..4)
-            .map(|_| {
-                scope.spawn(|| -> Result<(), Error> {
-                    loop {
-                        if signals.load(Ordering::SeqCst) > 0 {
-                            return Ok(());
-                        }
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&e) = order.get(i) else {
-                            return Ok(());
-                        };
-                        let ev = &events[e];
-                        let r = deliver(&queue, ev)?;
-                        this_run.record(r);
-                    }
-                })
-            })
-            .collect();
-        let mut last_progress = Instant::now();
-        loop {
-            if signals.load(Ordering::SeqCst) > 0 {
-                break;
-            }
-            let producing = producers.iter().any(|p| !p.is_finished());
-            let left = work_left(&queue)?;
-            if progress && last_progress.elapsed() >= Duration::from_millis(250) {
-                last_progress = Instant::now();
-                let done = queue.read(|c| {
-                    Ok(c.query_row(
-                        "SELECT (SELECT count(*) FROM invoices), \
-                                (SELECT count(*) FROM outbox WHERE kind = ?1 AND state = 'sent')",
-                        [EFFECT_KIND],
-                        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-                    )?)
-                })?;
-                eprint!(
-                    "\rdemo: {}/{} deliveries, {} invoices, {} receipts sent, {} waiting   ",
-                    this_run.deliveries.load(Ordering::Relaxed),
-                    order.len(),
-                    done.0,
-                    done.1,
-                    left
-                );
-            }
-            if !producing && left == 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        for p in producers {
-            p.join()
-                .map_err(|_| Error::Internal("a producer thread panicked".into()))??;
-        }
-        Ok(signals.load(Ordering::SeqCst) > 0)
-    });
-    if progress {
-        eprint!("\r\x1b[K");
-    }
+    let produced = deliver_until_done(&queue, &events, &order, &signals, &this_run);
     runtime.stop();
     let interrupted = produced?;
 
@@ -264,6 +184,112 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
         print_summary(&s, args);
     }
     Ok(0)
+}
+
+/// Refuses flags out of range before anything is written; the lease.
+fn check_args(args: &DemoArgs) -> Result<Duration, Error> {
+    if !(0.0..=1.0).contains(&args.mail_failure_rate) {
+        return Err(Error::InvalidInput(format!(
+            "--mail-failure-rate {} is not a probability: use a number from 0.0 to 1.0",
+            args.mail_failure_rate
+        )));
+    }
+    if args.redeliver == 0 {
+        return Err(Error::InvalidInput("--redeliver must be at least 1".into()));
+    }
+    if args.workers == 0 {
+        return Err(Error::InvalidInput("--workers must be at least 1".into()));
+    }
+    if args.effect_workers == 0 {
+        return Err(Error::InvalidInput(
+            "--effect-workers must be at least 1".into(),
+        ));
+    }
+    parse_duration(&args.lease).map_err(Error::InvalidInput)
+}
+
+/// Delivers every event in `order` from four producer threads (the
+/// provider sends webhooks concurrently; each delivery is one enqueue, as
+/// an HTTP endpoint would do it) and waits until no work is left, showing
+/// progress on a terminal. True when a signal cut it short.
+fn deliver_until_done(
+    queue: &Queue,
+    events: &[PaymentEvent],
+    order: &[usize],
+    signals: &AtomicUsize,
+    this_run: &Counters,
+) -> Result<bool, Error> {
+    let progress = std::io::stderr().is_terminal();
+    let next = AtomicUsize::new(0);
+    let produced = std::thread::scope(|scope| {
+        let producers: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| -> Result<(), Error> {
+                    loop {
+                        if signals.load(Ordering::SeqCst) > 0 {
+                            return Ok(());
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&e) = order.get(i) else {
+                            return Ok(());
+                        };
+                        this_run.record(deliver(queue, &events[e])?);
+                    }
+                })
+            })
+            .collect();
+        let mut last_progress = Instant::now();
+        loop {
+            if signals.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            let producing = producers.iter().any(|p| !p.is_finished());
+            let left = work_left(queue)?;
+            if progress && last_progress.elapsed() >= Duration::from_millis(250) {
+                last_progress = Instant::now();
+                show_progress(queue, this_run, order.len(), left)?;
+            }
+            if !producing && left == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for p in producers {
+            p.join()
+                .map_err(|_| Error::Internal("a producer thread panicked".into()))??;
+        }
+        Ok(signals.load(Ordering::SeqCst) > 0)
+    });
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    produced
+}
+
+/// One line of progress on stderr, rewritten in place.
+fn show_progress(
+    queue: &Queue,
+    this_run: &Counters,
+    deliveries: usize,
+    left: i64,
+) -> Result<(), Error> {
+    let done = queue.read(|c| {
+        Ok(c.query_row(
+            "SELECT (SELECT count(*) FROM invoices), \
+                    (SELECT count(*) FROM outbox WHERE kind = ?1 AND state = 'sent')",
+            [EFFECT_KIND],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+        )?)
+    })?;
+    eprint!(
+        "\rdemo: {}/{} deliveries, {} invoices, {} receipts sent, {} waiting   ",
+        this_run.deliveries.load(Ordering::Relaxed),
+        deliveries,
+        done.0,
+        done.1,
+        left
+    );
+    Ok(())
 }
 
 /// Registers the job handler and the receipt effect, and starts the workers.
