@@ -19,27 +19,32 @@ pub const IDLE_KIND: &str = "bench.idle";
 /// Rows per preload transaction.
 const PRELOAD_BATCH: usize = 50_000;
 
+/// Preloaded finished jobs, ids `?1..?2`, finished two days before `?5`.
+const DONE: &str =
+    "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
+     INSERT INTO jobs (queue, kind, idempotency_key, payload, state, run_at, attempts, \
+                       created_at, finished_at) \
+     SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', 'succeeded', ?5 + x, 1, \
+            ?5 + x, ?5 + x + 1 FROM s";
+/// A succeeded attempt row for each job above id `?1`.
+const ATTEMPTS: &str =
+    "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome) \
+     SELECT id, 1, idempotency_key, 'bench-preload', finished_at - 1, finished_at, 'succeeded' \
+     FROM jobs WHERE id > ?1";
+/// A ledger row for each job above id `?1`.
+const LEDGER: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) \
+     SELECT idempotency_key, finished_at, id FROM jobs WHERE id > ?1";
+/// Preloaded queued jobs of [`IDLE_KIND`], ids `?1..?2`.
+const IDLE: &str =
+    "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
+     INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
+     SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', ?5, ?5 FROM s";
+
 /// Writes `n` jobs with plain SQL, `PRELOAD_BATCH` per transaction: the first
 /// half `succeeded` two days ago (each with its ledger row and a succeeded
 /// attempt row, as a real run leaves them), the rest `queued` for
 /// [`IDLE_KIND`]. Keys are `bench:<run>:done:<i>` and `bench:<run>:idle:<i>`.
 pub fn preload(queue: &Queue, run_id: &str, n: usize) -> Result<(), Error> {
-    const DONE: &str =
-        "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
-         INSERT INTO jobs (queue, kind, idempotency_key, payload, state, run_at, attempts, \
-                           created_at, finished_at) \
-         SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', 'succeeded', ?5 + x, 1, \
-                ?5 + x, ?5 + x + 1 FROM s";
-    const ATTEMPTS: &str =
-        "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome) \
-         SELECT id, 1, idempotency_key, 'bench-preload', finished_at - 1, finished_at, 'succeeded' \
-         FROM jobs WHERE id > ?1";
-    const LEDGER: &str = "INSERT INTO processed_jobs (key, completed_at, job_id) \
-         SELECT idempotency_key, finished_at, id FROM jobs WHERE id > ?1";
-    const IDLE: &str =
-        "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x + 1 < ?2) \
-         INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
-         SELECT 'default', ?3, ?4 || printf('%09d', x), '{\"t\":null}', ?5, ?5 FROM s";
     let finished = n / 2;
     let now = crate::cli::time::now_ms();
     let finished_base = now - 2 * 86_400_000;
