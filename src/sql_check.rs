@@ -57,7 +57,7 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
         ),
         ("queue.rs", "pages", vec!["1024".into()]),
         (
-            "cli/bench/mod.rs",
+            "cli/bench/phases.rs",
             "filter",
             vec![String::new(), "AND priority = 0".into()],
         ),
