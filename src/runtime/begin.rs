@@ -5,14 +5,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crossbeam_channel::Receiver;
+
 use crate::claim::{self, Claimed};
 use crate::error::{Error, Result};
 use crate::execute::{self, ApplyInput, Next, Within};
 use crate::fault;
-use crate::handler::{panic_message, ErasedHandler, JobContext, PrepareStop};
+use crate::handler::{panic_message, ErasedHandler, JobContext, PrepareStop, Prepared};
 use crate::history::AttemptOutcome;
 use crate::retry::Rng;
-use crate::time::now_ms;
+use crate::time::{now_ms, Millis};
 
 use super::finish::submit_fail;
 use super::pending::{context, Pending, Running};
@@ -131,36 +133,30 @@ pub(super) fn apply_started(
             fault::point("before-complete-commit");
             r
         }
-        Err(PrepareStop::BadPayload(msg)) => execute::fail(
-            conn,
-            id,
-            st.attempt_id,
-            AttemptOutcome::Failed,
-            &msg,
-            Next::Discard,
-            now,
-            Within::SelfIsolated,
-        ),
-        Err(PrepareStop::Failed(msg)) => execute::fail(
-            conn,
-            id,
-            st.attempt_id,
-            AttemptOutcome::Failed,
-            &msg,
-            Next::RetryAt(backoff_at),
-            now,
-            Within::SelfIsolated,
-        ),
-        Err(PrepareStop::Panicked(msg)) => execute::fail(
-            conn,
-            id,
-            st.attempt_id,
-            AttemptOutcome::Panicked,
-            &msg,
-            Next::RetryAt(backoff_at),
-            now,
-            Within::SelfIsolated,
-        ),
+        Err(stop) => {
+            let (outcome, msg, next) = failure(stop, backoff_at);
+            execute::fail(
+                conn,
+                id,
+                st.attempt_id,
+                outcome,
+                &msg,
+                next,
+                now,
+                Within::SelfIsolated,
+            )
+        }
+    }
+}
+
+/// What a run that stopped before its apply step records: a payload that
+/// does not decode is discarded at once; a failed or panicking prepare
+/// step retries after the backoff.
+fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
+    match stop {
+        PrepareStop::BadPayload(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
+        PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),
+        PrepareStop::Panicked(msg) => (AttemptOutcome::Panicked, msg, Next::RetryAt(backoff_at)),
     }
 }
 
@@ -177,27 +173,13 @@ pub(super) fn begin_job(
     if !handler.has_prepare() {
         return Some(begin_apply_only(s, claimed, worker, rng, handler));
     }
-    let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
-    let started = match s.queue.writer().run_light(move |conn| {
-        let now = now_ms();
-        claim::start(conn, id, &owner, &w, now)
-    }) {
-        Ok(Some(st)) => st,
-        Ok(None) => return None,
-        Err(e) => {
-            log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
-            let o = s.owner.clone();
-            let _ = s
-                .queue
-                .writer()
-                .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()));
-            return None;
-        }
-    };
+    let id = claimed.id;
+    let started = start_run(s, id, worker)?;
     let (ctx, attempt_str) = announce_start(s, id, &claimed.kind, &started, worker);
     let t0 = Instant::now();
     fault::point("in-handler");
-    let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)));
+    let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)))
+        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
     let attempt_id = started.attempt_id;
     let backoff_at = now_ms()
         + s.cfg
@@ -205,58 +187,11 @@ pub(super) fn begin_job(
             .delay(ctx.attempt as u32, rng.unit())
             .as_millis() as i64;
     let rx = match prepared {
-        Ok(Ok(prepared)) => {
-            let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
-            let ctx2 = ctx.clone();
-            s.queue.writer().submit_apply(move |conn| {
-                let r = execute::apply(
-                    conn,
-                    ApplyInput {
-                        handler: handler.as_ref(),
-                        ctx: ctx2,
-                        attempt_id,
-                        prepared,
-                        outbox_max_attempts,
-                        backoff_at,
-                    },
-                    now_ms(),
-                );
-                fault::point("before-complete-commit");
-                r
-            })
+        Ok(prepared) => submit_apply(s, handler, ctx.clone(), attempt_id, prepared, backoff_at),
+        Err(stop) => {
+            let (outcome, msg, next) = failure(stop, backoff_at);
+            submit_fail(s, id, attempt_id, outcome, msg, next)
         }
-        Ok(Err(PrepareStop::BadPayload(msg))) => submit_fail(
-            s,
-            id,
-            attempt_id,
-            AttemptOutcome::Failed,
-            msg,
-            Next::Discard,
-        ),
-        Ok(Err(PrepareStop::Failed(msg))) => submit_fail(
-            s,
-            id,
-            attempt_id,
-            AttemptOutcome::Failed,
-            msg,
-            Next::RetryAt(backoff_at),
-        ),
-        Ok(Err(PrepareStop::Panicked(msg))) => submit_fail(
-            s,
-            id,
-            attempt_id,
-            AttemptOutcome::Panicked,
-            msg,
-            Next::RetryAt(backoff_at),
-        ),
-        Err(p) => submit_fail(
-            s,
-            id,
-            attempt_id,
-            AttemptOutcome::Panicked,
-            panic_message(p.as_ref()),
-            Next::RetryAt(backoff_at),
-        ),
     };
     Some(Pending::Running(Running {
         rx,
@@ -266,4 +201,54 @@ pub(super) fn begin_job(
         backoff_at,
         t0,
     }))
+}
+
+/// The run's start, a light commit of its own. None when the job is no
+/// longer ours, or the start failed (then the claim goes back, uncharged).
+fn start_run(s: &Arc<Shared>, id: i64, worker: &str) -> Option<claim::Started> {
+    let (owner, w) = (s.owner.clone(), worker.to_string());
+    match s.queue.writer().run_light(move |conn| {
+        let now = now_ms();
+        claim::start(conn, id, &owner, &w, now)
+    }) {
+        Ok(started) => started,
+        Err(e) => {
+            log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
+            let o = s.owner.clone();
+            let _ = s
+                .queue
+                .writer()
+                .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()));
+            None
+        }
+    }
+}
+
+/// Hands a prepared run's apply step to the writer, to run inside the
+/// group transaction.
+fn submit_apply(
+    s: &Arc<Shared>,
+    handler: Arc<dyn ErasedHandler>,
+    ctx: JobContext,
+    attempt_id: i64,
+    prepared: Prepared,
+    backoff_at: Millis,
+) -> Receiver<Result<execute::RunEnd>> {
+    let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
+    s.queue.writer().submit_apply(move |conn| {
+        let r = execute::apply(
+            conn,
+            ApplyInput {
+                handler: handler.as_ref(),
+                ctx,
+                attempt_id,
+                prepared,
+                outbox_max_attempts,
+                backoff_at,
+            },
+            now_ms(),
+        );
+        fault::point("before-complete-commit");
+        r
+    })
 }

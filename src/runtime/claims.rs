@@ -66,6 +66,8 @@ pub(super) fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
 /// one writer cycle, not three (its enqueue's, its claim's and its
 /// start's). Its attempt row names the writer thread, where its handler
 /// runs; a worker, whichever is free, only sees its end.
+// ~85 lines: the claim's whole light transaction is one closure, so its
+// writes and the follow-ups it queues read in the order they happen.
 pub(super) fn submit_claim(
     s: &Arc<Shared>,
     n: usize,

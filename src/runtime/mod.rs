@@ -29,7 +29,7 @@ use crate::handler::{ErasedEffect, ErasedHandler};
 use crate::outbox;
 use crate::queue::Queue;
 use crate::retry::Rng;
-use crate::time::now_ms;
+use crate::time::{now_ms, Millis};
 
 mod begin;
 mod builder;
@@ -119,8 +119,10 @@ fn worker_name() -> String {
     )
 }
 
-impl Runtime {
-    fn start(b: RuntimeBuilder) -> Result<Runtime> {
+impl Shared {
+    /// The state a runtime's threads share, built from its builder, and the
+    /// receiving end of the channel of the runs a claim started.
+    fn new(b: RuntimeBuilder) -> Result<(Shared, Receiver<Pending>)> {
         let mut kinds: Vec<&String> = b.handlers.keys().collect();
         kinds.sort();
         let mut effect_kinds: Vec<&String> = b.effects.keys().collect();
@@ -140,7 +142,7 @@ impl Runtime {
             (b.cfg.workers * MAX_PIPELINE).max(2 * (b.cfg.workers + b.cfg.claim_ahead))
         };
         let outbox_wake = b.queue.inner.outbox_wake.subscribe();
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             kinds: kinds_vec,
             kinds_json: serde_json::to_string(&kinds)
                 .map_err(|e| Error::Internal(e.to_string()))?,
@@ -165,18 +167,30 @@ impl Runtime {
             room_wanted: AtomicBool::new(false),
             job_wake,
             outbox_wake,
-        });
+        };
+        Ok((shared, runs_rx))
+    }
+}
+
+/// Starts a named thread.
+fn spawn(name: String, f: Box<dyn FnOnce() + Send>) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(Error::Io)
+}
+
+impl Runtime {
+    /// Builds the shared state and the channels between the threads, then
+    /// starts the workers, the effect threads and the supervisor.
+    fn start(b: RuntimeBuilder) -> Result<Runtime> {
+        let (shared, runs_rx) = Shared::new(b)?;
+        let shared = Arc::new(shared);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let capacity = shared.cfg.workers + shared.cfg.claim_ahead;
         let (buffer_tx, buffer_rx) = crossbeam_channel::bounded::<Claimed>(capacity);
         let (space_tx, space_rx) = crossbeam_channel::bounded::<()>(1);
         let mut threads = Vec::new();
-        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(f)
-                .map_err(Error::Io)
-        };
         if !shared.handlers.is_empty() {
             for i in 0..shared.cfg.workers {
                 let (s, rx, runs, stop, space) = (
@@ -248,49 +262,83 @@ impl Runtime {
         }
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.stop_tx.take();
+        self.wait_for_threads(grace);
+        let mut report = StopReport::default();
+        self.see_through_started_runs();
+        let now = now_ms();
+        report.released_jobs += self.release_claimed_ahead(now);
+        let (jobs, effects) = {
+            let mut f = self.shared.in_flight.lock().unwrap();
+            (std::mem::take(&mut f.jobs), std::mem::take(&mut f.effects))
+        };
+        report.released_jobs += self.release_running_jobs(jobs, now);
+        report.released_effects += self.release_running_effects(effects, now);
+        report.detached_threads += self.join_threads();
+        log::info!(target: "litejob", "runtime stopped: {report:?}");
+        self.report = Some(report.clone());
+        report
+    }
+
+    /// Waits up to `grace` for every thread to finish what it is doing.
+    fn wait_for_threads(&self, grace: Duration) {
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline && self.threads.iter().any(|t| !t.is_finished()) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let mut report = StopReport::default();
-        // Runs a claim started that no worker took before it stopped: their
-        // apply steps were on the writer already; see them through, after
-        // the cycle under way (a split claim's follow-up may still be
-        // handing some over).
+    }
+
+    /// Runs a claim started that no worker took before it stopped: their
+    /// apply steps were on the writer already; see them through, after the
+    /// cycle under way (a split claim's follow-up may still be handing some
+    /// over).
+    fn see_through_started_runs(&self) {
         let _ = self.shared.queue.writer().run_light(|_| Ok(()));
         while let Ok(p) = self.runs_rx.try_recv() {
             finish_job(&self.shared, p);
         }
-        let now = now_ms();
-        let owner = self.shared.owner.clone();
-        // Claimed ahead, never started: back to queued, uncharged.
+    }
+
+    /// Claimed ahead, never started: back to queued, uncharged. Returns
+    /// how many went back.
+    fn release_claimed_ahead(&self, now: Millis) -> usize {
+        let mut released = 0;
         while let Ok(c) = self.buffer_rx.try_recv() {
             self.shared.in_flight.lock().unwrap().jobs.remove(&c.id);
-            let o = owner.clone();
+            let o = self.shared.owner.clone();
             if let Ok(true) = self
                 .shared
                 .queue
                 .writer()
                 .run(move |conn| claim::release(conn, c.id, &o, None, "", now))
             {
-                report.released_jobs += 1;
+                released += 1;
             }
         }
-        let (jobs, effects) = {
-            let mut f = self.shared.in_flight.lock().unwrap();
-            (std::mem::take(&mut f.jobs), std::mem::take(&mut f.effects))
-        };
+        released
+    }
+
+    /// Jobs still running after the grace period: back to queued, their
+    /// runs recorded `released` and uncharged. Returns how many went back.
+    fn release_running_jobs(&self, jobs: HashMap<i64, Option<i64>>, now: Millis) -> usize {
+        let mut released = 0;
         for (id, attempt) in jobs {
-            let o = owner.clone();
+            let o = self.shared.owner.clone();
             if let Ok(true) =
                 self.shared.queue.writer().run(move |conn| {
                     claim::release(conn, id, &o, attempt, "released at shutdown", now)
                 })
             {
-                report.released_jobs += 1;
+                released += 1;
                 log::info!(target: "litejob", job_id = id; "released at shutdown");
             }
         }
+        released
+    }
+
+    /// Effects still running after the grace period: back to pending.
+    /// Returns how many went back.
+    fn release_running_effects(&self, effects: HashMap<i64, i64>, now: Millis) -> usize {
+        let mut released = 0;
         for (id, attempt) in effects {
             if let Ok(true) = self
                 .shared
@@ -298,20 +346,25 @@ impl Runtime {
                 .writer()
                 .run(move |conn| outbox::release(conn, id, attempt, now))
             {
-                report.released_effects += 1;
+                released += 1;
             }
         }
+        released
+    }
+
+    /// Joins the threads that finished and leaves behind those still stuck
+    /// in user code. Returns how many were left behind.
+    fn join_threads(&mut self) -> usize {
+        let mut detached = 0;
         for t in self.threads.drain(..) {
             if t.is_finished() {
                 let _ = t.join();
             } else {
-                report.detached_threads += 1;
+                detached += 1;
                 log::warn!(target: "litejob", "thread {:?} still busy after the grace period; left behind", t.thread().name());
             }
         }
-        log::info!(target: "litejob", "runtime stopped: {report:?}");
-        self.report = Some(report.clone());
-        report
+        detached
     }
 }
 
