@@ -31,11 +31,7 @@ pub(super) fn announce_start(
     worker: &str,
 ) -> (JobContext, String) {
     fault::point("after-start-commit");
-    s.in_flight
-        .lock()
-        .unwrap()
-        .jobs
-        .insert(id, Some(st.attempt_id));
+    s.in_flight.started(id, st.attempt_id);
     let ctx = context(id, kind, st);
     let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
     log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
@@ -213,12 +209,7 @@ fn start_run(s: &Arc<Shared>, id: i64, worker: &str) -> Option<claim::Started> {
     }) {
         Ok(started) => started,
         Err(e) => {
-            log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
-            let o = s.owner.clone();
-            let _ = s
-                .queue
-                .writer()
-                .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()));
+            s.start_failed(id, &e);
             None
         }
     }

@@ -219,13 +219,5 @@ pub(super) fn queue_run(
 /// Counts what a claim took in flight (its leases are renewed, and a stop
 /// gives back what is left), before any worker can hear of it and finish.
 pub(super) fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
-    let mut f = s.in_flight.lock().unwrap();
-    for c in &taken.claimed {
-        f.jobs.insert(c.id, None);
-    }
-    for p in &taken.runs {
-        if let Pending::Running(r) = p {
-            f.jobs.insert(r.ctx.id, Some(r.attempt_id));
-        }
-    }
+    s.in_flight.claimed(&taken.claimed, &taken.runs);
 }

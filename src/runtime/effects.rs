@@ -81,11 +81,7 @@ fn perform(
     c: ClaimedEffect,
     effect: &dyn ErasedEffect,
 ) {
-    s.in_flight
-        .lock()
-        .unwrap()
-        .effects
-        .insert(c.row.id, c.attempt_id);
+    s.in_flight.effect_started(c.row.id, c.attempt_id);
     let ctx = EffectContext {
         id: c.row.id,
         kind: c.row.kind.clone(),
@@ -127,7 +123,7 @@ fn perform(
     let (oid, aid) = (c.row.id, c.attempt_id);
     let acked = ack_with_retry(s, oid, aid, result);
     fault::point("after-ack-commit");
-    s.in_flight.lock().unwrap().effects.remove(&oid);
+    s.in_flight.effect_ended(oid);
     let ms = t0.elapsed().as_millis() as u64;
     let state = match &acked {
         Ok(Some(st)) => st.as_str().to_string(),

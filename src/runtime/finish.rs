@@ -49,14 +49,9 @@ pub(super) fn finish_job(s: &Arc<Shared>, p: Pending) {
                 // still ours.
                 let _ = writer::wait(apply_rx);
                 if let Err(e) = other {
-                    log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
-                    let o = s.owner.clone();
-                    let _ = s
-                        .queue
-                        .writer()
-                        .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()));
+                    s.start_failed(id, &e);
                 }
-                s.in_flight.lock().unwrap().jobs.remove(&id);
+                s.in_flight.forget_job(id);
                 return;
             }
         },
@@ -112,13 +107,7 @@ pub(super) fn finish_running(s: &Arc<Shared>, r: Running) {
                 error = err.as_str(); "job run not recorded");
         }
     }
-    // Only if it is still this run's (or its claim's) entry: a run whose
-    // start was undone with its transaction may end after a newer claim of
-    // the same job took its place.
-    let mut f = s.in_flight.lock().unwrap();
-    if matches!(f.jobs.get(&id), Some(None)) || f.jobs.get(&id) == Some(&Some(attempt_id)) {
-        f.jobs.remove(&id);
-    }
+    s.in_flight.run_ended(id, attempt_id);
 }
 
 /// The write that records a failed run, as its own durable operation.

@@ -11,13 +11,7 @@ use crate::time::{now_ms, Millis};
 use super::Shared;
 
 pub(super) fn heartbeat(s: &Arc<Shared>, until: Millis) {
-    let (jobs, effects) = {
-        let f = s.in_flight.lock().unwrap();
-        (
-            f.jobs.keys().copied().collect::<Vec<_>>(),
-            f.effects.keys().copied().collect::<Vec<_>>(),
-        )
-    };
+    let (jobs, effects) = s.in_flight.leased();
     if jobs.is_empty() && effects.is_empty() {
         return;
     }

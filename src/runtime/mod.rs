@@ -14,10 +14,19 @@
 //!   started, only their end (the log line, letting go of the job);
 //! - `litejob-effect-N`: claim one outbox row → call the effect outside any
 //!   transaction → acknowledge.
+//!
+//! [`Runtime`] (start, stop) and the state the threads share live here;
+//! each thread's loop and each step of a run has its own file:
+//! `builder` (settings, handlers), `supervisor` (its loop), `claims` (the
+//! claim it sends to the writer), `leases` (heartbeat, reaping), `worker`
+//! (its loop), `begin` (a run's start, prepare and apply), `pending` (a run
+//! waiting for its commit), `finish` (a run's end), `effects` (the effect
+//! loop and acknowledgements), `in_flight` (what this process holds a lease
+//! on).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -51,18 +60,24 @@ use pending::Pending;
 use supervisor::supervisor_loop;
 use worker::{worker_loop, MAX_PIPELINE};
 
+/// What every thread of a runtime shares: the queue, the handlers and
+/// effects, the settings, and the bookkeeping between the threads.
 struct Shared {
     queue: Queue,
+    /// The lease owner this runtime writes into the rows it claims.
     owner: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    /// The handlers' kinds (sorted), and as JSON for the claim's SQL.
     kinds: Vec<String>,
     kinds_json: String,
     effect_kinds_json: String,
     queues_json: Option<String>,
     cfg: RuntimeConfig,
+    /// Set first by a stop: no thread starts new work after it.
     stopping: AtomicBool,
-    in_flight: Mutex<InFlight>,
+    /// The jobs and effects this process holds a lease on.
+    in_flight: InFlight,
     /// The runs a claim started, for whichever worker is free to see their
     /// end (none is tied to one: a worker busy in a long prepare step would
     /// hold up the runs handed to it, and the claims behind them).
@@ -86,6 +101,7 @@ struct Shared {
 
 /// Running workers. [`Runtime::stop`] (or drop) stops them gracefully and
 /// joins every thread; stopping twice is harmless.
+#[must_use = "dropping the runtime stops it"]
 pub struct Runtime {
     shared: Arc<Shared>,
     /// Dropped to tell every thread to stop (they select on its receiver).
@@ -101,6 +117,7 @@ pub struct Runtime {
 
 /// What a stop did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StopReport {
     /// Jobs given back to `queued` (claimed ahead, or still running at the
     /// end of the grace period).
@@ -111,6 +128,7 @@ pub struct StopReport {
     pub detached_threads: usize,
 }
 
+/// The name a thread records in the rows it writes: `pid/thread-name`.
 fn worker_name() -> String {
     format!(
         "{}/{}",
@@ -159,7 +177,7 @@ impl Shared {
             effects: b.effects,
             cfg: b.cfg,
             stopping: AtomicBool::new(false),
-            in_flight: Mutex::new(InFlight::default()),
+            in_flight: InFlight::default(),
             runs_tx,
             max_in_flight,
             writer_name: format!("{}/litejob-writer", std::process::id()),
@@ -266,11 +284,8 @@ impl Runtime {
         let mut report = StopReport::default();
         self.see_through_started_runs();
         let now = now_ms();
-        report.released_jobs += self.release_claimed_ahead(now);
-        let (jobs, effects) = {
-            let mut f = self.shared.in_flight.lock().unwrap();
-            (std::mem::take(&mut f.jobs), std::mem::take(&mut f.effects))
-        };
+        report.released_jobs += self.release_claimed_ahead();
+        let (jobs, effects) = self.shared.in_flight.take_all();
         report.released_jobs += self.release_running_jobs(jobs, now);
         report.released_effects += self.release_running_effects(effects, now);
         report.detached_threads += self.join_threads();
@@ -300,17 +315,10 @@ impl Runtime {
 
     /// Claimed ahead, never started: back to queued, uncharged. Returns
     /// how many went back.
-    fn release_claimed_ahead(&self, now: Millis) -> usize {
+    fn release_claimed_ahead(&self) -> usize {
         let mut released = 0;
         while let Ok(c) = self.buffer_rx.try_recv() {
-            self.shared.in_flight.lock().unwrap().jobs.remove(&c.id);
-            let o = self.shared.owner.clone();
-            if let Ok(true) = self
-                .shared
-                .queue
-                .writer()
-                .run(move |conn| claim::release(conn, c.id, &o, None, "", now))
-            {
+            if self.shared.give_back(c.id) {
                 released += 1;
             }
         }
@@ -374,6 +382,7 @@ impl Drop for Runtime {
     }
 }
 
+/// Pauses for `d`, or less if the runtime stops meanwhile.
 fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
     let _ = stop.recv_timeout(d);
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use crate::claim::{self, Claimed};
+use crate::claim::Claimed;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::retry::Rng;
@@ -160,7 +160,7 @@ impl Supervisor {
         let reserved = s.later_reserved.load(Ordering::SeqCst).max(0) as usize;
         let room = s
             .max_in_flight
-            .saturating_sub(s.in_flight.lock().unwrap().jobs.len() + reserved);
+            .saturating_sub(s.in_flight.jobs() + reserved);
         let free = self.capacity.saturating_sub(self.buffer.len()).min(room);
         if free > 0 {
             s.room_wanted.store(false, Ordering::SeqCst);
@@ -333,11 +333,7 @@ pub(super) fn dispatch(s: &Arc<Shared>, buffer: &Sender<Claimed>, taken: Taken) 
         if buffer.try_send(c.clone()).is_err() {
             // Cannot happen (the claim asked for at most the space), but
             // never lose a claim.
-            let o = s.owner.clone();
-            let _ = s
-                .queue
-                .writer()
-                .run(move |conn| claim::release(conn, c.id, &o, None, "", now_ms()));
+            let _ = s.release_unstarted(c.id);
         }
     }
 }

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
-use crate::claim::{self, Claimed};
+use crate::claim::Claimed;
 use crate::retry::Rng;
-use crate::time::now_ms;
 
 use super::begin::begin_job;
 use super::finish::finish_job;
@@ -158,12 +157,7 @@ impl Worker {
         let s = &self.s;
         if s.stopping.load(Ordering::SeqCst) {
             // Never started: give it back uncharged.
-            s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
-            let o = s.owner.clone();
-            let _ = s
-                .queue
-                .writer()
-                .run(move |conn| claim::release(conn, claimed.id, &o, None, "", now_ms()));
+            s.give_back(claimed.id);
             return;
         }
         // A suspect (a run of it was cut short by a crash) may be a poison
@@ -181,9 +175,7 @@ impl Worker {
         match begin_job(&self.s, &claimed, &self.name, &mut self.rng) {
             Some(p) if suspect => self.finish(p),
             Some(p) => self.pending.push_back(p),
-            None => {
-                self.s.in_flight.lock().unwrap().jobs.remove(&claimed.id);
-            }
+            None => self.s.in_flight.forget_job(claimed.id),
         }
     }
 }
