@@ -23,7 +23,7 @@ use super::Shared;
 /// Once a run's start committed, before any of its user code: counts it in
 /// flight under its attempt (its lease is renewed, a stop gives it back)
 /// and logs "job started". Returns its context and its "N/M" attempt.
-pub(super) fn announce_start(
+fn announce_start(
     s: &Arc<Shared>,
     id: i64,
     kind: &str,
@@ -45,7 +45,7 @@ pub(super) fn announce_start(
 /// The writer commits the start before it runs the apply (light operations
 /// first, and this thread sent the start first), so a crash inside the
 /// handler is still seen afterwards as an abandoned run.
-pub(super) fn begin_apply_only(
+fn begin_apply_only(
     s: &Arc<Shared>,
     claimed: &Claimed,
     worker: &str,

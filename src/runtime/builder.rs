@@ -18,6 +18,7 @@ use crate::retry::Backoff;
 use super::Runtime;
 
 /// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
+#[must_use = "a builder does nothing until it is started"]
 pub struct RuntimeBuilder {
     pub(super) queue: Queue,
     pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
@@ -25,6 +26,7 @@ pub struct RuntimeBuilder {
     pub(super) cfg: RuntimeConfig,
 }
 
+/// The settings the builder's setters change (defaults in [`RuntimeBuilder::new`]).
 #[derive(Debug, Clone)]
 pub(super) struct RuntimeConfig {
     pub(super) workers: usize,

@@ -157,7 +157,7 @@ pub(super) fn submit_claim(
 /// Starts the jobs a split claim left queued (see [`claim::Take::Later`]),
 /// unless the runtime is stopping (they stay queued then), and queues their
 /// apply steps.
-pub(super) fn start_later(
+fn start_later(
     conn: &rusqlite::Connection,
     sh: &Arc<Shared>,
     later: Vec<(Claimed, Arc<dyn ErasedHandler>, String)>,
@@ -181,7 +181,7 @@ pub(super) fn start_later(
 
 /// A run a claim started: queues its apply step for the next transaction of
 /// this cycle ([`writer::follow_up`]).
-pub(super) fn queue_run(
+fn queue_run(
     sh: &Arc<Shared>,
     c: Claimed,
     st: claim::Started,

@@ -138,7 +138,7 @@ fn perform(
 /// Acknowledges an effect attempt, retrying transient failures while the
 /// lease lasts: an effect that ran must not be run again just because the
 /// disk was briefly full.
-pub(super) fn ack_with_retry(
+fn ack_with_retry(
     s: &Arc<Shared>,
     oid: i64,
     aid: i64,

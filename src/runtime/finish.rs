@@ -59,7 +59,9 @@ pub(super) fn finish_job(s: &Arc<Shared>, p: Pending) {
     finish_running(s, running);
 }
 
-pub(super) fn finish_running(s: &Arc<Shared>, r: Running) {
+/// Waits for a started run's commit; an interrupted write is recorded as a
+/// failed run, a transient one gives the job back uncharged.
+fn finish_running(s: &Arc<Shared>, r: Running) {
     let Running {
         rx,
         ctx,
@@ -111,7 +113,7 @@ pub(super) fn finish_running(s: &Arc<Shared>, r: Running) {
 }
 
 /// The write that records a failed run, as its own durable operation.
-pub(super) fn fail_op(
+fn fail_op(
     id: i64,
     attempt_id: i64,
     outcome: AttemptOutcome,
@@ -133,6 +135,7 @@ pub(super) fn fail_op(
     }
 }
 
+/// Hands the record of a failed run to the writer.
 pub(super) fn submit_fail(
     s: &Arc<Shared>,
     id: i64,
@@ -146,7 +149,8 @@ pub(super) fn submit_fail(
         .submit(fail_op(id, attempt_id, outcome, msg, next))
 }
 
-pub(super) fn fail_run(
+/// Records a failed run on the writer and waits for its commit.
+fn fail_run(
     s: &Arc<Shared>,
     id: i64,
     attempt_id: i64,
@@ -162,7 +166,7 @@ pub(super) fn fail_run(
 /// The write failed for a reason that is not the job's fault (disk full,
 /// busy past the timeout, a neighbour's rollback): give the job back
 /// uncharged, retrying until the write goes through or the lease is gone.
-pub(super) fn release_after_transient(
+fn release_after_transient(
     s: &Arc<Shared>,
     id: i64,
     attempt_id: i64,

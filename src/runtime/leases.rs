@@ -10,6 +10,8 @@ use crate::time::{now_ms, Millis};
 
 use super::Shared;
 
+/// Renews the leases of every job and effect this process holds, until
+/// `until`, in one light commit.
 pub(super) fn heartbeat(s: &Arc<Shared>, until: Millis) {
     let (jobs, effects) = s.in_flight.leased();
     if jobs.is_empty() && effects.is_empty() {
@@ -40,6 +42,9 @@ pub(super) fn heartbeat(s: &Arc<Shared>, until: Millis) {
     }
 }
 
+/// Takes back jobs and effects whose lease expired (their holder died or
+/// stalled); looks through a reader first, since an idle check must not
+/// write.
 pub(super) fn reap(s: &Arc<Shared>) {
     let now = now_ms();
     let any: Result<bool> = s.queue.read(|c| {

@@ -35,11 +35,13 @@ impl Pending {
         }
     }
 
+    /// Its answer arrived: finishing it will not block.
     pub(super) fn is_ready(&self) -> bool {
         !self.answer().is_empty()
     }
 }
 
+/// A started run: what its end line needs, and where its commit arrives.
 pub(super) struct Running {
     pub(super) rx: Receiver<Result<execute::RunEnd>>,
     pub(super) ctx: JobContext,
@@ -49,6 +51,7 @@ pub(super) struct Running {
     pub(super) t0: Instant,
 }
 
+/// The context a handler receives, from its job and its start.
 pub(super) fn context(id: i64, kind: &str, st: &claim::Started) -> JobContext {
     JobContext {
         id,

@@ -322,7 +322,7 @@ impl Supervisor {
 
 /// Hands what a claim took to the workers: each run to the worker that
 /// finishes it, each job to start to the buffer.
-pub(super) fn dispatch(s: &Arc<Shared>, buffer: &Sender<Claimed>, taken: Taken) {
+fn dispatch(s: &Arc<Shared>, buffer: &Sender<Claimed>, taken: Taken) {
     for run in taken.runs {
         if let Err(e) = s.runs_tx.send(run) {
             // Nobody to receive it (never while the runtime runs).
