@@ -1,0 +1,226 @@
+//! [`RuntimeBuilder`]: the handlers, the effects and the runtime's settings.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::Result;
+use crate::handler::{
+    EffectContext, ErasedEffect, ErasedHandler, FnEffect, FnHandler, HandlerError, JobContext,
+    JobTx, Outcome,
+};
+use crate::queue::Queue;
+use crate::retry::Backoff;
+
+use super::Runtime;
+
+/// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
+#[must_use = "a builder does nothing until it is started"]
+pub struct RuntimeBuilder {
+    pub(super) queue: Queue,
+    pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(super) effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    pub(super) cfg: RuntimeConfig,
+}
+
+/// The settings the builder's setters change (defaults in [`RuntimeBuilder::new`]).
+#[derive(Debug, Clone)]
+pub(super) struct RuntimeConfig {
+    pub(super) workers: usize,
+    pub(super) effect_workers: usize,
+    pub(super) queues: Option<Vec<String>>,
+    pub(super) lease: Duration,
+    pub(super) poll_interval: Duration,
+    pub(super) grace: Duration,
+    pub(super) max_abandoned: i64,
+    pub(super) backoff: Backoff,
+    pub(super) effect_backoff: Backoff,
+    pub(super) outbox_max_retries: u32,
+    pub(super) claim_ahead: usize,
+}
+
+impl RuntimeBuilder {
+    pub(crate) fn new(queue: Queue) -> Self {
+        RuntimeBuilder {
+            queue,
+            handlers: HashMap::new(),
+            effects: HashMap::new(),
+            cfg: RuntimeConfig {
+                workers: 4,
+                effect_workers: 2,
+                queues: None,
+                lease: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(500),
+                grace: Duration::from_secs(10),
+                max_abandoned: 3,
+                backoff: Backoff::default(),
+                effect_backoff: Backoff::default(),
+                outbox_max_retries: 1,
+                claim_ahead: 64,
+            },
+        }
+    }
+
+    /// Registers the handler of `kind`: it receives the decoded payload and
+    /// the job's transaction, and returns an [`Outcome`]. Everything it
+    /// writes through the transaction commits with the ledger row and the
+    /// job's completion, exactly once per key.
+    pub fn handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(&JobTx<'_>, T) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        self.insert_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
+    }
+
+    /// Registers a two-step handler: `prepare` runs on the worker thread,
+    /// outside any transaction (slow parsing, computing, reading files — in
+    /// parallel across workers); `apply` runs inside the job's transaction
+    /// with what `prepare` returned, and should be short: it holds the write
+    /// lock.
+    pub fn handler_with_prepare<T, P, Prep, App>(
+        self,
+        kind: impl Into<String>,
+        prepare: Prep,
+        apply: App,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
+        App:
+            Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        self.insert_handler(kind, prepare, apply, true)
+    }
+
+    fn insert_handler<T, P, Prep, App>(
+        mut self,
+        kind: impl Into<String>,
+        prepare: Prep,
+        apply: App,
+        user_prepare: bool,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
+        App:
+            Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        self.handlers.insert(
+            kind.into(),
+            Arc::new(FnHandler {
+                prepare,
+                apply,
+                user_prepare,
+                _types: PhantomData::<fn(T) -> P>,
+            }),
+        );
+        self
+    }
+
+    /// Registers the effect of outbox `kind`, run outside any transaction
+    /// after the job that wrote the row committed. At least once; it receives
+    /// the row's stable key in the context to pass on to a provider that
+    /// deduplicates.
+    pub fn effect<T, F>(mut self, kind: impl Into<String>, f: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(&EffectContext, T) -> std::result::Result<(), HandlerError> + Send + Sync + 'static,
+    {
+        self.effects.insert(
+            kind.into(),
+            Arc::new(FnEffect {
+                f,
+                _types: PhantomData::<fn(T)>,
+            }),
+        );
+        self
+    }
+
+    /// Number of job worker threads (default 4).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.cfg.workers = n.max(1);
+        self
+    }
+
+    /// Number of effect threads (default 2).
+    pub fn effect_workers(mut self, n: usize) -> Self {
+        self.cfg.effect_workers = n.max(1);
+        self
+    }
+
+    /// Only claim jobs from these queues (default: all).
+    pub fn queues<I: IntoIterator<Item = S>, S: Into<String>>(mut self, queues: I) -> Self {
+        self.cfg.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// How long a claim lasts without renewal (default 30 s). The runtime
+    /// renews it every third of this while the job runs; when the process
+    /// dies, another one takes the job back after this long.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.cfg.lease = d.max(Duration::from_millis(100));
+        self
+    }
+
+    /// How often to look for work written by other processes (default 500 ms).
+    /// In-process enqueues wake workers at once.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.cfg.poll_interval = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long [`Runtime::stop`] lets running jobs finish (default 10 s).
+    pub fn grace_period(mut self, d: Duration) -> Self {
+        self.cfg.grace = d;
+        self
+    }
+
+    /// The abandoned run that makes a job a poison pill (default 3).
+    pub fn max_abandoned(mut self, n: u32) -> Self {
+        self.cfg.max_abandoned = n.max(1) as i64;
+        self
+    }
+
+    /// Backoff between a job's failed runs.
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.cfg.backoff = b;
+        self
+    }
+
+    /// Backoff between an effect's failed attempts.
+    pub fn effect_backoff(mut self, b: Backoff) -> Self {
+        self.cfg.effect_backoff = b;
+        self
+    }
+
+    /// `max_retries` of outbox rows written by jobs (default 1).
+    pub fn outbox_max_retries(mut self, n: u32) -> Self {
+        self.cfg.outbox_max_retries = n;
+        self
+    }
+
+    /// Jobs one claim takes beyond one per worker (default 64), so claims
+    /// come in batches and the writer sees large groups. A claim starts the
+    /// apply-only jobs it takes (handlers without a prepare step) and the
+    /// writer applies them in the same cycle, so this also sets the size of
+    /// a writer cycle, and with it how long a job enqueued while a backlog
+    /// runs waits (about one cycle). Jobs of a handler with a prepare step
+    /// wait for a worker meanwhile, holding a lease but no attempt: if the
+    /// process dies they go back to `queued` uncharged once the lease
+    /// expires; at shutdown they are released at once.
+    pub fn claim_ahead(mut self, n: usize) -> Self {
+        self.cfg.claim_ahead = n;
+        self
+    }
+
+    /// Starts the threads.
+    pub fn start(self) -> Result<Runtime> {
+        Runtime::start(self)
+    }
+}

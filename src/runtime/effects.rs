@@ -1,0 +1,164 @@
+//! The effect threads: claim one outbox row, call its effect outside any
+//! transaction, acknowledge it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver};
+
+use crate::error::Result;
+use crate::fault;
+use crate::handler::{panic_message, EffectContext, ErasedEffect};
+use crate::outbox::{self, ClaimedEffect, EffectResult};
+use crate::retry::Rng;
+use crate::time::now_ms;
+use crate::writer;
+
+use super::{sleep_or_stop, worker_name, Shared};
+
+/// An effect thread's body: claims one outbox row at a time and performs
+/// it; with nothing to claim, waits for an enqueue's wake-up or the poll.
+pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
+    let worker = worker_name();
+    let mut rng = Rng::from_entropy();
+    let wake = s.outbox_wake.clone();
+    loop {
+        if s.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let c = match claim(&s, &worker) {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                select! {
+                    recv(stop) -> _ => return,
+                    recv(wake) -> _ => {},
+                    default(s.cfg.poll_interval) => {},
+                }
+                continue;
+            }
+            Err(e) => {
+                log::warn!(target: "litejob", "outbox claim failed: {e}");
+                sleep_or_stop(&stop, Duration::from_millis(200));
+                continue;
+            }
+        };
+        let Some(effect) = s.effects.get(&c.row.kind).cloned() else {
+            // Cannot happen (the claim asks only for our kinds), but never
+            // leave a row `sending` under a lease nobody works on.
+            let (oid, aid) = (c.row.id, c.attempt_id);
+            let _ = s
+                .queue
+                .writer()
+                .run(move |conn| outbox::release(conn, oid, aid, now_ms()));
+            continue;
+        };
+        perform(&s, &worker, &mut rng, c, effect.as_ref());
+    }
+}
+
+/// Claims the next due outbox row of this runtime's kinds, under a lease.
+fn claim(s: &Arc<Shared>, worker: &str) -> Result<Option<ClaimedEffect>> {
+    let lease_ms = s.cfg.lease.as_millis() as i64;
+    let (kinds, owner, w) = (
+        s.effect_kinds_json.clone(),
+        s.owner.clone(),
+        worker.to_string(),
+    );
+    s.queue.writer().run(move |conn| {
+        let now = now_ms();
+        outbox::claim_one(conn, &kinds, &owner, &w, now + lease_ms, now)
+    })
+}
+
+/// Performs a claimed row's effect, outside any transaction, and
+/// acknowledges it; counted in flight meanwhile, so its lease is renewed.
+fn perform(
+    s: &Arc<Shared>,
+    worker: &str,
+    rng: &mut Rng,
+    c: ClaimedEffect,
+    effect: &dyn ErasedEffect,
+) {
+    s.in_flight.effect_started(c.row.id, c.attempt_id);
+    let ctx = EffectContext {
+        id: c.row.id,
+        kind: c.row.kind.clone(),
+        key: c.row.key.clone(),
+        job_id: c.row.job_id,
+        attempt: c.row.attempts,
+        max_attempts: c.row.max_attempts,
+    };
+    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+    log::info!(target: "litejob", outbox_id = ctx.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt_str.as_str(), worker = worker; "effect started");
+    let t0 = Instant::now();
+    let called = catch_unwind(AssertUnwindSafe(|| effect.call(&ctx, &c.row.payload)));
+    fault::point("after-effect-before-ack");
+    let retry_at = now_ms()
+        + s.cfg
+            .effect_backoff
+            .delay(ctx.attempt as u32, rng.unit())
+            .as_millis() as i64;
+    let result = match called {
+        Ok(Ok(())) => EffectResult::Sent,
+        Ok(Err(error)) => EffectResult::Failed {
+            error,
+            panicked: false,
+            retry_at,
+        },
+        Err(p) => EffectResult::Failed {
+            error: panic_message(p.as_ref()),
+            panicked: true,
+            retry_at,
+        },
+    };
+    let (outcome, err) = match &result {
+        EffectResult::Sent => ("succeeded", String::new()),
+        EffectResult::Failed {
+            error, panicked, ..
+        } => (if *panicked { "panicked" } else { "failed" }, error.clone()),
+    };
+    let (oid, aid) = (c.row.id, c.attempt_id);
+    let acked = ack_with_retry(s, oid, aid, result);
+    fault::point("after-ack-commit");
+    s.in_flight.effect_ended(oid);
+    let ms = t0.elapsed().as_millis() as u64;
+    let state = match &acked {
+        Ok(Some(st)) => st.as_str().to_string(),
+        Ok(None) => "lease lost".into(),
+        Err(e) => format!("not recorded: {e}"),
+    };
+    log::info!(target: "litejob", outbox_id = oid, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt_str.as_str(), outcome = outcome, state = state.as_str(), duration_ms = ms,
+        error = err.as_str(); "effect finished");
+}
+
+/// Acknowledges an effect attempt, retrying transient failures while the
+/// lease lasts: an effect that ran must not be run again just because the
+/// disk was briefly full.
+fn ack_with_retry(
+    s: &Arc<Shared>,
+    oid: i64,
+    aid: i64,
+    result: EffectResult,
+) -> Result<Option<outbox::OutboxState>> {
+    let result = Arc::new(result);
+    let give_up = Instant::now() + s.cfg.lease;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let r = result.clone();
+        let rx = s
+            .queue
+            .writer()
+            .submit(move |conn| outbox::ack(conn, oid, aid, &r, now_ms()));
+        match writer::wait(rx) {
+            Err(e) if e.is_transient() && Instant::now() < give_up => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The runtime: threads that claim jobs, run them and perform outbox effects,
+//! renew leases, reap expired ones and stop gracefully. It owns and joins
+//! every thread it starts. Writes `jobs`, `attempts` and `outbox` only through
+//! the claim, execute and outbox modules, on the queue's writer.
+//!
+//! Threads (all named):
+//! - `litejob-supervisor`: claims batches (woken by in-process enqueues
+//!   through a channel, or by polling for other processes' work), renews
+//!   leases, reaps expired ones. A claim starts the apply-only jobs it
+//!   takes (handlers without a prepare step) itself and has the writer
+//!   apply them in the same cycle; the rest go to the workers;
+//! - `litejob-worker-N`: start → prepare (outside any transaction) → apply
+//!   (on the writer, inside the group transaction); for the runs a claim
+//!   started, only their end (the log line, letting go of the job);
+//! - `litejob-effect-N`: claim one outbox row → call the effect outside any
+//!   transaction → acknowledge.
+//!
+//! [`Runtime`] (start, stop) and the state the threads share live here;
+//! each thread's loop and each step of a run has its own file:
+//! `builder` (settings, handlers), `supervisor` (its loop), `claims` (the
+//! claim it sends to the writer), `leases` (heartbeat, reaping), `worker`
+//! (its loop), `begin` (a run's start, prepare and apply), `pending` (a run
+//! waiting for its commit), `finish` (a run's end), `effects` (the effect
+//! loop and acknowledgements), `in_flight` (what this process holds a lease
+//! on).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::claim::{self, Claimed};
+use crate::error::{Error, Result};
+use crate::handler::{ErasedEffect, ErasedHandler};
+use crate::outbox;
+use crate::queue::Queue;
+use crate::retry::Rng;
+use crate::time::{now_ms, Millis};
+
+mod begin;
+mod builder;
+mod claims;
+mod effects;
+mod finish;
+mod in_flight;
+mod leases;
+mod pending;
+mod supervisor;
+mod worker;
+
+pub use builder::RuntimeBuilder;
+use builder::RuntimeConfig;
+use effects::effect_loop;
+use finish::finish_job;
+use in_flight::InFlight;
+use pending::Pending;
+use supervisor::supervisor_loop;
+use worker::{worker_loop, MAX_PIPELINE};
+
+/// What every thread of a runtime shares: the queue, the handlers and
+/// effects, the settings, and the bookkeeping between the threads.
+struct Shared {
+    queue: Queue,
+    /// The lease owner this runtime writes into the rows it claims.
+    owner: String,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    /// The handlers' kinds (sorted), and as JSON for the claim's SQL.
+    kinds: Vec<String>,
+    kinds_json: String,
+    effect_kinds_json: String,
+    queues_json: Option<String>,
+    cfg: RuntimeConfig,
+    /// Set first by a stop: no thread starts new work after it.
+    stopping: AtomicBool,
+    /// The jobs and effects this process holds a lease on.
+    in_flight: InFlight,
+    /// The runs a claim started, for whichever worker is free to see their
+    /// end (none is tied to one: a worker busy in a long prepare step would
+    /// hold up the runs handed to it, and the claims behind them).
+    runs_tx: Sender<Pending>,
+    /// How many claimed jobs may be unfinished at once (see
+    /// [`supervisor_loop`]); 0 without workers.
+    max_in_flight: usize,
+    /// The name a claim's runs record in their attempt rows: their handler
+    /// runs on the writer thread.
+    writer_name: String,
+    /// Jobs split claims left to their light follow-ups, not yet counted
+    /// in flight by them (see [`claims::submit_claim`]).
+    later_reserved: std::sync::atomic::AtomicI64,
+    /// The supervisor skipped a claim: every worker's pipeline was full. A
+    /// worker that finishes a run then tells it (`space`).
+    room_wanted: AtomicBool,
+    /// This runtime's own wake-up channels (see `queue::Wakers`).
+    job_wake: Receiver<()>,
+    outbox_wake: Receiver<()>,
+}
+
+/// Running workers. [`Runtime::stop`] (or drop) stops them gracefully and
+/// joins every thread; stopping twice is harmless.
+#[must_use = "dropping the runtime stops it"]
+pub struct Runtime {
+    shared: Arc<Shared>,
+    /// Dropped to tell every thread to stop (they select on its receiver).
+    stop_tx: Option<Sender<()>>,
+    /// A receiver of the claimed-job buffer, to release what nobody started.
+    buffer_rx: Receiver<Claimed>,
+    /// A receiver of the runs a claim started, to see through what the
+    /// workers did not before they stopped.
+    runs_rx: Receiver<Pending>,
+    threads: Vec<JoinHandle<()>>,
+    report: Option<StopReport>,
+}
+
+/// What a stop did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StopReport {
+    /// Jobs given back to `queued` (claimed ahead, or still running at the
+    /// end of the grace period).
+    pub released_jobs: usize,
+    /// Effects still running at the end of the grace period, given back.
+    pub released_effects: usize,
+    /// Threads still stuck in user code after the grace period, left behind.
+    pub detached_threads: usize,
+}
+
+/// The name a thread records in the rows it writes: `pid/thread-name`.
+fn worker_name() -> String {
+    format!(
+        "{}/{}",
+        std::process::id(),
+        std::thread::current().name().unwrap_or("unnamed")
+    )
+}
+
+impl Shared {
+    /// The state a runtime's threads share, built from its builder, and the
+    /// receiving end of the channel of the runs a claim started.
+    fn new(b: RuntimeBuilder) -> Result<(Shared, Receiver<Pending>)> {
+        let mut kinds: Vec<&String> = b.handlers.keys().collect();
+        kinds.sort();
+        let mut effect_kinds: Vec<&String> = b.effects.keys().collect();
+        effect_kinds.sort();
+        let owner = format!(
+            "{}-{:08x}",
+            std::process::id(),
+            Rng::from_entropy().next_u64() as u32
+        );
+        let kinds_vec: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+        let job_wake = b.queue.inner.job_wake.subscribe();
+        let (runs_tx, runs_rx) = crossbeam_channel::unbounded();
+        // Two full claims at least, and each worker's pipeline.
+        let max_in_flight = if b.handlers.is_empty() {
+            0
+        } else {
+            (b.cfg.workers * MAX_PIPELINE).max(2 * (b.cfg.workers + b.cfg.claim_ahead))
+        };
+        let outbox_wake = b.queue.inner.outbox_wake.subscribe();
+        let shared = Shared {
+            kinds: kinds_vec,
+            kinds_json: serde_json::to_string(&kinds)
+                .map_err(|e| Error::Internal(e.to_string()))?,
+            effect_kinds_json: serde_json::to_string(&effect_kinds)
+                .map_err(|e| Error::Internal(e.to_string()))?,
+            queues_json: b
+                .cfg
+                .queues
+                .as_ref()
+                .map(|q| serde_json::to_string(q).unwrap_or_default()),
+            queue: b.queue,
+            owner,
+            handlers: b.handlers,
+            effects: b.effects,
+            cfg: b.cfg,
+            stopping: AtomicBool::new(false),
+            in_flight: InFlight::default(),
+            runs_tx,
+            max_in_flight,
+            writer_name: format!("{}/litejob-writer", std::process::id()),
+            later_reserved: std::sync::atomic::AtomicI64::new(0),
+            room_wanted: AtomicBool::new(false),
+            job_wake,
+            outbox_wake,
+        };
+        Ok((shared, runs_rx))
+    }
+}
+
+/// Starts a named thread.
+fn spawn(name: String, f: Box<dyn FnOnce() + Send>) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(Error::Io)
+}
+
+impl Runtime {
+    /// Builds the shared state and the channels between the threads, then
+    /// starts the workers, the effect threads and the supervisor.
+    fn start(b: RuntimeBuilder) -> Result<Runtime> {
+        let (shared, runs_rx) = Shared::new(b)?;
+        let shared = Arc::new(shared);
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let capacity = shared.cfg.workers + shared.cfg.claim_ahead;
+        let (buffer_tx, buffer_rx) = crossbeam_channel::bounded::<Claimed>(capacity);
+        let (space_tx, space_rx) = crossbeam_channel::bounded::<()>(1);
+        let mut threads = Vec::new();
+        if !shared.handlers.is_empty() {
+            for i in 0..shared.cfg.workers {
+                let (s, rx, runs, stop, space) = (
+                    shared.clone(),
+                    buffer_rx.clone(),
+                    runs_rx.clone(),
+                    stop_rx.clone(),
+                    space_tx.clone(),
+                );
+                threads.push(spawn(
+                    format!("litejob-worker-{}", i + 1),
+                    Box::new(move || worker_loop(s, rx, runs, stop, space)),
+                )?);
+            }
+        }
+        if !shared.effects.is_empty() {
+            for i in 1..=shared.cfg.effect_workers {
+                let (s, stop) = (shared.clone(), stop_rx.clone());
+                threads.push(spawn(
+                    format!("litejob-effect-{i}"),
+                    Box::new(move || effect_loop(s, stop)),
+                )?);
+            }
+        }
+        {
+            let (s, stop) = (shared.clone(), stop_rx.clone());
+            // Held by the supervisor too: without workers, a `space` whose
+            // every sender was dropped would always be ready, and the
+            // supervisor's wait would spin.
+            let space = (space_tx.clone(), space_rx);
+            threads.push(spawn(
+                "litejob-supervisor".into(),
+                Box::new(move || supervisor_loop(s, buffer_tx, space, stop, capacity)),
+            )?);
+        }
+        log::info!(target: "litejob", "runtime started: {} workers for kinds {}, {} effect threads for {}, owner {}",
+            if shared.handlers.is_empty() { 0 } else { shared.cfg.workers }, shared.kinds_json,
+            if shared.effects.is_empty() { 0 } else { shared.cfg.effect_workers }, shared.effect_kinds_json, shared.owner);
+        Ok(Runtime {
+            shared,
+            stop_tx: Some(stop_tx),
+            buffer_rx,
+            runs_rx,
+            threads,
+            report: None,
+        })
+    }
+
+    /// The lease owner name this runtime writes into `jobs.lease_owner`.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Stops with the configured grace period; see [`Runtime::stop_with_grace`].
+    pub fn stop(&mut self) -> StopReport {
+        let grace = self.shared.cfg.grace;
+        self.stop_with_grace(grace)
+    }
+
+    /// Stops claiming, lets running jobs and effects finish within `grace`,
+    /// releases what did not finish back to `queued`/`pending` without
+    /// charging a job's attempt (outcome `released`), and joins the threads.
+    /// A thread stuck in user code past the grace period is left behind
+    /// (counted in the report); its late result is fenced off. Calling it
+    /// again returns the first report.
+    pub fn stop_with_grace(&mut self, grace: Duration) -> StopReport {
+        if let Some(r) = &self.report {
+            return r.clone();
+        }
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.stop_tx.take();
+        self.wait_for_threads(grace);
+        let mut report = StopReport::default();
+        self.see_through_started_runs();
+        let now = now_ms();
+        report.released_jobs += self.release_claimed_ahead();
+        let (jobs, effects) = self.shared.in_flight.take_all();
+        report.released_jobs += self.release_running_jobs(jobs, now);
+        report.released_effects += self.release_running_effects(effects, now);
+        report.detached_threads += self.join_threads();
+        log::info!(target: "litejob", "runtime stopped: {report:?}");
+        self.report = Some(report.clone());
+        report
+    }
+
+    /// Waits up to `grace` for every thread to finish what it is doing.
+    fn wait_for_threads(&self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && self.threads.iter().any(|t| !t.is_finished()) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Runs a claim started that no worker took before it stopped: their
+    /// apply steps were on the writer already; see them through, after the
+    /// cycle under way (a split claim's follow-up may still be handing some
+    /// over).
+    fn see_through_started_runs(&self) {
+        let _ = self.shared.queue.writer().run_light(|_| Ok(()));
+        while let Ok(p) = self.runs_rx.try_recv() {
+            finish_job(&self.shared, p);
+        }
+    }
+
+    /// Claimed ahead, never started: back to queued, uncharged. Returns
+    /// how many went back.
+    fn release_claimed_ahead(&self) -> usize {
+        let mut released = 0;
+        while let Ok(c) = self.buffer_rx.try_recv() {
+            if self.shared.give_back(c.id) {
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// Jobs still running after the grace period: back to queued, their
+    /// runs recorded `released` and uncharged. Returns how many went back.
+    fn release_running_jobs(&self, jobs: HashMap<i64, Option<i64>>, now: Millis) -> usize {
+        let mut released = 0;
+        for (id, attempt) in jobs {
+            let o = self.shared.owner.clone();
+            if let Ok(true) =
+                self.shared.queue.writer().run(move |conn| {
+                    claim::release(conn, id, &o, attempt, "released at shutdown", now)
+                })
+            {
+                released += 1;
+                log::info!(target: "litejob", job_id = id; "released at shutdown");
+            }
+        }
+        released
+    }
+
+    /// Effects still running after the grace period: back to pending.
+    /// Returns how many went back.
+    fn release_running_effects(&self, effects: HashMap<i64, i64>, now: Millis) -> usize {
+        let mut released = 0;
+        for (id, attempt) in effects {
+            if let Ok(true) = self
+                .shared
+                .queue
+                .writer()
+                .run(move |conn| outbox::release(conn, id, attempt, now))
+            {
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// Joins the threads that finished and leaves behind those still stuck
+    /// in user code. Returns how many were left behind.
+    fn join_threads(&mut self) -> usize {
+        let mut detached = 0;
+        for t in self.threads.drain(..) {
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                detached += 1;
+                log::warn!(target: "litejob", "thread {:?} still busy after the grace period; left behind", t.thread().name());
+            }
+        }
+        detached
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Pauses for `d`, or less if the runtime stops meanwhile.
+fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
+    let _ = stop.recv_timeout(d);
+}
