@@ -152,31 +152,11 @@ impl Group<'_> {
             match self.undo(savepoint, durability) {
                 Undone::Op | Undone::Transaction => {}
                 Undone::Light => {
-                    let from = self.light_from.expect("undone to it");
-                    for r in self.replies.drain(from..) {
-                        r.fail(Error::Aborted(
-                            "another light write in the same transaction failed and was undone with it"
-                                .into(),
-                        ));
-                    }
-                    match outcome {
-                        Outcome::Failed(reply) => reply(Ok(())),
-                        Outcome::Done(ran) => {
-                            ran.fail(Error::Aborted("the transaction was rolled back".into()))
-                        }
-                        Outcome::Panicked => reject_panicked(reject),
-                    }
+                    self.light_undone(outcome, reject);
                     return Flow::Next;
                 }
                 Undone::Stuck => {
-                    for r in self.replies.drain(..) {
-                        r.fail(stuck());
-                    }
-                    match outcome {
-                        Outcome::Done(ran) => ran.fail(stuck()),
-                        Outcome::Failed(reply) => reply(Err(stuck())),
-                        Outcome::Panicked => reject(stuck()),
-                    }
+                    self.give_up(outcome, reject);
                     return Flow::Stuck;
                 }
             }
@@ -258,6 +238,36 @@ impl Group<'_> {
             Undone::Transaction
         } else {
             Undone::Stuck
+        }
+    }
+
+    /// A light operation failed and was undone back to where the light
+    /// operations began: those before it in the transaction go with it.
+    fn light_undone(&mut self, outcome: Outcome, reject: Reject) {
+        let from = self.light_from.expect("undone to it");
+        for r in self.replies.drain(from..) {
+            r.fail(Error::Aborted(
+                "another light write in the same transaction failed and was undone with it".into(),
+            ));
+        }
+        match outcome {
+            Outcome::Failed(reply) => reply(Ok(())),
+            Outcome::Done(ran) => {
+                ran.fail(Error::Aborted("the transaction was rolled back".into()))
+            }
+            Outcome::Panicked => reject_panicked(reject),
+        }
+    }
+
+    /// The transaction could not be rolled back: nothing of it is written.
+    fn give_up(&mut self, outcome: Outcome, reject: Reject) {
+        for r in self.replies.drain(..) {
+            r.fail(stuck());
+        }
+        match outcome {
+            Outcome::Done(ran) => ran.fail(stuck()),
+            Outcome::Failed(reply) => reply(Err(stuck())),
+            Outcome::Panicked => reject(stuck()),
         }
     }
 
