@@ -46,9 +46,11 @@ pub(crate) const HARD_FRAMES: i32 = 4 * SOFT_FRAMES;
 
 thread_local! {
     /// The WAL's size in frames after this thread's last commit on a write
-    /// connection with [`install_hook`]; 0 once read. Thread-local because
-    /// SQLite's WAL hook is a plain function called on the committing
-    /// thread (the writer thread, or a caller committing inline).
+    /// connection with [`install_hook`]; 0 once read. A thread-local is the
+    /// only place the hook can leave it: rusqlite's `wal_hook` takes a plain
+    /// `fn`, not a closure, so the hook can carry no state of its own, and
+    /// SQLite calls it on the committing thread (the writer thread, or a
+    /// caller committing inline), which reads it right after that commit.
     static FRAMES: Cell<i32> = const { Cell::new(0) };
 }
 

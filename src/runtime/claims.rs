@@ -61,7 +61,7 @@ pub(super) fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
 /// An apply-only job (its handler has no prepare step, the common case) is
 /// started by the claim itself, in the same light transaction, and its
 /// apply step queued to run right after that commit, in the same writer
-/// cycle ([`writer::follow_up`]). Enqueues are applied before claims in a
+/// cycle ([`writer::Cycle::follow_up`]). Enqueues are applied before claims in a
 /// cycle, so a high-priority job enqueued while a backlog runs waits about
 /// one writer cycle, not three (its enqueue's, its claim's and its
 /// start's). Its attempt row names the writer thread, where its handler
@@ -76,82 +76,82 @@ pub(super) fn submit_claim(
 ) -> Receiver<Result<Taken>> {
     let sh = s.clone();
     let seed = rng.next_u64();
-    s.queue
-        .writer()
-        .submit_with(writer::Durability::Light, move |conn| {
-            let now = now_ms();
-            // Stopping: whatever is claimed goes back through the buffer.
-            let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
-            let batch = claim::claim_batch(
-                conn,
-                &sh.kinds,
-                sh.queues_json.as_deref(),
-                n,
-                &sh.owner,
-                now + lease_ms,
-                now,
-                |c, split, ahead| {
-                    let Some(handler) = sh.handlers.get(&c.kind) else {
-                        return claim::Take::Claim;
-                    };
-                    if !start_here || handler.has_prepare() || c.abandoned > 0 {
-                        claim::Take::Claim
-                    } else if split && !ahead {
-                        claim::Take::Later(handler.clone(), sh.writer_name.clone())
-                    } else {
-                        claim::Take::Start(handler.clone(), sh.writer_name.clone())
-                    }
-                },
-            )?;
-            let mut rng = Rng::seeded(seed);
-            let mut taken = Taken {
-                claimed: Vec::new(),
-                runs: Vec::new(),
-                later: None,
-            };
-            for (c, started) in batch.taken {
-                match started {
-                    Some((st, handler)) => {
-                        let unit = rng.unit();
-                        taken.runs.push(queue_run(&sh, c, st, handler, unit, now));
-                    }
-                    None => taken.claimed.push(c),
+    s.queue.writer().submit_light(move |conn, cycle| {
+        let now = now_ms();
+        // Stopping: whatever is claimed goes back through the buffer.
+        let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
+        let batch = claim::claim_batch(
+            conn,
+            &sh.kinds,
+            sh.queues_json.as_deref(),
+            n,
+            &sh.owner,
+            now + lease_ms,
+            now,
+            |c, split, ahead| {
+                let Some(handler) = sh.handlers.get(&c.kind) else {
+                    return claim::Take::Claim;
+                };
+                if !start_here || handler.has_prepare() || c.abandoned > 0 {
+                    claim::Take::Claim
+                } else if split && !ahead {
+                    claim::Take::Later(handler.clone(), sh.writer_name.clone())
+                } else {
+                    claim::Take::Start(handler.clone(), sh.writer_name.clone())
                 }
+            },
+        )?;
+        let mut rng = Rng::seeded(seed);
+        let mut taken = Taken {
+            claimed: Vec::new(),
+            runs: Vec::new(),
+            later: None,
+        };
+        for (c, started) in batch.taken {
+            match started {
+                Some((st, handler)) => {
+                    let unit = rng.unit();
+                    taken
+                        .runs
+                        .push(queue_run(cycle, &sh, c, st, handler, unit, now));
+                }
+                None => taken.claimed.push(c),
             }
-            if !batch.later.is_empty() {
-                let (count, sh) = (batch.later.len(), sh.clone());
-                // Counted against max_in_flight until the follow-up has
-                // counted its runs (it may run before the supervisor hears
-                // of the claim: the balance may dip below 0 meanwhile).
-                sh.later_reserved.fetch_add(count as i64, Ordering::SeqCst);
-                let _ = writer::follow_up_light(move |conn| {
-                    let started = start_later(conn, &sh, batch.later, lease_ms, &mut rng);
-                    sh.later_reserved.fetch_sub(count as i64, Ordering::SeqCst);
-                    let runs = started.inspect_err(|e| {
-                        log::warn!(target: "litejob", "starting the rest of a claim failed: {e}");
-                    })?;
-                    // Handed over here, not by the supervisor when this
-                    // commits (one wake-up of it less per cycle): if this
-                    // transaction is undone, the runs' apply steps never run
-                    // and their workers hear `Aborted`.
-                    let taken = Taken {
-                        claimed: Vec::new(),
-                        runs,
-                        later: None,
-                    };
-                    count_in_flight(&sh, &taken);
-                    for run in taken.runs {
-                        // Never waited for here, on the writer thread (its
-                        // answer needs this thread): with no worker left to
-                        // receive it (the runtime is gone), it is dropped.
-                        let _ = sh.runs_tx.send(run);
-                    }
-                    Ok(())
-                });
-                taken.later = Some(count);
-            }
-            Ok(taken)
-        })
+        }
+        if !batch.later.is_empty() {
+            let (count, sh) = (batch.later.len(), sh.clone());
+            // Counted against max_in_flight until the follow-up has
+            // counted its runs (it may run before the supervisor hears
+            // of the claim: the balance may dip below 0 meanwhile).
+            sh.later_reserved.fetch_add(count as i64, Ordering::SeqCst);
+            let _ = cycle.follow_up_light(move |conn, cycle| {
+                let started = start_later(conn, cycle, &sh, batch.later, lease_ms, &mut rng);
+                sh.later_reserved.fetch_sub(count as i64, Ordering::SeqCst);
+                let runs = started.inspect_err(|e| {
+                    log::warn!(target: "litejob", "starting the rest of a claim failed: {e}");
+                })?;
+                // Handed over here, not by the supervisor when this
+                // commits (one wake-up of it less per cycle): if this
+                // transaction is undone, the runs' apply steps never run
+                // and their workers hear `Aborted`.
+                let taken = Taken {
+                    claimed: Vec::new(),
+                    runs,
+                    later: None,
+                };
+                count_in_flight(&sh, &taken);
+                for run in taken.runs {
+                    // Never waited for here, on the writer thread (its
+                    // answer needs this thread): with no worker left to
+                    // receive it (the runtime is gone), it is dropped.
+                    let _ = sh.runs_tx.send(run);
+                }
+                Ok(())
+            });
+            taken.later = Some(count);
+        }
+        Ok(taken)
+    })
 }
 
 /// Starts the jobs a split claim left queued (see [`claim::Take::Later`]),
@@ -159,6 +159,7 @@ pub(super) fn submit_claim(
 /// apply steps.
 fn start_later(
     conn: &rusqlite::Connection,
+    cycle: &mut writer::Cycle,
     sh: &Arc<Shared>,
     later: Vec<(Claimed, Arc<dyn ErasedHandler>, String)>,
     lease_ms: i64,
@@ -173,15 +174,16 @@ fn start_later(
     for (c, handler, worker) in later {
         if let Some(st) = starter.take_and_start(&c, &sh.owner, now + lease_ms, &worker, now)? {
             let unit = rng.unit();
-            runs.push(queue_run(sh, c, st, handler, unit, now));
+            runs.push(queue_run(cycle, sh, c, st, handler, unit, now));
         }
     }
     Ok(runs)
 }
 
 /// A run a claim started: queues its apply step for the next transaction of
-/// this cycle ([`writer::follow_up`]).
+/// this cycle ([`writer::Cycle::follow_up`]).
 fn queue_run(
+    cycle: &mut writer::Cycle,
     sh: &Arc<Shared>,
     c: Claimed,
     st: claim::Started,
@@ -193,7 +195,7 @@ fn queue_run(
     let delay = sh.cfg.backoff.delay(ctx.attempt as u32, unit);
     let attempt_id = st.attempt_id;
     let sh2 = sh.clone();
-    let rx = writer::follow_up(move |conn| {
+    let rx = cycle.follow_up(move |conn| {
         let worker = &sh2.writer_name;
         apply_started(
             conn,

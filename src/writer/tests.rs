@@ -1,0 +1,411 @@
+//! The writer's behaviour through its handle: what a failure undoes, and
+//! when queued follow-up work runs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use rusqlite::Connection;
+
+use super::op::Durability;
+use super::sync::SyncMode;
+use super::{wait, Cycle, Writer, WriterConfig};
+use crate::error::{Error, Result};
+
+fn writer(dir: &tempfile::TempDir) -> Writer {
+    let path = dir.path().join("w.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v TEXT NOT NULL UNIQUE);")
+        .unwrap();
+    Writer::spawn(
+        conn,
+        WriterConfig {
+            max_batch: 512,
+            full_sync: true,
+            op_budget: None,
+        },
+    )
+    .unwrap()
+}
+
+fn insert(v: &'static str) -> impl FnOnce(&Connection) -> Result<()> + Send + 'static {
+    move |c: &Connection| {
+        c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+        Ok(())
+    }
+}
+
+fn rows(w: &Writer) -> Vec<String> {
+    let c = w.core.lock();
+    let mut st = c.prepare("SELECT v FROM t ORDER BY v").unwrap();
+    let v = st
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    v
+}
+
+type TestOp = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
+/// Whatever `submit` sends reaches the writer thread as one group: the
+/// connection is held while it is queued behind a first, empty operation.
+fn as_one_group<T>(w: &Writer, submit: impl FnOnce() -> T) -> T {
+    let held = w.core.lock();
+    let first = w.submit_light(|_, _| Ok(()));
+    std::thread::sleep(Duration::from_millis(50));
+    let sent = submit();
+    drop(held);
+    let _ = wait(first);
+    sent
+}
+
+/// An operation that writes a row ('half'), then fails on the unique
+/// 'taken' row: what it wrote must not survive.
+fn half_then_fail() -> impl FnOnce(&Connection) -> Result<()> + Send + 'static {
+    |c: &Connection| {
+        c.execute("INSERT INTO t (v) VALUES ('half')", [])?;
+        c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
+        Ok(())
+    }
+}
+
+/// Sends `f` as an operation of the given class.
+fn submit_with(w: &Writer, durability: Durability, f: TestOp) -> Receiver<Result<()>> {
+    match durability {
+        Durability::Durable => w.submit(f),
+        Durability::Light => w.submit_light(move |c, _| f(c)),
+    }
+}
+
+/// `f` as a light operation's body that queues nothing.
+fn light(
+    f: impl FnOnce(&Connection) -> Result<()> + Send + 'static,
+) -> impl FnOnce(&Connection, &mut Cycle) -> Result<()> + Send + 'static {
+    move |c: &Connection, _: &mut Cycle| f(c)
+}
+
+/// Runs `ops` as one group of the writer thread.
+fn one_group(w: &Writer, durability: Durability, ops: Vec<TestOp>) -> Vec<Result<()>> {
+    let rx: Vec<_> = as_one_group(w, || {
+        ops.into_iter()
+            .map(|f| submit_with(w, durability, f))
+            .collect()
+    });
+    rx.into_iter().map(wait).collect()
+}
+
+#[test]
+fn a_failing_light_operation_undoes_its_transaction_and_the_next_ones_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    let r = one_group(
+        &w,
+        Durability::Light,
+        vec![
+            Box::new(insert("a")),
+            // No savepoint: its half goes with the whole transaction.
+            Box::new(half_then_fail()),
+            Box::new(insert("b")),
+            Box::new(insert("c")),
+        ],
+    );
+    assert!(matches!(r[0], Err(Error::Aborted(_))), "{:?}", r[0]);
+    assert!(
+        r[1].is_err() && !matches!(r[1], Err(Error::Aborted(_))),
+        "{:?}",
+        r[1]
+    );
+    assert!(r[2].is_ok() && r[3].is_ok(), "{r:?}");
+    assert_eq!(rows(&w), ["b", "c", "taken"]);
+}
+
+#[test]
+fn a_failing_light_operation_leaves_the_durable_ones_of_its_transaction_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    let (a, failing, b, durable) = as_one_group(&w, || {
+        let light = |f: TestOp| submit_with(&w, Durability::Light, f);
+        let a = light(Box::new(insert("a")));
+        let failing = light(Box::new(half_then_fail()));
+        let b = light(Box::new(insert("b")));
+        // Sent last, applied first: durable operations lead the cycle.
+        let durable = w.submit(insert("enqueued"));
+        (a, failing, b, durable)
+    });
+    assert!(matches!(wait(a), Err(Error::Aborted(_))));
+    let failing = wait(failing);
+    assert!(
+        failing.is_err() && !matches!(failing, Err(Error::Aborted(_))),
+        "{failing:?}"
+    );
+    assert!(wait(b).is_ok());
+    assert!(wait(durable).is_ok());
+    assert_eq!(rows(&w), ["b", "enqueued", "taken"]);
+}
+
+#[test]
+fn a_failing_durable_operation_rolls_back_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    let r = one_group(
+        &w,
+        Durability::Durable,
+        vec![
+            Box::new(insert("a")),
+            Box::new(half_then_fail()),
+            Box::new(|_: &Connection| panic!("an operation panics")),
+            Box::new(insert("b")),
+        ],
+    );
+    assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
+    assert!(r[1].is_err() && r[2].is_err(), "{r:?}");
+    assert_eq!(rows(&w), ["a", "b", "taken"]);
+}
+
+#[test]
+fn an_operation_alone_in_its_group_runs_without_a_savepoint_and_still_fails_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    let r = one_group(&w, Durability::Durable, vec![Box::new(half_then_fail())]);
+    assert!(r[0].is_err(), "{r:?}");
+    // Its first row went with the transaction, and the writer goes on.
+    w.run(insert("after")).unwrap();
+    assert_eq!(rows(&w), ["after", "taken"]);
+}
+
+#[test]
+fn a_self_isolated_operation_is_trusted_when_it_fails_and_never_half_committed_when_it_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    // A clean failure (it wrote nothing): its neighbours commit.
+    let (a, clean, b) = as_one_group(&w, || {
+        (
+            w.submit(insert("a")),
+            w.submit_apply(|_: &Connection| -> Result<()> {
+                Err(Error::LeaseLost("lost, wrote nothing".into()))
+            }),
+            w.submit(insert("b")),
+        )
+    });
+    assert!(wait(a).is_ok() && wait(b).is_ok());
+    assert!(matches!(wait(clean), Err(Error::LeaseLost(_))));
+    assert_eq!(rows(&w), ["a", "b", "taken"]);
+    // A panic after a write: the writer cannot tell what it left, so
+    // nothing of its transaction commits; later operations do.
+    let (c, panicked, d) = as_one_group(&w, || {
+        (
+            w.submit(insert("c")),
+            w.submit_apply(|conn: &Connection| -> Result<()> {
+                conn.execute("INSERT INTO t (v) VALUES ('half a run')", [])?;
+                panic!("a bug after the first write")
+            }),
+            w.submit(insert("d")),
+        )
+    });
+    assert!(matches!(wait(c), Err(Error::Aborted(_))));
+    assert!(wait(panicked).is_err());
+    assert!(wait(d).is_ok());
+    assert_eq!(rows(&w), ["a", "b", "d", "taken"]);
+}
+
+/// A light operation that looks for 'x', and queues a run writing
+/// `apply` — as a claim starts the jobs it takes.
+fn claim_like(
+    apply: &'static str,
+) -> impl FnOnce(&Connection, &mut Cycle) -> Result<(bool, Receiver<Result<()>>)> + Send + 'static {
+    move |c: &Connection, cycle: &mut Cycle| {
+        let seen: bool = c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = 'x')", [], |r| {
+            r.get(0)
+        })?;
+        Ok((seen, cycle.follow_up(insert(apply))))
+    }
+}
+
+#[test]
+fn a_claim_sees_what_its_cycle_enqueued_and_its_runs_apply_in_that_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    // The claim is sent before the enqueue, as when a supervisor claims
+    // again while a producer's enqueue is on its way.
+    let (claim, enqueue) = as_one_group(&w, || {
+        let claim = w.submit_light(claim_like("run"));
+        let enqueue = w.submit(insert("x"));
+        (claim, enqueue)
+    });
+    let (seen, run) = wait(claim).unwrap();
+    assert!(seen, "the claim ran before the enqueue of its own cycle");
+    wait(run).unwrap();
+    wait(enqueue).unwrap();
+    assert_eq!(rows(&w), ["run", "x"]);
+}
+
+#[test]
+fn a_light_follow_up_runs_after_the_runs_queued_before_it_and_its_own_runs_after_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    let path = dir.path().join("w.db");
+    // Whether a reader (another connection) sees `v` committed.
+    let committed = move |v: &str| -> bool {
+        let c = Connection::open(&path).unwrap();
+        c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = ?1)", [v], |r| {
+            r.get(0)
+        })
+        .unwrap()
+    };
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (s1, s2) = (seen.clone(), seen.clone());
+    let claim = move |c: &Connection, cycle: &mut Cycle| -> Result<_> {
+        insert("claim")(c)?;
+        let urgent = cycle.follow_up(insert("urgent"));
+        let rest = cycle.follow_up_light(move |c: &Connection, cycle: &mut Cycle| {
+            s1.lock()
+                .unwrap()
+                .push(("rest starts", committed("claim"), committed("urgent")));
+            insert("rest")(c)?;
+            let committed = committed.clone();
+            Ok(cycle.follow_up(move |c: &Connection| {
+                s2.lock()
+                    .unwrap()
+                    .push(("rest runs", committed("rest"), committed("urgent")));
+                insert("rest run")(c)
+            }))
+        });
+        Ok((urgent, rest))
+    };
+    let (urgent, rest) = wait(w.submit_light(claim)).unwrap();
+    wait(urgent).unwrap();
+    let rest_run = wait(rest).unwrap();
+    wait(rest_run).unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        // The rest starts in the urgent run's transaction (after the
+        // claim's commit); its own run comes after that commit.
+        [("rest starts", true, false), ("rest runs", true, true)]
+    );
+    assert_eq!(rows(&w), ["claim", "rest", "rest run", "urgent"]);
+}
+
+#[test]
+fn a_failing_light_follow_up_spares_the_runs_before_it_in_its_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    // As two claims' follow-ups land in one transaction: a run, a
+    // light one, a run, a light one that fails.
+    let queue = |c: &Connection, cycle: &mut Cycle| -> Result<_> {
+        insert("claim")(c)?;
+        Ok((
+            cycle.follow_up(insert("a")),
+            cycle.follow_up_light(light(insert("light ok"))),
+            cycle.follow_up(insert("b")),
+            cycle.follow_up_light(light(half_then_fail())),
+        ))
+    };
+    let (a, ok, b, fails) = wait(w.submit_light(queue)).unwrap();
+    assert!(wait(a).is_ok() && wait(ok).is_ok());
+    let b = wait(b);
+    assert!(b.is_ok(), "{b:?}");
+    assert!(wait(fails).is_err());
+    assert_eq!(rows(&w), ["a", "b", "claim", "light ok", "taken"]);
+}
+
+#[test]
+fn a_run_queued_by_an_operation_that_is_undone_never_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    // Queues its run, then fails.
+    let failing = |c: &Connection, cycle: &mut Cycle| -> Result<Receiver<Result<()>>> {
+        let run = cycle.follow_up(insert("run b"));
+        c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
+        Ok(run)
+    };
+    let (a, b) = as_one_group(&w, || {
+        let a = w.submit_light(claim_like("run a"));
+        // Fails after a: the light transaction, a's claim with it, is undone.
+        let b = w.submit_light(failing);
+        (a, b)
+    });
+    assert!(matches!(wait(a), Err(Error::Aborted(_))));
+    assert!(wait(b).is_err());
+    // Only a light operation may queue runs: a durable one is given no
+    // `Cycle` to queue them with, so `w.submit(claim_like("run c"))` does
+    // not compile (the writer is private, so no `compile_fail` doctest can
+    // show it).
+    assert_eq!(rows(&w), ["taken"]);
+}
+
+#[test]
+fn an_apply_step_runs_only_if_its_start_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    let pair = |start: TestOp, apply: &'static str| w.submit_pair(false, start, insert(apply));
+    let (a, b, c) = as_one_group(&w, || {
+        let a = pair(Box::new(insert("start a")), "apply a");
+        // Its start fails: the light transaction (a's start with it) is undone.
+        let b = pair(Box::new(insert("taken")), "apply b");
+        let c = pair(Box::new(insert("start c")), "apply c");
+        (a, b, c)
+    });
+    let [(a_start, a_apply), (b_start, b_apply), (c_start, c_apply)] =
+        [a, b, c].map(|(s, a)| (wait(s), wait(a)));
+    assert!(matches!(a_start, Err(Error::Aborted(_))), "{a_start:?}");
+    assert!(matches!(a_apply, Err(Error::Aborted(_))), "{a_apply:?}");
+    assert!(b_start.is_err() && matches!(b_apply, Err(Error::Aborted(_))));
+    assert!(
+        c_start.is_ok() && c_apply.is_ok(),
+        "{c_start:?} {c_apply:?}"
+    );
+    assert_eq!(rows(&w), ["apply c", "start c", "taken"]);
+}
+
+#[test]
+fn after_a_failed_fsync_no_durable_write_is_called_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("before")).unwrap();
+    let SyncMode::Wal { failed, .. } = &w.core.sync else {
+        panic!("a file queue syncs its WAL itself");
+    };
+    // What a failed sync_data() leaves behind.
+    failed.store(true, Ordering::Release);
+    for v in ["inline", "queued"] {
+        let r = if v == "inline" {
+            w.run(insert("inline"))
+        } else {
+            wait(w.submit(insert("queued")))
+        };
+        assert!(matches!(r, Err(Error::OutcomeUnknown(_))), "{v}: {r:?}");
+    }
+    // Light writes never claimed durability: still answered.
+    w.run_light(insert("light")).unwrap();
+    // Producers blocked together, whose groups the writer thread syncs
+    // itself rather than the syncer: none is called durable either.
+    let (mut rounds, n) = (0, AtomicUsize::new(0));
+    while w.core.direct_syncs.load(Ordering::Relaxed) == 0 {
+        rounds += 1;
+        assert!(rounds <= 200, "no group was synced by the writer thread");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..3 {
+                        let v = format!("together {}", n.fetch_add(1, Ordering::Relaxed));
+                        let r = w.run(move |c: &Connection| {
+                            c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                            Ok(())
+                        });
+                        assert!(matches!(r, Err(Error::OutcomeUnknown(_))), "{r:?}");
+                    }
+                });
+            }
+        });
+    }
+}
