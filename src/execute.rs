@@ -161,7 +161,6 @@ pub(crate) struct ApplyInput<'h> {
 /// failed before its first write: the fence, or a lost lease), or it was
 /// ended with a ROLLBACK (any step failing from the ledger row on), so that
 /// the writer never commits half a run.
-// Long: a run's steps in their order (fence, ledger, handler, outcome), each with its undo.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
     let ApplyInput {
         handler,
@@ -181,22 +180,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
     }
     if !ledger::record(conn, &ctx.key, ctx.id, now).map_err(|e| abort(conn, e))? {
         // Someone already did this key's work: do nothing, finish the job.
-        let finished = history::finish(
-            conn,
-            attempt_id,
-            AttemptOutcome::Duplicate,
-            Some("duplicate: the ledger already holds this key, the work was done before"),
-            now,
-        )
-        .and_then(|_| complete(conn, ctx.id, attempt_id, now));
-        finished.map_err(|e| abort(conn, e))?;
-        return Ok(RunEnd {
-            outcome: AttemptOutcome::Duplicate,
-            state: JobState::Succeeded,
-            error: None,
-            outbox_added: 0,
-            retry_at: None,
-        });
+        return finish_duplicate(conn, ctx.id, attempt_id, now);
     }
     let tx = JobTx {
         conn,
@@ -213,18 +197,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         // The handler's SQL failed in a way that rolled the whole transaction
         // back (disk full, interrupted by the time budget): nothing of this
         // group survives; the writer tells the others.
-        return Err(match &result {
-            Ok(Err(e)) => classify_rollback(&e.to_string(), sqlite_code(e.as_ref())),
-            // A panic carries no error code, only text. It is the handler's
-            // own failure, so it is charged like an interrupted run (were it
-            // released uncharged, a handler that panics on the interrupt of
-            // its over-budget transaction would run again forever).
-            Err(p) => Error::Interrupted(format!(
-                "the handler panicked after its transaction was rolled back: {}",
-                panic_message(p.as_ref())
-            )),
-            Ok(Ok(_)) => classify_rollback("the transaction was rolled back", None),
-        });
+        return Err(rolled_back(&result));
     }
     if savepoint == Savepoint::Failed {
         // The handler wrote outside any savepoint: its writes cannot be
@@ -237,24 +210,113 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             )),
         ));
     }
-    let (outcome, error, next) = match result {
-        Ok(Ok(Outcome::Done)) => {
-            let done = (|| {
-                if savepoint == Savepoint::Open {
-                    exec_cached(conn, RELEASE_RUN)?;
-                }
-                complete(conn, ctx.id, attempt_id, now)?;
-                history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)
-            })();
-            done.map_err(|e| abort(conn, e))?;
-            return Ok(RunEnd {
-                outcome: AttemptOutcome::Succeeded,
-                state: JobState::Succeeded,
-                error: None,
-                outbox_added,
-                retry_at: None,
-            });
+    let (outcome, error, next) = match judge(result, now, backoff_at) {
+        Verdict::Done => {
+            return finish_done(conn, ctx.id, attempt_id, savepoint, outbox_added, now)
         }
+        Verdict::Failed(outcome, error, next) => (outcome, error, next),
+    };
+    // Undo the handler's writes and the ledger row, then record the failure.
+    let undone = (|| {
+        if savepoint == Savepoint::Open {
+            exec_cached(conn, ROLLBACK_RUN)?;
+            exec_cached(conn, RELEASE_RUN)?;
+        }
+        ledger::unrecord(conn, &ctx.key)
+    })();
+    undone.map_err(|e| abort(conn, e))?;
+    fail(
+        conn,
+        ctx.id,
+        attempt_id,
+        outcome,
+        &error,
+        next,
+        now,
+        Within::SelfIsolated,
+    )
+}
+
+/// What the handler returned (or how it panicked), run to completion.
+type HandlerResult =
+    std::thread::Result<std::result::Result<Outcome, crate::handler::HandlerError>>;
+
+/// A key already in the ledger: the run records `duplicate` and completes
+/// the job without the handler.
+fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -> Result<RunEnd> {
+    let finished = history::finish(
+        conn,
+        attempt_id,
+        AttemptOutcome::Duplicate,
+        Some("duplicate: the ledger already holds this key, the work was done before"),
+        now,
+    )
+    .and_then(|_| complete(conn, job, attempt_id, now));
+    finished.map_err(|e| abort(conn, e))?;
+    Ok(RunEnd {
+        outcome: AttemptOutcome::Duplicate,
+        state: JobState::Succeeded,
+        error: None,
+        outbox_added: 0,
+        retry_at: None,
+    })
+}
+
+/// The handler said `Done`: keep its writes, complete the job, record the
+/// attempt as succeeded.
+fn finish_done(
+    conn: &Connection,
+    job: i64,
+    attempt_id: i64,
+    savepoint: Savepoint,
+    outbox_added: usize,
+    now: Millis,
+) -> Result<RunEnd> {
+    let done = (|| {
+        if savepoint == Savepoint::Open {
+            exec_cached(conn, RELEASE_RUN)?;
+        }
+        complete(conn, job, attempt_id, now)?;
+        history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)
+    })();
+    done.map_err(|e| abort(conn, e))?;
+    Ok(RunEnd {
+        outcome: AttemptOutcome::Succeeded,
+        state: JobState::Succeeded,
+        error: None,
+        outbox_added,
+        retry_at: None,
+    })
+}
+
+/// Why SQLite rolled the run's whole transaction back, as the handler saw it.
+fn rolled_back(result: &HandlerResult) -> Error {
+    match result {
+        Ok(Err(e)) => classify_rollback(&e.to_string(), sqlite_code(e.as_ref())),
+        // A panic carries no error code, only text. It is the handler's
+        // own failure, so it is charged like an interrupted run (were it
+        // released uncharged, a handler that panics on the interrupt of
+        // its over-budget transaction would run again forever).
+        Err(p) => Error::Interrupted(format!(
+            "the handler panicked after its transaction was rolled back: {}",
+            panic_message(p.as_ref())
+        )),
+        Ok(Ok(_)) => classify_rollback("the transaction was rolled back", None),
+    }
+}
+
+/// How a run that ran to its end (or panicked) turned out.
+enum Verdict {
+    /// The handler said `Done`.
+    Done,
+    /// Anything else: the attempt's outcome, its error text and what comes
+    /// next for the job.
+    Failed(AttemptOutcome, String, Next),
+}
+
+fn judge(result: HandlerResult, now: Millis, backoff_at: Millis) -> Verdict {
+    let (outcome, error, next) = match result {
+        Ok(Ok(Outcome::Done)) => return Verdict::Done,
         Ok(Ok(Outcome::Retry(msg))) => (
             AttemptOutcome::Failed,
             format!("retry: {msg}"),
@@ -281,25 +343,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             Next::RetryAt(backoff_at),
         ),
     };
-    // Undo the handler's writes and the ledger row, then record the failure.
-    let undone = (|| {
-        if savepoint == Savepoint::Open {
-            exec_cached(conn, ROLLBACK_RUN)?;
-            exec_cached(conn, RELEASE_RUN)?;
-        }
-        ledger::unrecord(conn, &ctx.key)
-    })();
-    undone.map_err(|e| abort(conn, e))?;
-    fail(
-        conn,
-        ctx.id,
-        attempt_id,
-        outcome,
-        &error,
-        next,
-        now,
-        Within::SelfIsolated,
-    )
+    Verdict::Failed(outcome, error, next)
 }
 
 /// Ends the transaction: a step failed after an earlier one of this run
