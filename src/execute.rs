@@ -4,6 +4,7 @@
 //! (via ledger), `attempts` (via history) and whatever the handler writes.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::Connection;
 
@@ -143,6 +144,10 @@ pub(crate) struct ApplyInput<'h> {
     pub outbox_max_attempts: i64,
     /// When the job runs again if the handler asks for a plain retry.
     pub backoff_at: Millis,
+    /// The writer's count of operations its watchdog interrupted
+    /// ([`crate::writer::Writer::interrupts`]): read around the handler, it
+    /// says whether the time budget stopped this run.
+    pub interrupts: &'h AtomicU64,
 }
 
 /// The run's transaction: ledger row first, fenced on the attempt, the
@@ -169,6 +174,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         prepared,
         outbox_max_attempts,
         backoff_at,
+        interrupts,
     } = input;
     // The fence, then the ledger row: written only while this attempt still
     // holds the job (both in this transaction, nothing between them). From
@@ -190,6 +196,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         outbox_added: std::cell::Cell::new(0),
         savepoint: std::cell::Cell::new(Savepoint::NotOpened),
     };
+    let interrupts_before = interrupts.load(Ordering::Acquire);
     let result = catch_unwind(AssertUnwindSafe(|| handler.apply(&tx, prepared)));
     let outbox_added = tx.outbox_added.get();
     let savepoint = tx.savepoint.get();
@@ -197,7 +204,8 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         // The handler's SQL failed in a way that rolled the whole transaction
         // back (disk full, interrupted by the time budget): nothing of this
         // group survives; the writer tells the others.
-        return Err(rolled_back(&result));
+        let interrupted = interrupts.load(Ordering::Acquire) != interrupts_before;
+        return Err(rolled_back(&result, interrupted));
     }
     if savepoint == Savepoint::Failed {
         // The handler wrote outside any savepoint: its writes cannot be
@@ -289,20 +297,28 @@ fn finish_done(
     })
 }
 
-/// Why SQLite rolled the run's whole transaction back, as the handler saw it.
-fn rolled_back(result: &HandlerResult) -> Error {
-    match result {
-        Ok(Err(e)) => classify_rollback(&e.to_string(), sqlite_code(e.as_ref())),
-        // A panic carries no error code, only text. It is the handler's
-        // own failure, so it is charged like an interrupted run (were it
-        // released uncharged, a handler that panics on the interrupt of
-        // its over-budget transaction would run again forever).
-        Err(p) => Error::Interrupted(format!(
-            "the handler panicked after its transaction was rolled back: {}",
-            panic_message(p.as_ref())
-        )),
-        Ok(Ok(_)) => classify_rollback("the transaction was rolled back", None),
-    }
+/// Why SQLite rolled the run's whole transaction back. `interrupted`: the
+/// watchdog stopped one of its statements (the time budget), which is known
+/// for a fact; otherwise the code in the handler's error, if it kept one. A
+/// handler that panicked (a panic carries text, no code) or lost the code
+/// leaves the cause unknown: the group is aborted and the run given back
+/// uncharged, as for a full disk, while an over-budget run is charged, so
+/// a handler that hangs and then panics cannot run forever.
+fn rolled_back(result: &HandlerResult, interrupted: bool) -> Error {
+    let (why, code) = match result {
+        Ok(Err(e)) => (e.to_string(), sqlite_code(e.as_ref())),
+        Err(p) => (
+            format!("the handler panicked: {}", panic_message(p.as_ref())),
+            None,
+        ),
+        Ok(Ok(_)) => ("the transaction was rolled back".to_string(), None),
+    };
+    let code = if interrupted {
+        Some(rusqlite::ErrorCode::OperationInterrupted)
+    } else {
+        code
+    };
+    classify_rollback(&why, code)
 }
 
 /// How a run that ran to its end (or panicked) turned out.
@@ -385,6 +401,11 @@ fn sqlite_code(e: &(dyn std::error::Error + 'static)) -> Option<rusqlite::ErrorC
     while let Some(e) = next {
         if let Some(e) = e.downcast_ref::<rusqlite::Error>() {
             return e.sqlite_error_code();
+        }
+        // What a wrapper's `source()` may hand on instead of rusqlite's
+        // error (an `#[error(transparent)]` skips a level).
+        if let Some(e) = e.downcast_ref::<rusqlite::ffi::Error>() {
+            return Some(e.code);
         }
         if let Some(e) = e.downcast_ref::<Error>() {
             // Classified already: the variant is the code.

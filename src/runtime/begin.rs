@@ -123,6 +123,7 @@ pub(super) fn apply_started(
                     prepared,
                     outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
                     backoff_at,
+                    interrupts: sh.queue.writer().interrupts(),
                 },
                 now,
             );
@@ -226,6 +227,7 @@ fn submit_apply(
     backoff_at: Millis,
 ) -> Receiver<Result<execute::RunEnd>> {
     let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
+    let interrupts = s.queue.writer().interrupts().clone();
     s.queue.writer().submit_apply(move |conn| {
         let r = execute::apply(
             conn,
@@ -236,6 +238,7 @@ fn submit_apply(
                 prepared,
                 outbox_max_attempts,
                 backoff_at,
+                interrupts: &interrupts,
             },
             now_ms(),
         );

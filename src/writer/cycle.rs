@@ -157,6 +157,8 @@ pub(super) struct Core {
     /// Milliseconds since `epoch` when the current op started, 0 when idle,
     /// -1 when the watchdog found it over budget.
     pub(super) op_started: std::sync::Arc<AtomicI64>,
+    /// Operations the watchdog interrupted (see [`super::Writer::interrupts`]).
+    pub(super) interrupts: std::sync::Arc<AtomicU64>,
     pub(super) epoch: Instant,
     /// Operations sent to the writer thread and not yet applied (still in
     /// the channel, or taken by the thread and waiting for the connection).

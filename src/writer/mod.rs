@@ -33,7 +33,7 @@ mod watchdog;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -93,8 +93,15 @@ impl Writer {
         // -1 when the watchdog found it over budget.
         let epoch = Instant::now();
         let op_started = Arc::new(AtomicI64::new(0));
+        let interrupts = Arc::new(AtomicU64::new(0));
         let watchdog = match cfg.op_budget {
-            Some(budget) => Some(Watchdog::start(&conn, budget, epoch, &op_started)?),
+            Some(budget) => Some(Watchdog::start(
+                &conn,
+                budget,
+                epoch,
+                &op_started,
+                &interrupts,
+            )?),
             None => None,
         };
         let max_batch = cfg.max_batch.max(1);
@@ -109,6 +116,7 @@ impl Writer {
             conn: Mutex::new(conn),
             sync,
             op_started,
+            interrupts,
             epoch,
             queued: AtomicUsize::new(0),
             callers: AtomicUsize::new(0),
@@ -133,6 +141,14 @@ impl Writer {
             syncer: Some(syncer_thread),
             watchdog,
         })
+    }
+
+    /// Operations the watchdog has interrupted so far, over the writer's
+    /// life. An operation that reads it before and after its own work knows
+    /// whether the watchdog stopped it: a fact, where the handler's error
+    /// (or its panic) may carry no code.
+    pub(crate) fn interrupts(&self) -> &Arc<AtomicU64> {
+        &self.core.interrupts
     }
 
     /// Sends `f` to the writer; the receiver yields its result once the

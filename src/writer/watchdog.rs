@@ -2,7 +2,7 @@
 //! past it, so a handler that hangs inside its transaction cannot hold the
 //! write lock forever.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,12 +21,13 @@ pub(super) struct Watchdog {
 impl Watchdog {
     /// Watches `op_started` (milliseconds since `epoch` when the current op
     /// started, 0 when idle) and interrupts `conn` when an op runs longer
-    /// than `budget`.
+    /// than `budget`, counting each op it stops in `interrupts`.
     pub(super) fn start(
         conn: &Connection,
         budget: Duration,
         epoch: Instant,
         op_started: &Arc<AtomicI64>,
+        interrupts: &Arc<AtomicU64>,
     ) -> Result<Watchdog> {
         let handle = conn.get_interrupt_handle();
         let started = op_started.clone();
@@ -51,6 +52,7 @@ impl Watchdog {
                         .is_ok()
             }),
         )?;
+        let count = interrupts.clone();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let tick = (budget / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
         let t = std::thread::Builder::new()
@@ -73,6 +75,10 @@ impl Watchdog {
                     {
                         log::warn!(target: "litejob",
                             "a write ran {ran} ms, past its budget of {} ms: interrupting it", budget.as_millis());
+                        // Counted before either interrupt can land (this
+                        // one, or the progress handler's), so the op that
+                        // it stops always sees the count move.
+                        count.fetch_add(1, Ordering::Release);
                         handle.interrupt();
                     }
                 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use litejob::{JobState, NewJob, Outcome, QueueOptions};
 
 use super::harness::{self, create_app_table, Env};
-use crate::support::{wait_until, TestDb};
+use crate::support::{wait_until, TestDb, LONG};
 
 fn hold_write_lock(db: &TestDb) -> rusqlite::Connection {
     let c = db.sql();
@@ -107,10 +107,22 @@ fn handler_hanging_inside_its_transaction_is_interrupted() {
                 }
             }
         })
+        .handler("spin_insert_panics", |tx, _: serde_json::Value| {
+            // An endless INSERT: its interrupt rolls the whole transaction
+            // back, and the handler then panics on the error, leaving no
+            // code behind. It is charged all the same, or it would hang
+            // and be given back forever.
+            tx.execute(
+                "INSERT INTO spins WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c",
+                [],
+            )
+            .unwrap();
+            Ok(Outcome::Done)
+        })
         .handler("ok", |_tx, _: serde_json::Value| Ok(Outcome::Done))
         .start()
         .unwrap();
-    for kind in ["spin_sql", "spin_rust"] {
+    for kind in ["spin_sql", "spin_rust", "spin_insert_panics"] {
         let key = format!("hang-{kind}");
         let id = q
             .enqueue(NewJob::new(kind, key.clone(), &1).with_max_retries(0))
@@ -146,6 +158,60 @@ fn handler_hanging_inside_its_transaction_is_interrupted() {
         );
     }
     assert_eq!(db.count("SELECT count(*) FROM spins"), 0, "rolled back");
+    rt.stop();
+}
+
+/// A handler that panics when the disk fills under its INSERTs (SQLite
+/// rolled the whole transaction back; the panic carries no error code) is
+/// given back uncharged, like any run cut short by a full disk, and
+/// succeeds once there is room: a full disk never kills a job.
+#[test]
+fn a_handler_panicking_on_a_full_disk_is_not_charged_and_succeeds_after() {
+    let db = TestDb::new();
+    let q = db.open();
+    q.write(|tx| {
+        tx.execute_batch("CREATE TABLE blobs (b BLOB)")?;
+        Ok(())
+    })
+    .unwrap();
+    let mut rt = q
+        .runtime()
+        .workers(1)
+        .backoff(
+            litejob::Backoff::default()
+                .with_base(Duration::from_millis(10))
+                .with_jitter(0.0),
+        )
+        .handler("fill", |tx, _: serde_json::Value| {
+            for _ in 0..50 {
+                tx.execute("INSERT INTO blobs VALUES (zeroblob(100000))", [])
+                    .unwrap();
+            }
+            Ok(Outcome::Done)
+        })
+        .start()
+        .unwrap();
+    let pages = db.count("PRAGMA page_count") as u64;
+    q.set_max_page_count(pages + 200).unwrap();
+    let id = q
+        .enqueue(NewJob::new("fill", "fill-1", &1).with_max_retries(0))
+        .unwrap()
+        .id();
+    wait_until("two runs cut short by the full disk", LONG, || {
+        db.count("SELECT count(*) FROM attempts WHERE outcome = 'released'") >= 2
+    });
+    let job = q.job(id).unwrap().unwrap();
+    assert_ne!(job.state, JobState::Dead, "{:?}", job.last_error);
+    assert_eq!(job.attempts, 0, "no run was charged");
+    assert_eq!(
+        db.count("SELECT count(*) FROM attempts WHERE outcome IN ('failed', 'panicked')"),
+        0
+    );
+    q.set_max_page_count(1 << 30).unwrap();
+    wait_until("the job succeeds once there is room", LONG, || {
+        q.job(id).unwrap().unwrap().state == JobState::Succeeded
+    });
+    assert_eq!(db.count("SELECT count(*) FROM blobs"), 50);
     rt.stop();
 }
 
