@@ -42,7 +42,12 @@ pub enum Error {
     },
     /// The run lost its lease (it took too long or another worker took the
     /// job over); its transaction was rolled back.
-    LeaseLost(String),
+    LeaseLost {
+        /// The job whose run lost its lease.
+        job_id: i64,
+        /// What was refused.
+        detail: String,
+    },
     /// The write was rolled back through no fault of its own (another
     /// operation in the same group commit was interrupted); retry it.
     Aborted(String),
@@ -151,7 +156,10 @@ impl Error {
                 action: *action,
                 state: state.clone(),
             },
-            Error::LeaseLost(m) => Error::LeaseLost(m.clone()),
+            Error::LeaseLost { job_id, detail } => Error::LeaseLost {
+                job_id: *job_id,
+                detail: detail.clone(),
+            },
             Error::Aborted(m) => Error::Aborted(m.clone()),
             Error::Interrupted(m) => Error::Interrupted(m.clone()),
             Error::Sqlite(rusqlite::Error::SqliteFailure(code, msg)) => {
@@ -227,7 +235,7 @@ impl fmt::Display for Error {
                     "outbox row {id} is {state}, not dead: only a dead row can be retried"
                 ),
             },
-            Error::LeaseLost(m) => write!(f, "lease lost: {m}"),
+            Error::LeaseLost { job_id, detail } => write!(f, "lease lost: job {job_id}: {detail}"),
             Error::Aborted(m) => write!(f, "aborted, retry: {m}"),
             Error::Interrupted(m) => write!(f, "interrupted: {m}"),
             Error::Sqlite(e) => write!(f, "sqlite: {e}"),

@@ -50,10 +50,13 @@ fn holds(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<bool> {
 }
 
 fn lease_lost(job_id: i64, attempt_id: i64) -> Error {
-    Error::LeaseLost(format!(
-        "job {job_id}: attempt {attempt_id} no longer holds the job (its lease expired or it was \
-         released); its transaction was rolled back"
-    ))
+    Error::LeaseLost {
+        job_id,
+        detail: format!(
+            "attempt {attempt_id} no longer holds the job (its lease expired or it was \
+             released); its transaction was rolled back"
+        ),
+    }
 }
 
 fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Result<()> {
@@ -65,9 +68,10 @@ fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Res
         .execute(rusqlite::params![job_id, attempt_id, now])?
         != 1
     {
-        return Err(Error::LeaseLost(format!(
-            "job {job_id}: completion refused"
-        )));
+        return Err(Error::LeaseLost {
+            job_id,
+            detail: "completion refused".into(),
+        });
     }
     Ok(())
 }
@@ -120,9 +124,10 @@ pub(crate) fn fail(
         }
     };
     let Some(state) = state else {
-        return Err(Error::LeaseLost(format!(
-            "job {job_id}: failure not recorded, the run lost its lease"
-        )));
+        return Err(Error::LeaseLost {
+            job_id,
+            detail: "failure not recorded, the run lost its lease".into(),
+        });
     };
     let state: JobState = state.parse().map_err(&half_done)?;
     history::finish(conn, attempt_id, outcome, Some(error), now).map_err(half_done)?;

@@ -65,7 +65,10 @@ fn begin_apply_only(
     let (sh, kind, w) = (s.clone(), claimed.kind.clone(), worker.to_string());
     let apply = move |conn: &rusqlite::Connection| {
         let Some(st) = slot.lock().unwrap().take() else {
-            return Err(Error::LeaseLost(format!("job {id} was not started")));
+            return Err(Error::LeaseLost {
+                job_id: id,
+                detail: "not started".into(),
+            });
         };
         apply_started(conn, &sh, handler.as_ref(), id, &kind, &w, st, backoff_unit)
     };

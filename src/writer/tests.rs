@@ -189,13 +189,16 @@ fn a_self_isolated_operation_is_trusted_when_it_fails_and_never_half_committed_w
         (
             w.submit(insert("a")),
             w.submit_apply(|_: &Connection| -> Result<()> {
-                Err(Error::LeaseLost("lost, wrote nothing".into()))
+                Err(Error::LeaseLost {
+                    job_id: 1,
+                    detail: "lost, wrote nothing".into(),
+                })
             }),
             w.submit(insert("b")),
         )
     });
     assert!(wait(a).is_ok() && wait(b).is_ok());
-    assert!(matches!(wait(clean), Err(Error::LeaseLost(_))));
+    assert!(matches!(wait(clean), Err(Error::LeaseLost { .. })));
     assert_eq!(rows(&w), ["a", "b", "taken"]);
     // A panic after a write: the writer cannot tell what it left, so
     // nothing of its transaction commits; later operations do.
