@@ -314,6 +314,7 @@ fn the_sqlite3_shell_reads_the_views_and_inserts_a_job_the_library_runs() {
 }
 
 /// Every state column's CHECK refuses a bad value.
+// Long: a table of bad values, one per state column.
 #[test]
 fn the_schema_refuses_bad_states() {
     let db = TestDb::new();

@@ -403,6 +403,7 @@ fn simulate_dead_sender(db: &TestDb, outbox_id: i64) {
     tx.commit().unwrap();
 }
 
+// Long: one scenario, a sender that died and the runtime that finishes its rows.
 #[test]
 fn an_abandoned_effect_attempt_counts_against_its_retries() {
     let db = TestDb::new();

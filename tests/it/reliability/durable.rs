@@ -157,6 +157,7 @@ fn have_strace() -> bool {
     false
 }
 
+// Long: one traced run, then the trace read call by call.
 #[test]
 fn an_enqueue_returns_only_after_an_fsync_of_the_wal_frames_holding_its_job() {
     if !have_strace() {

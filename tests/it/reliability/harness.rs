@@ -427,6 +427,7 @@ pub struct Figures {
 /// returned enqueue lost, no key's work committed twice, an effect repeated
 /// only where a kill landed, no attempt left running.
 /// `enqueued`: every key whose enqueue returned.
+// Long: every invariant of the file, one SQL check after another.
 pub fn check_invariants(env: &Env, enqueued: &[String]) -> Figures {
     let c = env.db.sql();
     let mut f = Figures::default();

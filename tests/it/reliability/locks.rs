@@ -74,6 +74,7 @@ fn write_lock_held_past_busy_timeout_gives_busy_then_resumes() {
 
 /// A handler that hangs inside its transaction is interrupted after the
 /// transaction budget: the attempt counts as failed and other writes go on.
+// Long: one scenario repeated for each way a handler can hang.
 #[test]
 fn handler_hanging_inside_its_transaction_is_interrupted() {
     let db = TestDb::new();
@@ -219,6 +220,7 @@ fn a_handler_panicking_on_a_full_disk_is_not_charged_and_succeeds_after() {
 /// enqueue fails with `StorageFull` and writes nothing, workers pause
 /// without charging attempts, and work resumes without a restart once
 /// space is back.
+// Long: one scenario (fill, refuse, pause the workers, resume).
 #[test]
 fn disk_full_refuses_enqueue_pauses_workers_and_resumes() {
     let env = Env::new();

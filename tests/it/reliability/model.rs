@@ -88,6 +88,7 @@ fn start(q: &Queue) -> litejob::Runtime {
         .unwrap()
 }
 
+// Long: one arm per operation of the model, each with its expectation.
 fn step(db: &TestDb, q: &Queue, m: &mut Model, op: &Op) {
     let c = db.sql();
     match *op {
