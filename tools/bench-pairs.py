@@ -53,7 +53,10 @@ for i in range(rounds):
             "proc_c": j["process_per_sec"] / r["proc_c"],
             "proc_d": j["process_per_sec"] / r["proc_d"],
             "p50": j["latency_p50_us"], "p99": j["latency_p99_us"],
-            "abs_proc": j["process_per_sec"], "abs_enq1": j["enqueue_per_sec"],
+            "lj_enq1": j["enqueue_per_sec"], "lj_enq8": j["enqueue_concurrent_per_sec"],
+            "lj_batch": j["enqueue_batch_per_sec"], "lj_proc": j["process_per_sec"],
+            "raw_enq1": r["enq1"], "raw_batch": r["batch"],
+            "raw_proc_c": r["proc_c"], "raw_proc_d": r["proc_d"],
         }
         rows[name].append(ratio)
         print(i, name, {k: round(v, 3) for k, v in ratio.items()}, flush=True)
