@@ -22,7 +22,7 @@ use litejob::{Backoff, Enqueued, Error, JobTx, NewJob, Outcome, Queue};
 use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 
-use super::rng::Rng;
+use super::rng::{below, Rng};
 use super::time::parse_duration;
 
 /// The job kind the provider's webhook enqueues.
@@ -380,7 +380,7 @@ fn event(seed: u64, i: u64) -> PaymentEvent {
     PaymentEvent {
         id: format!("evt_{i:06}"),
         event_type: JOB_KIND.into(),
-        amount_cents: 100 + rng.below(49_901) as i64,
+        amount_cents: 100 + below(&mut rng, 49_901) as i64,
     }
 }
 
@@ -389,7 +389,7 @@ fn delivery_order(events: usize, redeliver: u32, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..redeliver).flat_map(|_| 0..events).collect();
     let mut rng = Rng::seeded(seed);
     for i in (1..order.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
+        let j = below(&mut rng, i as u64 + 1) as usize;
         order.swap(i, j);
     }
     order

@@ -2,56 +2,9 @@
 //! milliseconds as UTC text, spans like `12s` or `3h`, and durations typed
 //! on the command line. Writes no table.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-/// The wall clock, in milliseconds since the epoch (the unit of the file's
-/// `*_at` columns).
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// Formats stored milliseconds as `YYYY-MM-DD HH:MM:SS` UTC, like the views.
-pub fn format_millis(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-// Howard Hinnant's days-to-civil algorithm.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// Formats a duration for people: `850ms`, `12s`, `5m`, `3h`, `2d`.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    match ms {
-        0..=999 => format!("{ms}ms"),
-        1000..=59_999 => format!("{}s", ms / 1000),
-        60_000..=3_599_999 => format!("{}m", ms / 60_000),
-        3_600_000..=86_399_999 => format!("{}h", ms / 3_600_000),
-        _ => format!("{}d", ms / 86_400_000),
-    }
-}
+pub(crate) use super::lib_time::{format_duration, format_millis, now_ms};
 
 /// Parses a duration like `500ms`, `30s`, `15m`, `12h`, `7d` (or a sum:
 /// `1h30m`). A bare number is seconds. The error is the message to show.
