@@ -77,6 +77,7 @@ impl PruneOptions {
 
 /// What [`Queue::prune`] removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct PruneReport {
     /// Job rows deleted.
     pub jobs: usize,

@@ -21,6 +21,7 @@ use crate::time::{now_ms, Millis};
 
 /// Job counts per state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct JobCounts {
     /// All jobs.
     pub total: i64,
@@ -63,6 +64,7 @@ impl JobCounts {
 
 /// Outbox counts per state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct OutboxCounts {
     /// All rows.
     pub total: i64,
@@ -101,6 +103,7 @@ impl OutboxCounts {
 
 /// A picture of the queue file ([`Queue::stats`]).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// The file.
     pub path: PathBuf,
@@ -268,6 +271,7 @@ pub struct OutboxEntry {
 
 /// One job with its runs and the outbox rows it wrote ([`Queue::job_detail`]).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct JobDetail {
     /// The job.
     pub job: Job,
@@ -304,6 +308,7 @@ fn outbox_entries(conn: &Connection, job_id: i64) -> Result<Vec<OutboxEntry>> {
 
 /// Everything known about one idempotency key ([`Queue::explain`]).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Explanation {
     /// The key asked about.
     pub key: String,
