@@ -14,11 +14,10 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
+use crate::backend::PruneWhat;
 use crate::error::{Action, Error, Result, RowId};
-use crate::ledger;
-use crate::outbox;
 use crate::queue::Queue;
-use crate::time::{now_ms, Millis};
+use crate::time::Millis;
 
 /// Rows per write transaction for bulk repairs: small enough that workers
 /// in another process wait only briefly for the write lock.
@@ -93,24 +92,13 @@ pub struct PruneReport {
     pub transactions: usize,
 }
 
-/// Requeuing a dead job renews its budget: the attempts it used are history
-/// (kept in `attempts`), not a debt. `last_error` is kept so the operator
-/// still sees why it died until the next run.
-const RETRY_JOB: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abandoned = 0, \
-     run_at = ?2, finished_at = NULL WHERE id = ?1 AND state = 'dead'";
-
 impl Queue {
     /// Requeues one dead job with a renewed attempt budget, runnable now.
     /// [`Error::NotFound`] when there is no such job; [`Error::WrongState`]
     /// when it is not dead (nothing changes).
     pub fn retry_job(&self, id: i64) -> Result<()> {
-        let now = now_ms();
-        self.writer().run(move |conn| {
-            if conn.prepare_cached(RETRY_JOB)?.execute((id, now))? == 1 {
-                return Ok(());
-            }
-            Err(refusal(conn, id, Action::RetryJob(id))?)
-        })?;
+        let now = self.backend().now();
+        self.backend().retry_job(id, now)?;
         self.notify();
         Ok(())
     }
@@ -121,22 +109,11 @@ impl Queue {
     /// walk goes by id, so a job that dies again meanwhile is not retried
     /// twice. Returns how many were requeued.
     pub fn retry_dead_jobs(&self, kind: Option<&str>) -> Result<usize> {
-        const SQL: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abandoned = 0, \
-             run_at = ?3, finished_at = NULL \
-             WHERE id IN (SELECT id FROM jobs WHERE state = 'dead' AND (?1 IS NULL OR kind = ?1) \
-                          AND id > ?2 ORDER BY id LIMIT ?4) \
-             RETURNING id";
-        let (now, batch) = (now_ms(), BATCH as i64);
+        let (now, batch) = (self.backend().now(), BATCH as i64);
         let mut after = 0i64;
         let mut total = 0usize;
         loop {
-            let kind = kind.map(str::to_owned);
-            let ids: Vec<i64> = self.writer().run(move |conn| {
-                let mut st = conn.prepare_cached(SQL)?;
-                let rows =
-                    st.query_map(rusqlite::params![kind, after, now, batch], |r| r.get(0))?;
-                Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
-            })?;
+            let ids = self.backend().retry_dead_batch(kind, after, batch, now)?;
             total += ids.len();
             if let Some(max) = ids.iter().max() {
                 after = *max;
@@ -153,24 +130,16 @@ impl Queue {
     /// job's transaction is already under way; a finished one has nothing
     /// left to cancel).
     pub fn cancel_job(&self, id: i64) -> Result<()> {
-        const SQL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = ?2 \
-                           WHERE id = ?1 AND state = 'queued'";
-        let now = now_ms();
-        self.writer().run(move |conn| {
-            if conn.prepare_cached(SQL)?.execute((id, now))? == 1 {
-                return Ok(());
-            }
-            Err(refusal(conn, id, Action::CancelJob(id))?)
-        })
+        let now = self.backend().now();
+        self.backend().cancel_job(id, now)
     }
 
     /// Requeues a dead outbox row with a fresh attempt budget, due now.
     /// [`Error::NotFound`] when there is no such row; [`Error::WrongState`]
     /// when it is not dead (nothing changes).
     pub fn retry_outbox(&self, outbox_id: i64) -> Result<()> {
-        let now = now_ms();
-        self.writer()
-            .run(move |conn| outbox::retry_dead(conn, outbox_id, now))?;
+        let now = self.backend().now();
+        self.backend().retry_outbox(outbox_id, now)?;
         // Effect threads of this process pick it up now, not at their next poll.
         self.notify_outbox();
         Ok(())
@@ -182,76 +151,115 @@ impl Queue {
     /// job whose outbox rows are not all sent yet is kept, so
     /// [`Queue::explain`] can still link the pending effect to its job.
     pub fn prune(&self, opts: &PruneOptions) -> Result<PruneReport> {
-        let now = now_ms();
+        let now = self.backend().now();
         let before = |d: Duration| now.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
         let batch = opts.batch.max(1) as i64;
         let finished_before = before(opts.older_than);
         let mut report = PruneReport::default();
-
         // Jobs first: their outbox rows outlive them (job_id becomes NULL),
         // and their attempts go in the same transaction.
-        const PICK_JOBS: &str =
-            "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= ?1 \
-             AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent') \
-             ORDER BY finished_at LIMIT ?2";
-        const JOB_ATTEMPTS: &str =
-            "DELETE FROM attempts WHERE job_id IN (SELECT value FROM json_each(?1))";
-        const JOBS: &str = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?1))";
-        loop {
-            let (jobs, attempts) = self.writer().run(move |conn| {
-                delete_picked(
-                    conn,
-                    PICK_JOBS,
-                    [JOB_ATTEMPTS, JOBS],
-                    finished_before,
-                    batch,
-                )
-            })?;
-            report.transactions += 1;
-            report.jobs += jobs;
-            report.job_attempts += attempts;
-            if (jobs as i64) < batch {
-                break;
-            }
+        let mut steps = vec![
+            (PruneWhat::Jobs, finished_before),
+            (PruneWhat::Outbox, finished_before),
+        ];
+        if let Some(d) = opts.ledger_older_than {
+            steps.push((PruneWhat::Ledger, before(d)));
         }
-
-        const PICK_OUTBOX: &str = "SELECT id FROM outbox WHERE state = 'sent' AND sent_at <= ?1 \
-             ORDER BY sent_at LIMIT ?2";
-        const OUTBOX_ATTEMPTS: &str =
-            "DELETE FROM attempts WHERE outbox_id IN (SELECT value FROM json_each(?1))";
-        const OUTBOX: &str = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1))";
-        loop {
-            let (rows, attempts) = self.writer().run(move |conn| {
-                delete_picked(
-                    conn,
-                    PICK_OUTBOX,
-                    [OUTBOX_ATTEMPTS, OUTBOX],
-                    finished_before,
-                    batch,
-                )
-            })?;
-            report.transactions += 1;
-            report.outbox += rows;
-            report.outbox_attempts += attempts;
-            if (rows as i64) < batch {
-                break;
-            }
-        }
-
-        if let Some(ledger_before) = opts.ledger_older_than.map(before) {
+        for (what, before) in steps {
             loop {
-                let n = self
-                    .writer()
-                    .run(move |conn| ledger::prune(conn, ledger_before, batch))?;
+                let (rows, attempts) = self.backend().prune_batch(what, before, batch)?;
                 report.transactions += 1;
-                report.ledger += n;
-                if (n as i64) < batch {
+                match what {
+                    PruneWhat::Jobs => {
+                        report.jobs += rows;
+                        report.job_attempts += attempts;
+                    }
+                    PruneWhat::Outbox => {
+                        report.outbox += rows;
+                        report.outbox_attempts += attempts;
+                    }
+                    PruneWhat::Ledger => report.ledger += rows,
+                }
+                if (rows as i64) < batch {
                     break;
                 }
             }
         }
         Ok(report)
     }
+}
+
+// The SQLite statements behind the repairs, each run in one write
+// transaction of the writer.
+
+/// Requeuing a dead job renews its budget: the attempts it used are history
+/// (kept in `attempts`), not a debt. `last_error` is kept so the operator
+/// still sees why it died until the next run.
+const RETRY_JOB: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abandoned = 0, \
+     run_at = ?2, finished_at = NULL WHERE id = ?1 AND state = 'dead'";
+
+/// Requeues job `id` if it is dead.
+pub(crate) fn retry_job(conn: &Connection, id: i64, now: Millis) -> Result<()> {
+    if conn.prepare_cached(RETRY_JOB)?.execute((id, now))? == 1 {
+        return Ok(());
+    }
+    Err(refusal(conn, id, Action::RetryJob(id))?)
+}
+
+/// Requeues up to `limit` dead jobs (of `kind`) with ids above `after`.
+pub(crate) fn retry_dead_batch(
+    conn: &Connection,
+    kind: Option<&str>,
+    after: i64,
+    limit: i64,
+    now: Millis,
+) -> Result<Vec<i64>> {
+    const SQL: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abandoned = 0, \
+         run_at = ?3, finished_at = NULL \
+         WHERE id IN (SELECT id FROM jobs WHERE state = 'dead' AND (?1 IS NULL OR kind = ?1) \
+                      AND id > ?2 ORDER BY id LIMIT ?4) \
+         RETURNING id";
+    let mut st = conn.prepare_cached(SQL)?;
+    let rows = st.query_map(rusqlite::params![kind, after, now, limit], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
+}
+
+/// Cancels job `id` if it is queued.
+pub(crate) fn cancel_job(conn: &Connection, id: i64, now: Millis) -> Result<()> {
+    const SQL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = ?2 \
+                       WHERE id = ?1 AND state = 'queued'";
+    if conn.prepare_cached(SQL)?.execute((id, now))? == 1 {
+        return Ok(());
+    }
+    Err(refusal(conn, id, Action::CancelJob(id))?)
+}
+
+/// Deletes up to `limit` jobs finished before `before` whose outbox rows
+/// are all sent, with their attempts. Returns `(jobs, attempts)`.
+pub(crate) fn prune_jobs(conn: &Connection, before: Millis, limit: i64) -> Result<(usize, usize)> {
+    const PICK_JOBS: &str =
+        "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= ?1 \
+         AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent') \
+         ORDER BY finished_at LIMIT ?2";
+    const JOB_ATTEMPTS: &str =
+        "DELETE FROM attempts WHERE job_id IN (SELECT value FROM json_each(?1))";
+    const JOBS: &str = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?1))";
+    delete_picked(conn, PICK_JOBS, [JOB_ATTEMPTS, JOBS], before, limit)
+}
+
+/// Deletes up to `limit` outbox rows sent before `before`, with their
+/// attempts. Returns `(rows, attempts)`.
+pub(crate) fn prune_outbox(
+    conn: &Connection,
+    before: Millis,
+    limit: i64,
+) -> Result<(usize, usize)> {
+    const PICK_OUTBOX: &str = "SELECT id FROM outbox WHERE state = 'sent' AND sent_at <= ?1 \
+         ORDER BY sent_at LIMIT ?2";
+    const OUTBOX_ATTEMPTS: &str =
+        "DELETE FROM attempts WHERE outbox_id IN (SELECT value FROM json_each(?1))";
+    const OUTBOX: &str = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1))";
+    delete_picked(conn, PICK_OUTBOX, [OUTBOX_ATTEMPTS, OUTBOX], before, limit)
 }
 
 /// Why a job action changed nothing: the job is missing, or in a state

@@ -309,6 +309,34 @@ pub(crate) fn start(
     Ok(Some(st))
 }
 
+/// Whether any job of `kinds` (a JSON list; in `queues_json`, if given) is
+/// due at `now`: a reader's look before a claim, since an idle poll must
+/// not write.
+pub(crate) fn any_due(
+    conn: &Connection,
+    kinds_json: &str,
+    queues_json: Option<&str>,
+    now: Millis,
+) -> Result<bool> {
+    const SQL: &str = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
+         AND kind IN (SELECT value FROM json_each(?2)) \
+         AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))))";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .query_row(rusqlite::params![now, kinds_json, queues_json], |r| {
+            r.get(0)
+        })?)
+}
+
+/// Whether any job or outbox row's lease expired before `now`: a reader's
+/// look before reaping.
+pub(crate) fn any_expired(conn: &Connection, now: Millis) -> Result<bool> {
+    const SQL: &str =
+        "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires_at < ?1) \
+         OR EXISTS (SELECT 1 FROM outbox WHERE state = 'sending' AND lease_expires_at < ?1)";
+    Ok(conn.prepare_cached(SQL)?.query_row([now], |r| r.get(0))?)
+}
+
 /// Extends the leases `owner` holds on the given jobs.
 pub(crate) fn heartbeat(
     conn: &Connection,

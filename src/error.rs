@@ -66,6 +66,9 @@ pub enum Error {
     Open(String),
     /// An internal failure (a thread died, a channel closed unexpectedly).
     Internal(String),
+    /// The call does not apply to this queue's backend (a SQLite connection
+    /// asked of a PostgreSQL queue, or the reverse); nothing was done.
+    Unsupported(String),
 }
 
 /// The row an error is about.
@@ -170,6 +173,7 @@ impl Error {
             Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
             Error::Open(m) => Error::Open(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
+            Error::Unsupported(m) => Error::Unsupported(m.clone()),
         }
     }
 
@@ -243,6 +247,7 @@ impl fmt::Display for Error {
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Open(m) => write!(f, "{m}"),
             Error::Internal(m) => write!(f, "internal error: {m}"),
+            Error::Unsupported(m) => write!(f, "unsupported: {m}"),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! while workers write. Writes no table.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rusqlite::Connection;
 use serde::Serialize;
@@ -17,7 +17,7 @@ use crate::ledger;
 use crate::outbox::{self, OutboxRow, OutboxState};
 use crate::queue::Queue;
 use crate::schema;
-use crate::time::{now_ms, Millis};
+use crate::time::Millis;
 
 /// Job counts per state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -38,7 +38,7 @@ pub struct JobCounts {
 }
 
 impl JobCounts {
-    fn add(&mut self, state: &str, n: i64) {
+    pub(crate) fn add(&mut self, state: &str, n: i64) {
         self.total += n;
         match state {
             "queued" => self.queued += n,
@@ -79,7 +79,7 @@ pub struct OutboxCounts {
 }
 
 impl OutboxCounts {
-    fn add(&mut self, state: &str, n: i64) {
+    pub(crate) fn add(&mut self, state: &str, n: i64) {
         self.total += n;
         match state {
             "pending" => self.pending += n,
@@ -138,38 +138,30 @@ impl Queue {
     /// Counts jobs and outbox rows per state, kind and queue, the backlog's
     /// age, the ledger, and the file's size.
     pub fn stats(&self) -> Result<Stats> {
-        let now = now_ms();
-        let path = self.path().to_path_buf();
-        let mut stats = self.read(|conn| in_snapshot(conn, |c| stats_in_snapshot(c, now)))?;
-        stats.file_bytes = file_len(&path);
-        let mut wal = path.clone().into_os_string();
-        wal.push("-wal");
-        stats.wal_bytes = file_len(Path::new(&wal));
-        stats.path = path;
-        Ok(stats)
+        let now = self.backend().now();
+        self.backend().stats(now)
     }
 
     /// One job with its runs and the outbox rows it wrote; `None` when there
     /// is no job with this id.
     pub fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
-        self.read(|conn| in_snapshot(conn, |c| job_detail(c, id)))
+        self.backend().job_detail(id)
     }
 
     /// Everything known about one idempotency key: its deliveries, its job
     /// (unless none was enqueued or it was pruned), every run, the ledger
     /// row, and the outbox rows with their attempts.
     pub fn explain(&self, key: &str) -> Result<Explanation> {
-        self.read(|conn| in_snapshot(conn, |c| explain(c, key)))
+        self.backend().explain(key)
     }
-}
-
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Runs `f` in one read transaction (unless the caller already opened one),
 /// so several queries see the same state of the file while workers write.
-fn in_snapshot<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+pub(crate) fn in_snapshot<R>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<R>,
+) -> Result<R> {
     if !conn.is_autocommit() {
         return f(conn);
     }
@@ -181,10 +173,11 @@ fn in_snapshot<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) -
     r
 }
 
-fn stats_in_snapshot(conn: &Connection, now: Millis) -> Result<Stats> {
-    let mut s = Stats {
+/// An empty picture, for a backend to fill in.
+pub(crate) fn empty_stats(schema_version: i64) -> Stats {
+    Stats {
         path: PathBuf::new(),
-        schema_version: schema::read_version(conn)?,
+        schema_version,
         jobs: JobCounts::default(),
         by_kind: BTreeMap::new(),
         by_queue: BTreeMap::new(),
@@ -196,7 +189,12 @@ fn stats_in_snapshot(conn: &Connection, now: Millis) -> Result<Stats> {
         ledger_rows: 0,
         file_bytes: 0,
         wal_bytes: 0,
-    };
+    }
+}
+
+/// The counts of [`Queue::stats`], from a file (without its sizes).
+pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
+    let mut s = empty_stats(schema::read_version(conn)?);
     {
         let mut st = conn.prepare_cached(
             "SELECT kind, queue, state, count(*) FROM jobs GROUP BY kind, queue, state",
@@ -281,7 +279,7 @@ pub struct JobDetail {
     pub outbox: Vec<OutboxEntry>,
 }
 
-fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
+pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
     let Some(job) = job::get_job(conn, id)? else {
         return Ok(None);
     };
@@ -324,7 +322,7 @@ pub struct Explanation {
     pub outbox: Vec<OutboxEntry>,
 }
 
-fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
+pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
     let job = job::get_job_by_key(conn, key)?;
     let ledger = ledger::lookup(conn, key)?.map(|(completed_at, job_id)| LedgerEntry {
         key: key.to_string(),

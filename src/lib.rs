@@ -124,6 +124,7 @@
 //!   Off, the library never aborts the process and never writes to stderr.
 
 mod admin;
+mod backend;
 mod checkpoint;
 mod claim;
 mod db;
@@ -152,6 +153,7 @@ mod writer;
 mod sql_check;
 
 pub use admin::{PruneOptions, PruneReport};
+pub use backend::BackendKind;
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
 pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};

@@ -198,6 +198,7 @@ pub(crate) fn claim_one(
 }
 
 /// How an effect attempt ended.
+#[derive(Debug, Clone)]
 pub(crate) enum EffectResult {
     Sent,
     Failed {

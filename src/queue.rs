@@ -13,16 +13,17 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
-use crate::db::{self, ConnConfig, Pool, Synchronous};
+use crate::backend::sqlite::SqliteStore;
+use crate::backend::{Backend, BackendKind};
+use crate::db::{self, Synchronous};
 use crate::enqueue::{self, EnqueueRules};
 use crate::error::{Error, Result};
-use crate::history::{self, Attempt};
-use crate::job::{self, Enqueued, Job, JobFilter, NewJob};
-use crate::outbox::{self, OutboxRow, OutboxState};
+use crate::history::Attempt;
+use crate::job::{Enqueued, Job, JobFilter, NewJob};
+use crate::outbox::{OutboxRow, OutboxState};
 use crate::runtime::RuntimeBuilder;
-use crate::schema;
 use crate::time::{now_ms, Millis};
-use crate::writer::{Writer, WriterConfig};
+use crate::writer::Writer;
 
 /// How a queue opens its file. Builder-lite:
 ///
@@ -136,12 +137,15 @@ pub struct Queue {
 }
 
 pub(crate) struct Inner {
-    pub path: PathBuf,
+    /// The database behind the queue, through the backend boundary.
+    pub backend: Arc<dyn Backend>,
+    /// The same store when it is a SQLite file: the writer, the reader
+    /// pool, and the APIs that hand out a SQLite connection.
+    pub sqlite: Option<Arc<SqliteStore>>,
+    /// The file's path, or the PostgreSQL URL without its password.
+    pub location: PathBuf,
     pub opts: QueueOptions,
-    pub conn_cfg: ConnConfig,
     pub rules: EnqueueRules,
-    pub pool: Pool,
-    pub writer: Writer,
     /// Wakes this process's job claimers after an in-process enqueue.
     pub job_wake: Wakers,
     /// Wakes effect dispatchers after a run wrote outbox rows.
@@ -182,7 +186,8 @@ impl Wakers {
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue")
-            .field("path", &self.inner.path)
+            .field("backend", &self.inner.backend.kind())
+            .field("location", &self.location())
             .finish()
     }
 }
@@ -230,39 +235,66 @@ impl Queue {
 
     /// Opens the queue at `path` with `opts`.
     pub fn open_with(path: impl AsRef<Path>, opts: QueueOptions) -> Result<Queue> {
-        let path = path.as_ref().to_path_buf();
-        let conn_cfg = ConnConfig {
-            synchronous: opts.synchronous,
-            busy_timeout: opts.busy_timeout,
-        };
-        let conn = db::open_file(&path, &conn_cfg)?;
-        let pool = db::pool(&path, &conn_cfg, opts.pool_size.max(1))?;
-        let writer = Writer::spawn(
-            conn,
-            WriterConfig {
-                max_batch: opts.max_group,
-                full_sync: opts.synchronous == Synchronous::Full,
-                op_budget: opts.transaction_budget,
-            },
-        )?;
+        let store = Arc::new(SqliteStore::open(path.as_ref(), &opts)?);
+        let location = store.path.clone();
+        Ok(Queue::with_backend(
+            store.clone(),
+            Some(store),
+            location,
+            opts,
+        ))
+    }
+
+    pub(crate) fn with_backend(
+        backend: Arc<dyn Backend>,
+        sqlite: Option<Arc<SqliteStore>>,
+        location: PathBuf,
+        opts: QueueOptions,
+    ) -> Queue {
         let rules = opts.rules();
-        Ok(Queue {
+        Queue {
             inner: Arc::new(Inner {
-                path,
+                backend,
+                sqlite,
+                location,
                 opts,
-                conn_cfg,
                 rules,
-                pool,
-                writer,
                 job_wake: Wakers::default(),
                 outbox_wake: Wakers::default(),
             }),
+        }
+    }
+
+    /// The backend boundary.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        self.inner.backend.as_ref()
+    }
+
+    /// The SQLite store, or the error that names what a PostgreSQL queue
+    /// offers instead of `what`.
+    pub(crate) fn sqlite(&self, what: &str) -> Result<&SqliteStore> {
+        self.inner.sqlite.as_deref().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{what} hands out a SQLite connection; this queue is on PostgreSQL"
+            ))
         })
     }
 
-    /// The file's path.
+    /// Which engine holds the queue.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.inner.backend.kind()
+    }
+
+    /// Where the queue lives: the file's path, or the PostgreSQL URL
+    /// without its password.
+    pub fn location(&self) -> String {
+        self.inner.location.display().to_string()
+    }
+
+    /// The file's path (for a PostgreSQL queue: its URL without the
+    /// password, as a path).
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.inner.location
     }
 
     /// The options it was opened with.
@@ -270,18 +302,19 @@ impl Queue {
         &self.inner.opts
     }
 
-    /// The file's schema version (`PRAGMA user_version`).
+    /// The schema version the database holds (`PRAGMA user_version` in a
+    /// file).
     pub fn schema_version(&self) -> Result<i64> {
-        self.read(schema::read_version)
+        self.backend().schema_version()
     }
 
     /// Enqueues one job. Returns once its commit is durable (with
     /// `synchronous=FULL`): `New(id)`, or `Duplicate(id)` when the key was
     /// seen before (its `deliveries` count grows, nothing else changes).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let now = now_ms();
+        let now = self.backend().now();
         let valid = enqueue::validate_owned(job, &self.inner.rules, now)?;
-        let r = self.write_retrying(move |conn| enqueue::insert(conn, &valid, now))?;
+        let r = self.backend().enqueue(valid, now)?;
         if !r.is_duplicate() {
             self.notify();
         }
@@ -291,7 +324,7 @@ impl Queue {
     /// Enqueues many jobs in one transaction: all are written or none. Any
     /// invalid job refuses the whole batch before anything is written.
     pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        let now = now_ms();
+        let now = self.backend().now();
         // Check every job before writing any: one bad job refuses the batch.
         let checked = jobs
             .iter()
@@ -310,8 +343,7 @@ impl Queue {
             .zip(checked)
             .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
             .collect();
-        let valid = Arc::new(valid);
-        let r = self.write_retrying(move |conn| enqueue::insert_many(conn, &valid, now))?;
+        let r = self.backend().enqueue_many(valid, now)?;
         if r.iter().any(|e| !e.is_duplicate()) {
             self.notify();
         }
@@ -323,6 +355,7 @@ impl Queue {
     /// and only if that transaction commits. Call [`Queue::notify`] after the
     /// commit to wake workers at once; otherwise they see it at their next poll.
     pub fn enqueue_in(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
+        self.sqlite("enqueue_in")?;
         let now = now_ms();
         let valid = enqueue::validate(job, &self.inner.rules, now)?;
         enqueue::insert(conn, &valid, now)
@@ -337,9 +370,10 @@ impl Queue {
         R: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> Result<R> + Send + 'static,
     {
+        let store = self.sqlite("Queue::write")?;
         let inner = self.inner.clone();
         let now = now_ms();
-        let (r, enqueued) = self.inner.writer.run(move |conn| {
+        let (r, enqueued) = store.writer.run(move |conn| {
             let tx = WriteTx {
                 conn,
                 rules: &inner.rules,
@@ -353,24 +387,6 @@ impl Queue {
             self.notify();
         }
         Ok(r)
-    }
-
-    /// Runs `f` on the writer; an `Aborted` (another write in the group
-    /// rolled the transaction back) is retried, since nothing was written.
-    fn write_retrying<R, F>(&self, f: F) -> Result<R>
-    where
-        R: Send + 'static,
-        F: Fn(&Connection) -> Result<R> + Send + Sync + 'static,
-    {
-        let f = Arc::new(f);
-        let mut tries = 0;
-        loop {
-            let g = f.clone();
-            match self.inner.writer.run(move |c| g(c)) {
-                Err(Error::Aborted(_)) if tries < 5 => tries += 1,
-                other => return other,
-            }
-        }
     }
 
     /// Test hook: sets `PRAGMA max_page_count` on the writer connection (the
@@ -389,8 +405,15 @@ impl Queue {
         })
     }
 
+    /// The SQLite writer. Only the SQLite engine's code calls it, and only
+    /// on a queue it was started for (a file).
     pub(crate) fn writer(&self) -> &Writer {
-        &self.inner.writer
+        &self
+            .inner
+            .sqlite
+            .as_ref()
+            .expect("the SQLite engine runs only on a file")
+            .writer
     }
 
     /// Wakes this process's idle workers (after an [`Queue::enqueue_in`] commit).
@@ -407,50 +430,50 @@ impl Queue {
     /// Open write transactions with `BEGIN IMMEDIATE`
     /// ([`crate::immediate`]).
     pub fn connect(&self) -> Result<Connection> {
-        db::connect(&self.inner.path, &self.inner.conn_cfg)
+        let store = self.sqlite("Queue::connect")?;
+        db::connect(&store.path, &store.conn_cfg)
     }
 
     /// Runs `f` on a pooled reader connection. It is read-only (`PRAGMA
     /// query_only`): a write fails with an error and changes nothing; write
     /// through [`Queue::write`].
     pub fn read<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
-        let conn = self.inner.pool.get()?;
-        f(&conn)
+        self.sqlite("Queue::read")?.read(f)
     }
 
     /// One job by id.
     pub fn job(&self, id: i64) -> Result<Option<Job>> {
-        self.read(|c| job::get_job(c, id))
+        self.backend().job(id)
     }
 
     /// One job by idempotency key.
     pub fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
-        self.read(|c| job::get_job_by_key(c, key))
+        self.backend().job_by_key(key)
     }
 
     /// Jobs matching `filter`, newest first.
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.read(|c| job::list_jobs(c, filter))
+        self.backend().jobs(filter)
     }
 
     /// Every run of a job, oldest first.
     pub fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
-        self.read(|c| history::for_job(c, job_id))
+        self.backend().attempts(job_id)
     }
 
     /// Every attempt of an outbox row, oldest first.
     pub fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
-        self.read(|c| history::for_outbox(c, outbox_id))
+        self.backend().outbox_attempts(outbox_id)
     }
 
     /// The outbox rows a job wrote.
     pub fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
-        self.read(|c| outbox::for_job(c, job_id))
+        self.backend().outbox_for_job(job_id)
     }
 
     /// Outbox rows, newest first.
     pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
-        self.read(|c| outbox::list(c, state, limit))
+        self.backend().outbox(state, limit)
     }
 
     /// Starts building a runtime (workers and effect dispatchers) on this queue.

@@ -140,7 +140,7 @@ pub fn exit_status(e: &CliError) -> i32 {
         CliError::Input(_) => 2,
         CliError::Failed(_) => 1,
         CliError::Lib(e) => match e {
-            Error::InvalidInput(_) => 2,
+            Error::InvalidInput(_) | Error::Unsupported(_) => 2,
             Error::Io(io) if io.kind() == io::ErrorKind::BrokenPipe => 0,
             // Schema too new, busy past the timeout, not found, a repair
             // refused by the row's state, unreadable file, I/O, and anything

@@ -41,15 +41,8 @@ pub(super) fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
     if more_known {
         return Ok(true);
     }
-    let (now, kinds, queues) = (now_ms(), s.kinds_json.clone(), s.queues_json.clone());
-    s.queue.read(|c| {
-        Ok(c.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_at <= ?1 \
-             AND kind IN (SELECT value FROM json_each(?2)) \
-             AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))))",
-        )?
-        .query_row(rusqlite::params![now, kinds, queues], |r| r.get(0))?)
-    })
+    let b = s.queue.backend();
+    b.any_to_claim(&s.kinds, s.cfg.queues.as_deref(), b.now())
 }
 
 /// Sends a claim of up to `n` jobs to the writer. Always through its

@@ -13,8 +13,6 @@ use crate::fault;
 use crate::handler::{panic_message, EffectContext, ErasedEffect};
 use crate::outbox::{self, ClaimedEffect, EffectResult};
 use crate::retry::Rng;
-use crate::time::now_ms;
-use crate::writer;
 
 use super::{sleep_or_stop, worker_name, Shared};
 
@@ -47,11 +45,8 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
         let Some(effect) = s.effects.get(&c.row.kind).cloned() else {
             // Cannot happen (the claim asks only for our kinds), but never
             // leave a row `sending` under a lease nobody works on.
-            let (oid, aid) = (c.row.id, c.attempt_id);
-            let _ = s
-                .queue
-                .writer()
-                .run(move |conn| outbox::release(conn, oid, aid, now_ms()));
+            let b = s.queue.backend();
+            let _ = b.release_effect(c.row.id, c.attempt_id, b.now());
             continue;
         };
         perform(&s, &worker, &mut rng, c, effect.as_ref());
@@ -61,15 +56,9 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
 /// Claims the next due outbox row of this runtime's kinds, under a lease.
 fn claim(s: &Arc<Shared>, worker: &str) -> Result<Option<ClaimedEffect>> {
     let lease_ms = s.cfg.lease.as_millis() as i64;
-    let (kinds, owner, w) = (
-        s.effect_kinds_json.clone(),
-        s.owner.clone(),
-        worker.to_string(),
-    );
-    s.queue.writer().run(move |conn| {
-        let now = now_ms();
-        outbox::claim_one(conn, &kinds, &owner, &w, now + lease_ms, now)
-    })
+    let b = s.queue.backend();
+    let now = b.now();
+    b.claim_effect(&s.effect_kinds, &s.owner, worker, now + lease_ms, now)
 }
 
 /// Performs a claimed row's effect, outside any transaction, and
@@ -96,7 +85,7 @@ fn perform(
     let t0 = Instant::now();
     let called = catch_unwind(AssertUnwindSafe(|| effect.call(&ctx, &c.row.payload)));
     fault::point("after-effect-before-ack");
-    let retry_at = now_ms()
+    let retry_at = s.queue.backend().now()
         + s.cfg
             .effect_backoff
             .delay(ctx.attempt as u32, rng.unit())
@@ -144,16 +133,11 @@ fn ack_with_retry(
     aid: i64,
     result: EffectResult,
 ) -> Result<Option<outbox::OutboxState>> {
-    let result = Arc::new(result);
     let give_up = Instant::now() + s.cfg.lease;
     let mut delay = Duration::from_millis(50);
+    let b = s.queue.backend();
     loop {
-        let r = result.clone();
-        let rx = s
-            .queue
-            .writer()
-            .submit(move |conn| outbox::ack(conn, oid, aid, &r, now_ms()));
-        match writer::wait(rx) {
+        match b.ack_effect(oid, aid, &result, b.now()) {
             Err(e) if e.is_transient() && Instant::now() < give_up => {
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_secs(2));

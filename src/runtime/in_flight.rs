@@ -5,9 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::claim::{self, Claimed};
+use crate::claim::Claimed;
 use crate::error::{Error, Result};
-use crate::time::now_ms;
 
 use super::pending::Pending;
 use super::Shared;
@@ -98,10 +97,8 @@ impl Shared {
     /// Gives a job this runtime claimed and never started back to `queued`,
     /// uncharged. Fenced on the lease: false when it was no longer ours.
     pub(super) fn release_unstarted(&self, id: i64) -> Result<bool> {
-        let o = self.owner.clone();
-        self.queue
-            .writer()
-            .run(move |conn| claim::release(conn, id, &o, None, "", now_ms()))
+        let b = self.queue.backend();
+        b.release_job(id, &self.owner, None, "", b.now())
     }
 
     /// Lets go of a claimed job that will not start (the runtime is

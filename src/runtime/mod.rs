@@ -32,13 +32,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::claim::{self, Claimed};
+use crate::claim::Claimed;
 use crate::error::{Error, Result};
 use crate::handler::{ErasedEffect, ErasedHandler};
-use crate::outbox;
 use crate::queue::Queue;
 use crate::retry::Rng;
-use crate::time::{now_ms, Millis};
+use crate::time::Millis;
 
 mod begin;
 mod builder;
@@ -68,10 +67,10 @@ struct Shared {
     owner: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     effects: HashMap<String, Arc<dyn ErasedEffect>>,
-    /// The handlers' kinds (sorted), and as JSON for the claim's SQL.
+    /// The handlers' and the effects' kinds (sorted), and the queues
+    /// claimed from as JSON for the claim's SQL.
     kinds: Vec<String>,
-    kinds_json: String,
-    effect_kinds_json: String,
+    effect_kinds: Vec<String>,
     queues_json: Option<String>,
     cfg: RuntimeConfig,
     /// Set first by a stop: no thread starts new work after it.
@@ -162,10 +161,7 @@ impl Shared {
         let outbox_wake = b.queue.inner.outbox_wake.subscribe();
         let shared = Shared {
             kinds: kinds_vec,
-            kinds_json: serde_json::to_string(&kinds)
-                .map_err(|e| Error::Internal(e.to_string()))?,
-            effect_kinds_json: serde_json::to_string(&effect_kinds)
-                .map_err(|e| Error::Internal(e.to_string()))?,
+            effect_kinds: effect_kinds.iter().map(|k| k.to_string()).collect(),
             queues_json: b
                 .cfg
                 .queues
@@ -245,8 +241,8 @@ impl Runtime {
             )?);
         }
         log::info!(target: "litejob", "runtime started: {} workers for kinds {}, {} effect threads for {}, owner {}",
-            if shared.handlers.is_empty() { 0 } else { shared.cfg.workers }, shared.kinds_json,
-            if shared.effects.is_empty() { 0 } else { shared.cfg.effect_workers }, shared.effect_kinds_json, shared.owner);
+            if shared.handlers.is_empty() { 0 } else { shared.cfg.workers }, shared.kinds.join(","),
+            if shared.effects.is_empty() { 0 } else { shared.cfg.effect_workers }, shared.effect_kinds.join(","), shared.owner);
         Ok(Runtime {
             shared,
             stop_tx: Some(stop_tx),
@@ -283,7 +279,7 @@ impl Runtime {
         self.wait_for_threads(grace);
         let mut report = StopReport::default();
         self.see_through_started_runs();
-        let now = now_ms();
+        let now = self.shared.queue.backend().now();
         report.released_jobs += self.release_claimed_ahead();
         let (jobs, effects) = self.shared.in_flight.take_all();
         report.released_jobs += self.release_running_jobs(jobs, now);
@@ -330,12 +326,13 @@ impl Runtime {
     fn release_running_jobs(&self, jobs: HashMap<i64, Option<i64>>, now: Millis) -> usize {
         let mut released = 0;
         for (id, attempt) in jobs {
-            let o = self.shared.owner.clone();
-            if let Ok(true) =
-                self.shared.queue.writer().run(move |conn| {
-                    claim::release(conn, id, &o, attempt, "released at shutdown", now)
-                })
-            {
+            if let Ok(true) = self.shared.queue.backend().release_job(
+                id,
+                &self.shared.owner,
+                attempt,
+                "released at shutdown",
+                now,
+            ) {
                 released += 1;
                 log::info!(target: "litejob", job_id = id; "released at shutdown");
             }
@@ -348,12 +345,7 @@ impl Runtime {
     fn release_running_effects(&self, effects: HashMap<i64, i64>, now: Millis) -> usize {
         let mut released = 0;
         for (id, attempt) in effects {
-            if let Ok(true) = self
-                .shared
-                .queue
-                .writer()
-                .run(move |conn| outbox::release(conn, id, attempt, now))
-            {
+            if let Ok(true) = self.shared.queue.backend().release_effect(id, attempt, now) {
                 released += 1;
             }
         }
