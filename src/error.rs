@@ -66,6 +66,13 @@ pub enum Error {
     Open(String),
     /// An internal failure (a thread died, a channel closed unexpectedly).
     Internal(String),
+    /// The database server could not be reached, or the connection to it
+    /// broke before the call's write was sent; nothing was written. Retry
+    /// later.
+    Connection(String),
+    /// Any other error from the PostgreSQL server or its client.
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Error),
     /// The call does not apply to this queue's backend (a SQLite connection
     /// asked of a PostgreSQL queue, or the reverse); nothing was done.
     Unsupported(String),
@@ -125,11 +132,15 @@ impl Error {
     }
 
     /// True when retrying the same call later may succeed (busy, storage full,
-    /// aborted group, unknown outcome).
+    /// aborted group, unknown outcome, the database server out of reach).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::Busy(_) | Error::StorageFull(_) | Error::Aborted(_) | Error::OutcomeUnknown(_)
+            Error::Busy(_)
+                | Error::StorageFull(_)
+                | Error::Aborted(_)
+                | Error::OutcomeUnknown(_)
+                | Error::Connection(_)
         )
     }
 
@@ -174,6 +185,9 @@ impl Error {
             Error::Open(m) => Error::Open(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::Unsupported(m) => Error::Unsupported(m.clone()),
+            Error::Connection(m) => Error::Connection(m.clone()),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => Error::Internal(format!("postgres: {e}")),
         }
     }
 
@@ -248,6 +262,12 @@ impl fmt::Display for Error {
             Error::Open(m) => write!(f, "{m}"),
             Error::Internal(m) => write!(f, "internal error: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
+            Error::Connection(m) => write!(f, "{m}"),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => match e.as_db_error() {
+                Some(d) => write!(f, "postgres: {}: {}", d.code().code(), d.message()),
+                None => write!(f, "postgres: {e}"),
+            },
         }
     }
 }
@@ -257,6 +277,8 @@ impl std::error::Error for Error {
         match self {
             Error::Sqlite(e) => Some(e),
             Error::Io(e) => Some(e),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => Some(e),
             _ => None,
         }
     }

@@ -251,7 +251,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
 }
 
 /// What the handler returned (or how it panicked), run to completion.
-type HandlerResult =
+pub(crate) type HandlerResult =
     std::thread::Result<std::result::Result<Outcome, crate::handler::HandlerError>>;
 
 /// A key already in the ledger: the run records `duplicate` and completes
@@ -327,7 +327,7 @@ fn rolled_back(result: &HandlerResult, interrupted: bool) -> Error {
 }
 
 /// How a run that ran to its end (or panicked) turned out.
-enum Verdict {
+pub(crate) enum Verdict {
     /// The handler said `Done`.
     Done,
     /// Anything else: the attempt's outcome, its error text and what comes
@@ -335,7 +335,9 @@ enum Verdict {
     Failed(AttemptOutcome, String, Next),
 }
 
-fn judge(result: HandlerResult, now: Millis, backoff_at: Millis) -> Verdict {
+/// What a handler's result means for its run: done, or failed with an
+/// outcome, an error and what comes next for the job.
+pub(crate) fn judge(result: HandlerResult, now: Millis, backoff_at: Millis) -> Verdict {
     let (outcome, error, next) = match result {
         Ok(Ok(Outcome::Done)) => return Verdict::Done,
         Ok(Ok(Outcome::Retry(msg))) => (

@@ -219,16 +219,7 @@ where
         ctx: &JobContext,
         payload: &str,
     ) -> std::result::Result<Prepared, PrepareStop> {
-        let value: T = serde_json::from_str(payload).map_err(|e| {
-            PrepareStop::BadPayload(format!(
-                "payload does not decode as {}: {e}",
-                std::any::type_name::<T>()
-            ))
-        })?;
-        match (self.prepare)(ctx, value) {
-            Ok(p) => Ok(Box::new(p)),
-            Err(e) => Err(PrepareStop::Failed(e.to_string())),
-        }
+        decode_and_prepare(ctx, payload, &self.prepare)
     }
 
     fn apply(
@@ -236,10 +227,86 @@ where
         tx: &JobTx<'_>,
         prepared: Prepared,
     ) -> std::result::Result<Outcome, HandlerError> {
-        let p = prepared
-            .downcast::<P>()
-            .map_err(|_| HandlerError::from("internal: prepared value of the wrong type"))?;
-        (self.apply)(tx, *p)
+        (self.apply)(tx, downcast::<P>(prepared)?)
+    }
+}
+
+/// A PostgreSQL job handler with its payload type erased: the same two
+/// steps, the apply step on a [`crate::PgJobTx`].
+#[cfg(feature = "postgres")]
+pub(crate) trait ErasedPgHandler: Send + Sync {
+    fn prepare(
+        &self,
+        ctx: &JobContext,
+        payload: &str,
+    ) -> std::result::Result<Prepared, PrepareStop>;
+    fn apply(
+        &self,
+        tx: &mut crate::postgres::tx::PgJobTx<'_, '_>,
+        prepared: Prepared,
+    ) -> std::result::Result<Outcome, HandlerError>;
+}
+
+/// Decodes `payload` as `T` and runs `prepare` on it.
+fn decode_and_prepare<T: DeserializeOwned, P: Send + 'static>(
+    ctx: &JobContext,
+    payload: &str,
+    prepare: impl FnOnce(&JobContext, T) -> std::result::Result<P, HandlerError>,
+) -> std::result::Result<Prepared, PrepareStop> {
+    let value: T = serde_json::from_str(payload).map_err(|e| {
+        PrepareStop::BadPayload(format!(
+            "payload does not decode as {}: {e}",
+            std::any::type_name::<T>()
+        ))
+    })?;
+    match prepare(ctx, value) {
+        Ok(p) => Ok(Box::new(p)),
+        Err(e) => Err(PrepareStop::Failed(e.to_string())),
+    }
+}
+
+/// The value a prepare step produced, as the apply step's type.
+fn downcast<P: 'static>(prepared: Prepared) -> std::result::Result<P, HandlerError> {
+    prepared
+        .downcast::<P>()
+        .map(|p| *p)
+        .map_err(|_| HandlerError::from("internal: prepared value of the wrong type"))
+}
+
+#[cfg(feature = "postgres")]
+pub(crate) struct FnPgHandler<T, P, Prep, App> {
+    pub prepare: Prep,
+    pub apply: App,
+    pub _types: PhantomData<fn(T) -> P>,
+}
+
+#[cfg(feature = "postgres")]
+impl<T, P, Prep, App> ErasedPgHandler for FnPgHandler<T, P, Prep, App>
+where
+    T: DeserializeOwned + 'static,
+    P: Send + 'static,
+    Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync,
+    App: Fn(
+            &mut crate::postgres::tx::PgJobTx<'_, '_>,
+            P,
+        ) -> std::result::Result<Outcome, HandlerError>
+        + Send
+        + Sync,
+{
+    fn prepare(
+        &self,
+        ctx: &JobContext,
+        payload: &str,
+    ) -> std::result::Result<Prepared, PrepareStop> {
+        decode_and_prepare(ctx, payload, &self.prepare)
+    }
+
+    fn apply(
+        &self,
+        tx: &mut crate::postgres::tx::PgJobTx<'_, '_>,
+        prepared: Prepared,
+    ) -> std::result::Result<Outcome, HandlerError> {
+        (self.apply)(tx, downcast::<P>(prepared)?)
     }
 }
 

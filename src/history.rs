@@ -41,7 +41,7 @@ impl AttemptOutcome {
         }
     }
 
-    fn parse(s: &str) -> Option<AttemptOutcome> {
+    pub(crate) fn parse(s: &str) -> Option<AttemptOutcome> {
         use AttemptOutcome::*;
         [
             Running, Succeeded, Failed, Panicked, Duplicate, Abandoned, Released,

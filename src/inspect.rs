@@ -285,11 +285,38 @@ pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>
     };
     let attempts = history::for_job(conn, id)?;
     let outbox = outbox_entries(conn, id)?;
-    Ok(Some(JobDetail {
+    Ok(Some(job_detail_of(job, attempts, outbox)))
+}
+
+/// A [`JobDetail`] from its parts, as any backend reads them.
+pub(crate) fn job_detail_of(
+    job: Job,
+    attempts: Vec<Attempt>,
+    outbox: Vec<OutboxEntry>,
+) -> JobDetail {
+    JobDetail {
         job,
         attempts,
         outbox,
-    }))
+    }
+}
+
+/// An [`Explanation`] from its parts, as any backend reads them.
+pub(crate) fn explanation_of(
+    key: &str,
+    job: Option<Job>,
+    attempts: Vec<Attempt>,
+    ledger: Option<LedgerEntry>,
+    outbox: Vec<OutboxEntry>,
+) -> Explanation {
+    Explanation {
+        key: key.to_string(),
+        deliveries: job.as_ref().map_or(0, |j| j.deliveries),
+        job,
+        attempts,
+        ledger,
+        outbox,
+    }
 }
 
 fn outbox_entries(conn: &Connection, job_id: i64) -> Result<Vec<OutboxEntry>> {
@@ -333,12 +360,5 @@ pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
         Some(j) => (history::for_job(conn, j.id)?, outbox_entries(conn, j.id)?),
         None => (Vec::new(), Vec::new()),
     };
-    Ok(Explanation {
-        key: key.to_string(),
-        deliveries: job.as_ref().map_or(0, |j| j.deliveries),
-        job,
-        attempts,
-        ledger,
-        outbox,
-    })
+    Ok(explanation_of(key, job, attempts, ledger, outbox))
 }

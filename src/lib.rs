@@ -142,6 +142,8 @@ mod inspect;
 mod job;
 mod ledger;
 mod outbox;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod queue;
 mod retry;
 mod runtime;
@@ -152,6 +154,10 @@ mod writer;
 #[cfg(test)]
 mod sql_check;
 
+/// The PostgreSQL client litejob uses, for the types its handlers and
+/// transactions hand out (`Transaction`, `types::ToSql`).
+#[cfg(feature = "postgres")]
+pub use ::postgres as pg;
 pub use admin::{PruneOptions, PruneReport};
 pub use backend::BackendKind;
 pub use db::{immediate, Synchronous};
@@ -163,7 +169,9 @@ pub use inspect::{
 };
 pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use outbox::{OutboxRow, OutboxState};
-pub use queue::{Queue, QueueOptions, WriteTx};
+#[cfg(feature = "postgres")]
+pub use postgres::tx::{PgJobTx, PgWriteTx};
+pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
 pub use schema::SCHEMA_VERSION;

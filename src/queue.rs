@@ -142,6 +142,9 @@ pub(crate) struct Inner {
     /// The same store when it is a SQLite file: the writer, the reader
     /// pool, and the APIs that hand out a SQLite connection.
     pub sqlite: Option<Arc<SqliteStore>>,
+    /// The same store when it is a PostgreSQL database.
+    #[cfg(feature = "postgres")]
+    pub pg: Option<Arc<crate::postgres::PgStore>>,
     /// The file's path, or the PostgreSQL URL without its password.
     pub location: PathBuf,
     pub opts: QueueOptions,
@@ -181,6 +184,11 @@ impl Wakers {
                 )
             });
     }
+}
+
+/// Whether `location` is a PostgreSQL URL rather than a file's path.
+pub fn is_postgres_url(location: &str) -> bool {
+    location.starts_with("postgres://") || location.starts_with("postgresql://")
 }
 
 impl std::fmt::Debug for Queue {
@@ -240,14 +248,59 @@ impl Queue {
         Ok(Queue::with_backend(
             store.clone(),
             Some(store),
+            #[cfg(feature = "postgres")]
+            None,
             location,
             opts,
         ))
     }
 
+    /// Opens the queue in the PostgreSQL database at `url`
+    /// (`postgres://user:password@host:port/database`, in the schema its
+    /// `search_path` names), creating its tables if they are missing and
+    /// migrating older ones; a newer schema is refused untouched. Several
+    /// processes on several machines may share it.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(url: &str) -> Result<Queue> {
+        Queue::open_postgres_with(url, QueueOptions::default())
+    }
+
+    /// [`Queue::open_postgres`] with `opts`: `synchronous` is the server's
+    /// `synchronous_commit` (`Full`: on, each commit waits for its WAL
+    /// flush; `Normal`: off), `busy_timeout` its `lock_timeout`, and the
+    /// pool holds four connections per `pool_size`.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres_with(url: &str, opts: QueueOptions) -> Result<Queue> {
+        let store = Arc::new(crate::postgres::PgStore::open(url, &opts)?);
+        let location = PathBuf::from(&store.location);
+        Ok(Queue::with_backend(
+            store.clone(),
+            None,
+            Some(store),
+            location,
+            opts,
+        ))
+    }
+
+    /// Opens `location`: a PostgreSQL URL (`postgres://` or
+    /// `postgresql://`) with [`Queue::open_postgres_with`], anything else as
+    /// a file with [`Queue::open_with`].
+    pub fn open_location(location: &str, opts: QueueOptions) -> Result<Queue> {
+        if is_postgres_url(location) {
+            #[cfg(feature = "postgres")]
+            return Queue::open_postgres_with(location, opts);
+            #[cfg(not(feature = "postgres"))]
+            return Err(Error::Unsupported(
+                "this build of litejob has no PostgreSQL backend (the `postgres` feature)".into(),
+            ));
+        }
+        Queue::open_with(location, opts)
+    }
+
     pub(crate) fn with_backend(
         backend: Arc<dyn Backend>,
         sqlite: Option<Arc<SqliteStore>>,
+        #[cfg(feature = "postgres")] pg: Option<Arc<crate::postgres::PgStore>>,
         location: PathBuf,
         opts: QueueOptions,
     ) -> Queue {
@@ -256,6 +309,8 @@ impl Queue {
             inner: Arc::new(Inner {
                 backend,
                 sqlite,
+                #[cfg(feature = "postgres")]
+                pg,
                 location,
                 opts,
                 rules,
@@ -275,9 +330,16 @@ impl Queue {
     pub(crate) fn sqlite(&self, what: &str) -> Result<&SqliteStore> {
         self.inner.sqlite.as_deref().ok_or_else(|| {
             Error::Unsupported(format!(
-                "{what} hands out a SQLite connection; this queue is on PostgreSQL"
+                "{what} hands out a SQLite connection; this queue is on PostgreSQL \
+                 (see Queue::pg_write and Queue::pg_enqueue_in)"
             ))
         })
+    }
+
+    /// The PostgreSQL store, when the queue is in a database.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(&self) -> Option<&Arc<crate::postgres::PgStore>> {
+        self.inner.pg.as_ref()
     }
 
     /// Which engine holds the queue.
@@ -387,6 +449,73 @@ impl Queue {
             self.notify();
         }
         Ok(r)
+    }
+
+    /// [`Queue::write`] for a queue on PostgreSQL: runs `f` in a transaction
+    /// on a pooled connection; what it writes and enqueues through
+    /// [`crate::PgWriteTx::enqueue`] commits together, or not at all when
+    /// `f` returns an error.
+    #[cfg(feature = "postgres")]
+    pub fn pg_write<R, F>(&self, f: F) -> Result<R>
+    where
+        F: FnOnce(&mut crate::PgWriteTx<'_, '_>) -> Result<R>,
+    {
+        let store = self.postgres().ok_or_else(|| {
+            Error::Unsupported(
+                "Queue::pg_write hands out a PostgreSQL transaction; this queue is a SQLite file: \
+                 use Queue::write"
+                    .into(),
+            )
+        })?;
+        let now = self.backend().now();
+        let mut conn = store.pool.get().map_err(crate::postgres::conn::pool_err)?;
+        let insert = conn.stmt(crate::postgres::enqueue::INSERT_ONE)?;
+        let mut tx = conn
+            .client
+            .transaction()
+            .map_err(crate::postgres::conn::read_err)?;
+        let mut w = crate::PgWriteTx {
+            tx: &mut tx,
+            rules: &self.inner.rules,
+            now,
+            insert: &insert,
+            enqueued: false,
+        };
+        let r = f(&mut w)?;
+        let enqueued = w.enqueued;
+        crate::postgres::tx::commit(tx)?;
+        if enqueued {
+            self.notify();
+            store.notifier.jobs();
+        }
+        Ok(r)
+    }
+
+    /// [`Queue::enqueue_in`] for a queue on PostgreSQL: enqueues inside a
+    /// transaction the application opened itself (with the `postgres`
+    /// crate) on the same database. The job exists if and only if that
+    /// transaction commits; call [`Queue::notify`] after the commit to wake
+    /// this process's workers at once (other processes poll, or hear the
+    /// next notification).
+    #[cfg(feature = "postgres")]
+    pub fn pg_enqueue_in(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        job: &NewJob,
+    ) -> Result<Enqueued> {
+        if self.postgres().is_none() {
+            return Err(Error::Unsupported(
+                "Queue::pg_enqueue_in takes a PostgreSQL transaction; this queue is a SQLite \
+                 file: use Queue::enqueue_in"
+                    .into(),
+            ));
+        }
+        let now = self.backend().now();
+        let valid = enqueue::validate(job, &self.inner.rules, now)?;
+        let st = client
+            .prepare(crate::postgres::enqueue::INSERT_ONE)
+            .map_err(crate::postgres::conn::read_err)?;
+        crate::postgres::enqueue::insert(client, &st, &valid, now)
     }
 
     /// Test hook: sets `PRAGMA max_page_count` on the writer connection (the

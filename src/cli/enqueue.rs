@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use litejob::{NewJob, Queue, QueueOptions};
+use litejob::{NewJob, QueueOptions};
 use serde::Serialize;
 
 use super::{CliError, CliResult, Out};
@@ -55,9 +55,13 @@ struct InitReport {
 
 /// `litejob init`: creates or migrates the file.
 pub fn init(db: &Path, json: bool, out: &mut Out) -> CliResult {
-    let queue = Queue::open(db)?;
+    let queue = super::open(db, QueueOptions::default())?;
     let version = queue.schema_version()?;
-    let path = std::fs::canonicalize(db).unwrap_or_else(|_| db.to_path_buf());
+    let path = if super::is_url(db) {
+        PathBuf::from(queue.location())
+    } else {
+        std::fs::canonicalize(db).unwrap_or_else(|_| db.to_path_buf())
+    };
     if json {
         out.json(&InitReport {
             path,
@@ -104,7 +108,7 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
         job = job.with_run_at(t);
     }
     opts.check(&job)?;
-    let queue = Queue::open_with(db, opts)?;
+    let queue = super::open(db, opts)?;
     let r = queue.enqueue(job)?;
     if json {
         out.json(&EnqueueReport {

@@ -229,9 +229,26 @@ fn run(cli: &Cli) -> CliResult<i32> {
     Ok(0)
 }
 
+/// Whether `--db` names a PostgreSQL database rather than a file.
+pub fn is_url(db: &Path) -> bool {
+    db.to_str().is_some_and(litejob::is_postgres_url)
+}
+
+/// Opens `--db`: a file, or a PostgreSQL database (`postgres://…`).
+pub fn open(db: &Path, opts: litejob::QueueOptions) -> CliResult<Queue> {
+    match db.to_str() {
+        Some(url) if litejob::is_postgres_url(url) => Ok(Queue::open_location(url, opts)?),
+        _ => Ok(Queue::open_with(db, opts)?),
+    }
+}
+
 /// Opens the queue for a command that inspects or repairs it: a missing
-/// file is an error (a typo in `--db` must not create an empty queue).
+/// file is an error (a typo in `--db` must not create an empty queue). A
+/// PostgreSQL database without the tables gets them.
 fn open_existing(db: &Path) -> CliResult<Queue> {
+    if is_url(db) {
+        return open(db, litejob::QueueOptions::default());
+    }
     if !db.exists() {
         return Err(CliError::Failed(format!(
             "no queue file at {} (create it with `litejob --db {} init`, or set --db / LITEJOB_DB)",

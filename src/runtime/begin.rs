@@ -152,7 +152,7 @@ pub(super) fn apply_started(
 /// What a run that stopped before its apply step records: a payload that
 /// does not decode is discarded at once; a failed or panicking prepare
 /// step retries after the backoff.
-fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
+pub(super) fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
     match stop {
         PrepareStop::BadPayload(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
         PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),

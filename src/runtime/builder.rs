@@ -22,6 +22,8 @@ use super::Runtime;
 pub struct RuntimeBuilder {
     pub(super) queue: Queue,
     pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    #[cfg(feature = "postgres")]
+    pub(super) pg_handlers: HashMap<String, Arc<dyn crate::handler::ErasedPgHandler>>,
     pub(super) effects: HashMap<String, Arc<dyn ErasedEffect>>,
     pub(super) cfg: RuntimeConfig,
 }
@@ -47,6 +49,8 @@ impl RuntimeBuilder {
         RuntimeBuilder {
             queue,
             handlers: HashMap::new(),
+            #[cfg(feature = "postgres")]
+            pg_handlers: HashMap::new(),
             effects: HashMap::new(),
             cfg: RuntimeConfig {
                 workers: 4,
@@ -117,6 +121,73 @@ impl RuntimeBuilder {
                 prepare,
                 apply,
                 user_prepare,
+                _types: PhantomData::<fn(T) -> P>,
+            }),
+        );
+        self
+    }
+
+    /// Registers the handler of `kind` for a queue on PostgreSQL
+    /// ([`Queue::open_postgres`]): as [`RuntimeBuilder::handler`], with the
+    /// job's PostgreSQL transaction ([`crate::PgJobTx`], which derefs to
+    /// [`postgres::Transaction`]) in place of the SQLite one. Everything it
+    /// writes through it commits with the ledger row and the job's
+    /// completion, exactly once per key.
+    #[cfg(feature = "postgres")]
+    pub fn pg_handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(&mut crate::PgJobTx<'_, '_>, T) -> std::result::Result<Outcome, HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.insert_pg_handler(kind, |_: &JobContext, t: T| Ok(t), apply)
+    }
+
+    /// [`RuntimeBuilder::handler_with_prepare`] for a queue on PostgreSQL:
+    /// `prepare` runs outside any transaction, `apply` in the job's
+    /// PostgreSQL transaction.
+    #[cfg(feature = "postgres")]
+    pub fn pg_handler_with_prepare<T, P, Prep, App>(
+        self,
+        kind: impl Into<String>,
+        prepare: Prep,
+        apply: App,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
+        App: Fn(&mut crate::PgJobTx<'_, '_>, P) -> std::result::Result<Outcome, HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.insert_pg_handler(kind, prepare, apply)
+    }
+
+    #[cfg(feature = "postgres")]
+    fn insert_pg_handler<T, P, Prep, App>(
+        mut self,
+        kind: impl Into<String>,
+        prepare: Prep,
+        apply: App,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
+        App: Fn(&mut crate::PgJobTx<'_, '_>, P) -> std::result::Result<Outcome, HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.pg_handlers.insert(
+            kind.into(),
+            Arc::new(crate::handler::FnPgHandler {
+                prepare,
+                apply,
                 _types: PhantomData::<fn(T) -> P>,
             }),
         );
@@ -222,5 +293,28 @@ impl RuntimeBuilder {
     /// Starts the threads.
     pub fn start(self) -> Result<Runtime> {
         Runtime::start(self)
+    }
+
+    /// Refuses handlers written for the other backend's transaction.
+    pub(super) fn check_backend(&self) -> Result<()> {
+        let pg = self.queue.backend_kind() == crate::BackendKind::Postgres;
+        if pg {
+            if let Some(kind) = self.handlers.keys().next() {
+                return Err(crate::Error::Unsupported(format!(
+                    "the handler of {kind:?} takes a SQLite transaction, and this queue is on \
+                     PostgreSQL: register it with pg_handler"
+                )));
+            }
+        }
+        #[cfg(feature = "postgres")]
+        if !pg {
+            if let Some(kind) = self.pg_handlers.keys().next() {
+                return Err(crate::Error::Unsupported(format!(
+                    "the handler of {kind:?} takes a PostgreSQL transaction, and this queue is a \
+                     SQLite file: register it with handler"
+                )));
+            }
+        }
+        Ok(())
     }
 }

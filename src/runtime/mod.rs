@@ -47,6 +47,8 @@ mod finish;
 mod in_flight;
 mod leases;
 mod pending;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod supervisor;
 mod worker;
 
@@ -66,6 +68,9 @@ struct Shared {
     /// The lease owner this runtime writes into the rows it claims.
     owner: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    /// The handlers of a queue on PostgreSQL.
+    #[cfg(feature = "postgres")]
+    pg_handlers: HashMap<String, Arc<dyn crate::handler::ErasedPgHandler>>,
     effects: HashMap<String, Arc<dyn ErasedEffect>>,
     /// The handlers' and the effects' kinds (sorted), and the queues
     /// claimed from as JSON for the claim's SQL.
@@ -140,7 +145,10 @@ impl Shared {
     /// The state a runtime's threads share, built from its builder, and the
     /// receiving end of the channel of the runs a claim started.
     fn new(b: RuntimeBuilder) -> Result<(Shared, Receiver<Pending>)> {
+        b.check_backend()?;
         let mut kinds: Vec<&String> = b.handlers.keys().collect();
+        #[cfg(feature = "postgres")]
+        kinds.extend(b.pg_handlers.keys());
         kinds.sort();
         let mut effect_kinds: Vec<&String> = b.effects.keys().collect();
         effect_kinds.sort();
@@ -153,7 +161,7 @@ impl Shared {
         let job_wake = b.queue.inner.job_wake.subscribe();
         let (runs_tx, runs_rx) = crossbeam_channel::unbounded();
         // Two full claims at least, and each worker's pipeline.
-        let max_in_flight = if b.handlers.is_empty() {
+        let max_in_flight = if kinds_vec.is_empty() {
             0
         } else {
             (b.cfg.workers * MAX_PIPELINE).max(2 * (b.cfg.workers + b.cfg.claim_ahead))
@@ -170,6 +178,8 @@ impl Shared {
             queue: b.queue,
             owner,
             handlers: b.handlers,
+            #[cfg(feature = "postgres")]
+            pg_handlers: b.pg_handlers,
             effects: b.effects,
             cfg: b.cfg,
             stopping: AtomicBool::new(false),
@@ -201,6 +211,16 @@ impl Runtime {
         let (shared, runs_rx) = Shared::new(b)?;
         let shared = Arc::new(shared);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        #[cfg(feature = "postgres")]
+        if let Some(store) = shared.queue.postgres() {
+            let threads = postgres::start(&shared, store, &stop_rx)?;
+            // Never used on PostgreSQL (its workers claim for themselves):
+            // empty, and closed.
+            let (_, buffer_rx) = crossbeam_channel::bounded::<Claimed>(0);
+            return Ok(Runtime::started(
+                shared, stop_tx, buffer_rx, runs_rx, threads,
+            ));
+        }
         let capacity = shared.cfg.workers + shared.cfg.claim_ahead;
         let (buffer_tx, buffer_rx) = crossbeam_channel::bounded::<Claimed>(capacity);
         let (space_tx, space_rx) = crossbeam_channel::bounded::<()>(1);
@@ -240,17 +260,31 @@ impl Runtime {
                 Box::new(move || supervisor_loop(s, buffer_tx, space, stop, capacity)),
             )?);
         }
-        log::info!(target: "litejob", "runtime started: {} workers for kinds {}, {} effect threads for {}, owner {}",
-            if shared.handlers.is_empty() { 0 } else { shared.cfg.workers }, shared.kinds.join(","),
+        Ok(Runtime::started(
+            shared, stop_tx, buffer_rx, runs_rx, threads,
+        ))
+    }
+
+    /// The handle of a runtime whose threads run.
+    fn started(
+        shared: Arc<Shared>,
+        stop_tx: Sender<()>,
+        buffer_rx: Receiver<Claimed>,
+        runs_rx: Receiver<Pending>,
+        threads: Vec<JoinHandle<()>>,
+    ) -> Runtime {
+        log::info!(target: "litejob", "runtime started on {}: {} workers for kinds {}, {} effect threads for {}, owner {}",
+            shared.queue.backend_kind().as_str(),
+            if shared.kinds.is_empty() { 0 } else { shared.cfg.workers }, shared.kinds.join(","),
             if shared.effects.is_empty() { 0 } else { shared.cfg.effect_workers }, shared.effect_kinds.join(","), shared.owner);
-        Ok(Runtime {
+        Runtime {
             shared,
             stop_tx: Some(stop_tx),
             buffer_rx,
             runs_rx,
             threads,
             report: None,
-        })
+        }
     }
 
     /// The lease owner name this runtime writes into `jobs.lease_owner`.
@@ -303,6 +337,9 @@ impl Runtime {
     /// cycle under way (a split claim's follow-up may still be handing some
     /// over).
     fn see_through_started_runs(&self) {
+        if self.shared.queue.sqlite("").is_err() {
+            return;
+        }
         let _ = self.shared.queue.writer().run_light(|_| Ok(()));
         while let Ok(p) = self.runs_rx.try_recv() {
             finish_job(&self.shared, p);

@@ -2,6 +2,8 @@
 
 mod support;
 
+mod backends;
+
 mod cli;
 mod demo;
 mod enqueue;

@@ -1,0 +1,135 @@
+//! The operator's repairs on PostgreSQL: requeue dead jobs, cancel a queued
+//! one, requeue a dead outbox row, prune finished history in bounded
+//! batches. Writes `jobs`, `outbox`, `attempts` and `processed_jobs`
+//! (prune, only when asked).
+
+use super::conn::PgConn;
+use crate::backend::PruneWhat;
+use crate::error::{Action, Error, Result, RowId};
+use crate::time::Millis;
+
+/// Requeuing a dead job renews its budget; `last_error` is kept so the
+/// operator still sees why it died until the next run.
+const RETRY_JOB: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abandoned = 0, \
+     run_at = $2, finished_at = NULL WHERE id = $1 AND state = 'dead'";
+const RETRY_DEAD: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abandoned = 0, \
+     run_at = $3, finished_at = NULL \
+     WHERE id IN (SELECT id FROM jobs WHERE state = 'dead' AND ($1::text IS NULL OR kind = $1) \
+                  AND id > $2 ORDER BY id LIMIT $4 FOR UPDATE) \
+     RETURNING id";
+const CANCEL: &str =
+    "UPDATE jobs SET state = 'cancelled', finished_at = $2 WHERE id = $1 AND state = 'queued'";
+const JOB_STATE: &str = "SELECT state FROM jobs WHERE id = $1";
+const RETRY_OUTBOX: &str = "UPDATE outbox SET state = 'pending', attempts = 0, \
+     next_attempt_at = $2 WHERE id = $1 AND state = 'dead'";
+const OUTBOX_STATE: &str = "SELECT state FROM outbox WHERE id = $1";
+/// A finished job whose outbox rows are not all sent is kept, so explain
+/// can still link the pending effect to its job.
+const PRUNE_JOBS: &str = "\
+WITH picked AS (
+    SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= $1
+    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent')
+    ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
+),
+gone_attempts AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM picked) RETURNING 1),
+gone AS (DELETE FROM jobs WHERE id IN (SELECT id FROM picked) RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_attempts)";
+const PRUNE_OUTBOX: &str = "\
+WITH picked AS (
+    SELECT id FROM outbox WHERE state = 'sent' AND sent_at <= $1
+    ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED
+),
+gone_attempts AS (DELETE FROM attempts WHERE outbox_id IN (SELECT id FROM picked) RETURNING 1),
+gone AS (DELETE FROM outbox WHERE id IN (SELECT id FROM picked) RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_attempts)";
+const PRUNE_LEDGER: &str = "\
+WITH gone AS (
+    DELETE FROM processed_jobs WHERE key IN
+        (SELECT key FROM processed_jobs WHERE completed_at < $1 ORDER BY completed_at LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*), 0::bigint FROM gone";
+
+/// Why a job action changed nothing.
+fn refusal(
+    c: &mut PgConn,
+    sql: &'static str,
+    id: i64,
+    action: Action,
+    row: RowId,
+) -> Result<Error> {
+    Ok(match c.query_opt(sql, &[&id])? {
+        None => Error::NotFound(row),
+        Some(r) => Error::WrongState {
+            action,
+            state: r.get(0),
+        },
+    })
+}
+
+pub(crate) fn retry_job(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
+    if c.execute(RETRY_JOB, &[&id, &now])? == 1 {
+        return Ok(());
+    }
+    Err(refusal(
+        c,
+        JOB_STATE,
+        id,
+        Action::RetryJob(id),
+        RowId::Job(id),
+    )?)
+}
+
+pub(crate) fn retry_dead_batch(
+    c: &mut PgConn,
+    kind: Option<&str>,
+    after: i64,
+    limit: i64,
+    now: Millis,
+) -> Result<Vec<i64>> {
+    Ok(c.write(RETRY_DEAD, &[&kind, &after, &now, &limit])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
+    if c.execute(CANCEL, &[&id, &now])? == 1 {
+        return Ok(());
+    }
+    Err(refusal(
+        c,
+        JOB_STATE,
+        id,
+        Action::CancelJob(id),
+        RowId::Job(id),
+    )?)
+}
+
+pub(crate) fn retry_outbox(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
+    if c.execute(RETRY_OUTBOX, &[&id, &now])? == 1 {
+        return Ok(());
+    }
+    Err(refusal(
+        c,
+        OUTBOX_STATE,
+        id,
+        Action::RetryOutbox(id),
+        RowId::OutboxRow(id),
+    )?)
+}
+
+pub(crate) fn prune_batch(
+    c: &mut PgConn,
+    what: PruneWhat,
+    before: Millis,
+    limit: i64,
+) -> Result<(usize, usize)> {
+    let sql = match what {
+        PruneWhat::Jobs => PRUNE_JOBS,
+        PruneWhat::Outbox => PRUNE_OUTBOX,
+        PruneWhat::Ledger => PRUNE_LEDGER,
+    };
+    let r = &c.write(sql, &[&before, &limit])?[0];
+    Ok((r.get::<_, i64>(0) as usize, r.get::<_, i64>(1) as usize))
+}

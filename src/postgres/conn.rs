@@ -1,0 +1,263 @@
+//! Connections to the PostgreSQL server: opening one (the URL, the session
+//! settings), the pool's manager, the per-connection statement cache, and
+//! how the server's errors become litejob's. Writes nothing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::error::{Error, Result};
+
+/// Parameters of a statement, as the client takes them.
+pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// One connection, with the statements it has prepared: every query litejob
+/// runs is a named constant, prepared once per connection, so a call costs
+/// one round trip (a query by text costs two: prepare, then execute).
+pub(crate) struct PgConn {
+    pub client: Client,
+    stmts: HashMap<&'static str, Statement>,
+}
+
+impl PgConn {
+    pub(crate) fn new(client: Client) -> PgConn {
+        PgConn {
+            client,
+            stmts: HashMap::new(),
+        }
+    }
+
+    /// The prepared form of `sql`.
+    pub(crate) fn stmt(&mut self, sql: &'static str) -> Result<Statement> {
+        if let Some(st) = self.stmts.get(sql) {
+            return Ok(st.clone());
+        }
+        let st = self.client.prepare(sql).map_err(read_err)?;
+        self.stmts.insert(sql, st.clone());
+        Ok(st)
+    }
+
+    /// Runs a read.
+    pub(crate) fn query(&mut self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>> {
+        let st = self.stmt(sql)?;
+        self.client.query(&st, params).map_err(read_err)
+    }
+
+    /// Runs a read that returns at most one row.
+    pub(crate) fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>> {
+        let st = self.stmt(sql)?;
+        self.client.query_opt(&st, params).map_err(read_err)
+    }
+
+    /// Runs a read that returns exactly one row.
+    pub(crate) fn query_one(&mut self, sql: &'static str, params: Params<'_>) -> Result<Row> {
+        let st = self.stmt(sql)?;
+        self.client.query_one(&st, params).map_err(read_err)
+    }
+
+    /// Runs a write in its own transaction (autocommit); a broken
+    /// connection leaves its outcome unknown.
+    pub(crate) fn write(&mut self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>> {
+        let st = self.stmt(sql)?;
+        self.client.query(&st, params).map_err(write_err)
+    }
+
+    /// Runs a write that returns how many rows it changed.
+    pub(crate) fn execute(&mut self, sql: &'static str, params: Params<'_>) -> Result<u64> {
+        let st = self.stmt(sql)?;
+        self.client.execute(&st, params).map_err(write_err)
+    }
+}
+
+/// How every connection of a queue is set up.
+#[derive(Clone)]
+pub(crate) struct Session {
+    pub config: postgres::Config,
+    /// Run once on each new connection (`SET ...`).
+    pub setup: String,
+}
+
+impl Session {
+    /// Opens one connection with the session settings.
+    pub(crate) fn connect(&self) -> Result<PgConn> {
+        let mut client = self.config.connect(NoTls).map_err(connect_err)?;
+        client.batch_execute(&self.setup).map_err(connect_err)?;
+        Ok(PgConn::new(client))
+    }
+}
+
+/// The pool's connections: r2d2_postgres's, each with the session settings
+/// and a statement cache.
+pub(crate) struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    setup: String,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = PgConn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<PgConn, postgres::Error> {
+        let mut client = self.inner.connect()?;
+        client.batch_execute(&self.setup)?;
+        Ok(PgConn::new(client))
+    }
+
+    fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), postgres::Error> {
+        self.inner.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// The pool of connections producers and readers share.
+pub(crate) type Pool = r2d2::Pool<Manager>;
+
+/// A pool of at most `size` connections. Connections are not tested on
+/// checkout (that would be one more round trip per enqueue); one found
+/// broken is dropped when it comes back, and the call that met it is
+/// retried where that is safe (see [`super::PgStore::with_conn`]).
+pub(crate) fn pool(session: &Session, size: u32, wait: Duration) -> Pool {
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(0))
+        .test_on_check_out(false)
+        .connection_timeout(wait)
+        .build_unchecked(Manager {
+            inner: PostgresConnectionManager::new(session.config.clone(), NoTls),
+            setup: session.setup.clone(),
+        })
+}
+
+/// The URL without its password, for messages and `Queue::location`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}")
+            } else {
+                format!("{scheme}://{userinfo}@{host}")
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
+/// True when `e` says nothing reached the server or the connection broke.
+pub(crate) fn is_connection_error(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        use postgres::error::SqlState;
+        return [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::CONNECTION_EXCEPTION,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::CONNECTION_DOES_NOT_EXIST,
+        ]
+        .contains(code);
+    }
+    // An I/O error under it: the socket failed.
+    std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// A server error by its SQLSTATE, for every call.
+fn classify(e: postgres::Error) -> Error {
+    use postgres::error::SqlState;
+    let Some(code) = e.code().cloned() else {
+        return Error::Postgres(e);
+    };
+    let msg = e
+        .as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_string());
+    match code {
+        c if c == SqlState::DISK_FULL || c == SqlState::PROGRAM_LIMIT_EXCEEDED => {
+            Error::StorageFull(format!("storage full on the database server: {msg}"))
+        }
+        c if c == SqlState::T_R_SERIALIZATION_FAILURE || c == SqlState::T_R_DEADLOCK_DETECTED => {
+            Error::Aborted(format!(
+                "the transaction was rolled back by the server: {msg}"
+            ))
+        }
+        c if c == SqlState::QUERY_CANCELED => Error::Interrupted(format!(
+            "the write ran past its time budget (statement_timeout) and was rolled back: {msg}"
+        )),
+        c if c == SqlState::LOCK_NOT_AVAILABLE => Error::Busy(format!(
+            "database busy: a lock was held by another session past the timeout: {msg}"
+        )),
+        c if c == SqlState::CHECK_VIOLATION
+            || c == SqlState::NOT_NULL_VIOLATION
+            || c == SqlState::INVALID_TEXT_REPRESENTATION
+            || c == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+            || c == SqlState::UNTRANSLATABLE_CHARACTER =>
+        {
+            Error::invalid(format!("refused by the schema's constraints: {msg}"))
+        }
+        _ => Error::Postgres(e),
+    }
+}
+
+/// An error of a read (or of a statement that changed nothing yet).
+pub(crate) fn read_err(e: postgres::Error) -> Error {
+    if is_connection_error(&e) {
+        return Error::Connection(format!("the connection to the database server broke: {e}"));
+    }
+    classify(e)
+}
+
+/// An error of a write: a connection that broke under it leaves its
+/// outcome unknown (it may have committed).
+pub(crate) fn write_err(e: postgres::Error) -> Error {
+    if is_connection_error(&e) {
+        return Error::OutcomeUnknown(format!(
+            "the connection to the database server broke during the write: {e}"
+        ));
+    }
+    classify(e)
+}
+
+/// An error of opening a connection: nothing was sent.
+pub(crate) fn connect_err(e: postgres::Error) -> Error {
+    use postgres::error::SqlState;
+    let msg = e
+        .as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_string());
+    match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            Error::Open(format!("the database server refused the login: {msg}"))
+        }
+        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
+            Error::Open(format!("no such database on the server: {msg}"))
+        }
+        _ if is_connection_error(&e) || e.code().is_none() => {
+            Error::Connection(format!("cannot reach the database server: {e}"))
+        }
+        _ => classify(e),
+    }
+}
+
+/// A pool that could not hand out a connection in time.
+pub(crate) fn pool_err(e: r2d2::Error) -> Error {
+    Error::Connection(format!(
+        "cannot get a connection to the database server: {e}"
+    ))
+}

@@ -1,0 +1,144 @@
+//! Leases on PostgreSQL: renewing this process's, taking back expired ones,
+//! and giving a job back uncharged. Every lease time is on the server's
+//! clock. Writes `jobs`, `outbox` (lease columns) and `attempts`.
+
+use super::conn::PgConn;
+use crate::claim::poison_message;
+use crate::error::Result;
+use crate::time::Millis;
+
+/// Rows a run's transaction holds locked are skipped (`SKIP LOCKED`): the
+/// renewal never waits behind a run, and a locked row cannot be taken over
+/// anyway — the reaper skips it too.
+const RENEW_JOBS: &str = "UPDATE jobs SET lease_expires_at = $3 WHERE id IN \
+     (SELECT id FROM jobs WHERE id = ANY($2) AND state = 'running' AND lease_owner = $1 \
+      FOR UPDATE SKIP LOCKED)";
+const RENEW_OUTBOX: &str = "UPDATE outbox SET lease_expires_at = $3 WHERE id IN \
+     (SELECT id FROM outbox WHERE id = ANY($2) AND state = 'sending' AND lease_owner = $1 \
+      FOR UPDATE SKIP LOCKED)";
+const ANY_EXPIRED: &str =
+    "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires_at < $1) \
+     OR EXISTS (SELECT 1 FROM outbox WHERE state = 'sending' AND lease_expires_at < $1)";
+/// A claimed job never started goes back uncharged; a started run is
+/// `abandoned`, not charged, and the `$2`-th abandoned run makes the job
+/// dead as a poison pill. One statement for a batch of expired leases.
+const REAP_JOBS: &str = "\
+WITH expired AS (
+    SELECT id, current_attempt, abandoned + (current_attempt IS NOT NULL)::int AS total
+    FROM jobs WHERE state = 'running' AND lease_expires_at < $1
+    ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED
+),
+ended AS (
+    UPDATE attempts SET outcome = 'abandoned', finished_at = $1,
+        error = 'abandoned: the lease expired (the process died or the run hung past its lease)'
+    WHERE id IN (SELECT current_attempt FROM expired) AND outcome = 'running'
+),
+back AS (
+    UPDATE jobs j SET
+        state = CASE WHEN e.current_attempt IS NOT NULL AND e.total >= $2::bigint THEN 'dead'
+                     ELSE 'queued' END,
+        abandoned = e.total,
+        attempts = CASE WHEN e.current_attempt IS NULL THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
+        run_at = CASE WHEN e.current_attempt IS NULL THEN j.run_at ELSE $1::bigint END,
+        last_error = CASE WHEN e.current_attempt IS NULL THEN j.last_error
+                          WHEN e.total >= $2::bigint THEN $3::text || e.total || $4::text
+                          ELSE 'abandoned: the lease expired' END,
+        finished_at = CASE WHEN e.current_attempt IS NOT NULL AND e.total >= $2::bigint
+                           THEN $1::bigint END,
+        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    FROM expired e WHERE j.id = e.id
+    RETURNING j.id, j.state, j.abandoned
+)
+SELECT id, state, abandoned FROM back";
+/// An effect's abandoned attempt counts (the effect may have reached the
+/// world): the row goes back to pending, or dead when out of attempts.
+const REAP_OUTBOX: &str = "\
+WITH expired AS (
+    SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < $1
+    ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED
+),
+ended AS (
+    UPDATE attempts SET outcome = 'abandoned', finished_at = $1::bigint, error = $2::text
+    WHERE id IN (SELECT current_attempt FROM expired) AND outcome = 'running'
+),
+back AS (
+    UPDATE outbox o SET
+        state = CASE WHEN o.attempts >= o.max_attempts THEN 'dead' ELSE 'pending' END,
+        next_attempt_at = $1::bigint, last_error = $2::text,
+        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    FROM expired e WHERE o.id = e.id
+    RETURNING o.id
+)
+SELECT count(*) FROM back";
+const REAP_OUTBOX_MSG: &str = "abandoned: the lease expired (the process died or hung during \
+     the effect); the effect may have been performed";
+const RELEASE_CLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
+     lease_expires_at = NULL WHERE id = $1 AND state = 'running' AND lease_owner = $2 \
+     AND current_attempt IS NULL";
+const RELEASE_RUN: &str = "\
+WITH back AS (
+    UPDATE jobs SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_owner = NULL,
+        lease_expires_at = NULL, current_attempt = NULL
+    WHERE id = $1 AND state = 'running' AND current_attempt = $2
+    RETURNING id
+),
+ended AS (
+    UPDATE attempts SET outcome = 'released', error = $3, finished_at = $4
+    WHERE id = $2 AND outcome = 'running' AND EXISTS (SELECT 1 FROM back)
+)
+SELECT count(*) FROM back";
+
+pub(crate) fn renew(
+    c: &mut PgConn,
+    owner: &str,
+    jobs: &[i64],
+    effects: &[i64],
+    until: Millis,
+) -> Result<()> {
+    if !jobs.is_empty() {
+        c.execute(RENEW_JOBS, &[&owner, &jobs, &until])?;
+    }
+    if !effects.is_empty() {
+        c.execute(RENEW_OUTBOX, &[&owner, &effects, &until])?;
+    }
+    Ok(())
+}
+
+pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
+    let any: bool = c.query_one(ANY_EXPIRED, &[&now])?.get(0);
+    if !any {
+        return Ok((0, 0));
+    }
+    let (prefix, suffix) = poison_parts();
+    let jobs = c.write(REAP_JOBS, &[&now, &max_abandoned, &prefix, &suffix])?;
+    for r in &jobs {
+        let (id, state, total): (i64, String, i64) = (r.get(0), r.get(1), r.get(2));
+        if state == "dead" {
+            log::warn!(target: "litejob", job_id = id, abandoned = total; "job is dead: {}", poison_message(total));
+        }
+    }
+    let outbox: i64 = c.write(REAP_OUTBOX, &[&now, &REAP_OUTBOX_MSG])?[0].get(0);
+    Ok((jobs.len(), outbox as usize))
+}
+
+/// The poison pill's message around its count, so the SQL writes the same
+/// words as the SQLite reaper.
+fn poison_parts() -> (String, String) {
+    let m = poison_message(7);
+    let (a, b) = m.split_once('7').unwrap_or((&m, ""));
+    (a.to_string(), b.to_string())
+}
+
+pub(crate) fn release(
+    c: &mut PgConn,
+    id: i64,
+    owner: &str,
+    attempt: Option<i64>,
+    why: &str,
+    now: Millis,
+) -> Result<bool> {
+    Ok(match attempt {
+        None => c.execute(RELEASE_CLAIM, &[&id, &owner])? == 1,
+        Some(a) => c.write(RELEASE_RUN, &[&id, &a, &why, &now])?[0].get::<_, i64>(0) == 1,
+    })
+}

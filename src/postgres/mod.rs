@@ -1,0 +1,318 @@
+//! The PostgreSQL backend: a queue in a database that several machines
+//! share. The same tables as the SQLite file (`postgres.sql`), the same
+//! operations behind the backend boundary, the same guarantees: dedup at
+//! the door by the unique key, the ledger row first in a run's
+//! transaction, claims with `FOR UPDATE SKIP LOCKED` fenced on the
+//! attempt, leases on the server's clock, `LISTEN/NOTIFY` wake-ups with
+//! polling as the fallback.
+//!
+//! The parts: [`conn`] (connections, the pool, errors), [`schema`]
+//! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
+//! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
+//! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
+//! clock). This file: [`PgStore`], which owns the pool and the notifier
+//! thread, and its implementation of the boundary. Writes every queue
+//! table, only through those modules.
+
+pub(crate) mod admin;
+pub(crate) mod conn;
+pub(crate) mod enqueue;
+pub(crate) mod leases;
+pub(crate) mod notify;
+pub(crate) mod outbox;
+pub(crate) mod reads;
+pub(crate) mod run;
+pub(crate) mod schema;
+pub(crate) mod tx;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Backend, BackendKind, PruneWhat};
+use crate::db::Synchronous;
+use crate::enqueue::ValidJob;
+use crate::error::{Error, Result};
+use crate::history::Attempt;
+use crate::inspect::{Explanation, JobDetail, Stats};
+use crate::job::{Enqueued, Job, JobFilter};
+use crate::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::queue::QueueOptions;
+use crate::time::Millis;
+
+use conn::{pool_err, PgConn, Pool, Session};
+use notify::{Clock, Notifier};
+
+/// A queue in a PostgreSQL database.
+pub(crate) struct PgStore {
+    /// The URL without its password.
+    pub location: String,
+    /// How every connection is opened and set up.
+    pub session: Session,
+    /// Producers' and readers' connections (workers have their own).
+    pub pool: Pool,
+    /// The server's clock, as an offset from this machine's.
+    pub clock: Arc<Clock>,
+    /// Sends the wake-ups other processes listen for, off the callers'
+    /// path.
+    pub notifier: Notifier,
+    schema_version: i64,
+}
+
+/// Tries of a call that met a broken pooled connection (the server
+/// restarted: every idle connection in the pool is dead, and each one that
+/// fails is dropped).
+const CONNECTION_TRIES: usize = 3;
+
+impl PgStore {
+    /// Connects to `url`, creates or migrates the schema (refusing a newer
+    /// one untouched) and starts the notifier.
+    pub(crate) fn open(url: &str, opts: &QueueOptions) -> Result<PgStore> {
+        let config: postgres::Config = url.parse().map_err(|e| {
+            Error::invalid(format!(
+                "not a PostgreSQL URL ({e}): expected postgres://user:password@host:port/database"
+            ))
+        })?;
+        let location = conn::redact(url);
+        let mut config = config;
+        if config.get_application_name().is_none() {
+            config.application_name("litejob");
+        }
+        config.connect_timeout(opts.busy_timeout.min(Duration::from_secs(10)));
+        let synchronous = match opts.synchronous {
+            Synchronous::Full => "on",
+            Synchronous::Normal => "off",
+        };
+        let session = Session {
+            config,
+            setup: format!(
+                "SET synchronous_commit = {synchronous}; SET lock_timeout = '{}ms'",
+                opts.busy_timeout.as_millis()
+            ),
+        };
+        let at = |e: Error| match e {
+            Error::Open(m) => Error::Open(format!("cannot open {location}: {m}")),
+            Error::Connection(m) => Error::Connection(format!("{location}: {m}")),
+            other => other,
+        };
+        let mut first = session.connect().map_err(at)?;
+        let schema_version = schema::migrate(&mut first.client).map_err(at)?;
+        let clock = Arc::new(Clock::default());
+        clock.measure(&mut first)?;
+        let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
+        let notifier = Notifier::start(session.clone(), clock.clone())?;
+        Ok(PgStore {
+            location,
+            session,
+            pool,
+            clock,
+            notifier,
+            schema_version,
+        })
+    }
+
+    /// Runs `f` on a pooled connection. When the connection turns out to
+    /// be broken and `retry` says the call is safe to repeat (a read, or an
+    /// enqueue, which its key makes safe), it runs again on another.
+    pub(crate) fn with_conn<R>(
+        &self,
+        retry: bool,
+        mut f: impl FnMut(&mut PgConn) -> Result<R>,
+    ) -> Result<R> {
+        let mut tries = 0;
+        loop {
+            let mut conn = self.pool.get().map_err(pool_err)?;
+            match f(&mut conn) {
+                Err(Error::Connection(_) | Error::OutcomeUnknown(_))
+                    if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>
+                {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Backend for PgStore {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Postgres
+    }
+
+    fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    fn schema_version(&self) -> Result<i64> {
+        let _ = self.schema_version;
+        self.with_conn(true, |c| schema::read_version(&mut c.client))
+    }
+
+    fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
+        let r = self.with_conn(true, |c| enqueue::insert_one(c, &job, now))?;
+        if !r.is_duplicate() {
+            self.notifier.jobs();
+        }
+        Ok(r)
+    }
+
+    fn enqueue_many(&self, jobs: Vec<ValidJob>, now: Millis) -> Result<Vec<Enqueued>> {
+        let r = self.with_conn(true, |c| enqueue::insert_many(c, &jobs, now))?;
+        if r.iter().any(|e| !e.is_duplicate()) {
+            self.notifier.jobs();
+        }
+        Ok(r)
+    }
+
+    fn job(&self, id: i64) -> Result<Option<Job>> {
+        self.with_conn(true, |c| reads::job(c, id))
+    }
+
+    fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
+        self.with_conn(true, |c| reads::job_by_key(c, key))
+    }
+
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        self.with_conn(true, |c| reads::jobs(c, filter))
+    }
+
+    fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
+        self.with_conn(true, |c| reads::attempts(c, job_id))
+    }
+
+    fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
+        self.with_conn(true, |c| reads::outbox_attempts(c, outbox_id))
+    }
+
+    fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
+        self.with_conn(true, |c| reads::outbox_for_job(c, job_id))
+    }
+
+    fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
+        self.with_conn(true, |c| reads::outbox(c, state, limit))
+    }
+
+    fn stats(&self, now: Millis) -> Result<Stats> {
+        let version = self.schema_version()?;
+        let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;
+        s.path = self.location.clone().into();
+        Ok(s)
+    }
+
+    fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
+        self.with_conn(true, |c| reads::job_detail(c, id))
+    }
+
+    fn explain(&self, key: &str) -> Result<Explanation> {
+        self.with_conn(true, |c| reads::explain(c, key))
+    }
+
+    fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
+        self.with_conn(false, |c| admin::retry_job(c, id, now))?;
+        self.notifier.jobs();
+        Ok(())
+    }
+
+    fn retry_dead_batch(
+        &self,
+        kind: Option<&str>,
+        after: i64,
+        limit: i64,
+        now: Millis,
+    ) -> Result<Vec<i64>> {
+        let ids = self.with_conn(false, |c| {
+            admin::retry_dead_batch(c, kind, after, limit, now)
+        })?;
+        if !ids.is_empty() {
+            self.notifier.jobs();
+        }
+        Ok(ids)
+    }
+
+    fn cancel_job(&self, id: i64, now: Millis) -> Result<()> {
+        self.with_conn(false, |c| admin::cancel_job(c, id, now))
+    }
+
+    fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()> {
+        self.with_conn(false, |c| admin::retry_outbox(c, outbox_id, now))?;
+        self.notifier.outbox();
+        Ok(())
+    }
+
+    fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)> {
+        self.with_conn(false, |c| admin::prune_batch(c, what, before, limit))
+    }
+
+    fn any_to_claim(
+        &self,
+        kinds: &[String],
+        queues: Option<&[String]>,
+        now: Millis,
+    ) -> Result<bool> {
+        self.with_conn(true, |c| run::any_due(c, kinds, queues, now))
+    }
+
+    fn renew_leases(
+        &self,
+        owner: &str,
+        jobs: &[i64],
+        effects: &[i64],
+        until: Millis,
+    ) -> Result<()> {
+        self.with_conn(true, |c| leases::renew(c, owner, jobs, effects, until))
+    }
+
+    fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
+        let r = self.with_conn(false, |c| leases::reap(c, now, max_abandoned))?;
+        if r.0 > 0 {
+            self.notifier.jobs();
+        }
+        if r.1 > 0 {
+            self.notifier.outbox();
+        }
+        Ok(r)
+    }
+
+    fn release_job(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: Option<i64>,
+        why: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let r = self.with_conn(true, |c| leases::release(c, id, owner, attempt, why, now))?;
+        if r {
+            self.notifier.jobs();
+        }
+        Ok(r)
+    }
+
+    fn claim_effect(
+        &self,
+        kinds: &[String],
+        owner: &str,
+        worker: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> Result<Option<ClaimedEffect>> {
+        self.with_conn(false, |c| {
+            outbox::claim(c, kinds, owner, worker, lease_until, now)
+        })
+    }
+
+    fn ack_effect(
+        &self,
+        outbox_id: i64,
+        attempt_id: i64,
+        result: &EffectResult,
+        now: Millis,
+    ) -> Result<Option<OutboxState>> {
+        // Fenced on the attempt: repeating an ack that committed changes
+        // nothing more.
+        self.with_conn(true, |c| outbox::ack(c, outbox_id, attempt_id, result, now))
+    }
+
+    fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
+        self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
+    }
+}

@@ -1,0 +1,221 @@
+//! Wake-ups and the clock on PostgreSQL. The notifier thread sends
+//! `NOTIFY` for this process's enqueues and outbox rows, coalesced and
+//! off the producers' path (a `NOTIFY` takes a database-wide lock at
+//! commit: sent from every producer's transaction it would serialize their
+//! commits); the listener, a runtime's thread, turns the notifications of
+//! every process into wake-ups of its workers. A lost notification (a
+//! pooler that drops them, a broken connection) only costs a poll
+//! interval. The notifier also keeps the offset of the server's clock,
+//! the one every lease is measured on. Writes no table.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use postgres::fallible_iterator::FallibleIterator;
+
+use super::conn::{read_err, PgConn, Session};
+use crate::error::{Error, Result};
+use crate::time::{now_ms, Millis};
+
+/// The channel enqueues notify.
+pub(crate) const JOBS_CHANNEL: &str = "litejob_jobs";
+/// The channel committed outbox rows notify.
+pub(crate) const OUTBOX_CHANNEL: &str = "litejob_outbox";
+
+/// How often the clock's offset is measured again.
+const CLOCK_EVERY: Duration = Duration::from_secs(5);
+
+/// The server's clock: this machine's plus a measured offset. Machines'
+/// clocks differ; every lease, retry time and timestamp is measured on
+/// the one clock they share, to within half a round trip.
+#[derive(Default)]
+pub(crate) struct Clock {
+    offset_ms: AtomicI64,
+}
+
+impl Clock {
+    /// Now on the server's clock, in ms since the epoch.
+    pub(crate) fn now(&self) -> Millis {
+        now_ms() + self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// Measures the offset: the server's time against the middle of the
+    /// round trip that read it.
+    pub(crate) fn measure(&self, c: &mut PgConn) -> Result<()> {
+        let t0 = now_ms();
+        let server: i64 = c
+            .client
+            .query_one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                &[],
+            )
+            .map_err(read_err)?
+            .get(0);
+        let t1 = now_ms();
+        self.offset_ms
+            .store(server - (t0 + t1) / 2, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// What the notifier is asked to announce.
+#[derive(Clone, Copy)]
+enum Signal {
+    Jobs,
+    Outbox,
+}
+
+/// The notifier thread's handle: dropping it ends and joins the thread.
+pub(crate) struct Notifier {
+    tx: Option<Sender<Signal>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Notifier {
+    pub(crate) fn start(session: Session, clock: Arc<Clock>) -> Result<Notifier> {
+        // Bounded: signals that wait are announced together anyway.
+        let (tx, rx) = crossbeam_channel::bounded(64);
+        let thread = std::thread::Builder::new()
+            .name("litejob-pg-notifier".into())
+            .spawn(move || notifier_loop(session, clock, rx))
+            .map_err(Error::Io)?;
+        Ok(Notifier {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// New jobs committed: wake the workers of every process.
+    pub(crate) fn jobs(&self) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(Signal::Jobs);
+        }
+    }
+
+    /// New outbox rows committed: wake the effect threads of every process.
+    pub(crate) fn outbox(&self) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(Signal::Outbox);
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn notifier_loop(session: Session, clock: Arc<Clock>, rx: Receiver<Signal>) {
+    let mut conn: Option<PgConn> = None;
+    let mut next_clock = Instant::now() + CLOCK_EVERY;
+    loop {
+        let first = match rx.recv_timeout(next_clock.saturating_duration_since(Instant::now())) {
+            Ok(s) => Some(s),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let (mut jobs, mut outbox) = (false, false);
+        for s in first.into_iter().chain(rx.try_iter()) {
+            match s {
+                Signal::Jobs => jobs = true,
+                Signal::Outbox => outbox = true,
+            }
+        }
+        if !matches!(&conn, Some(c) if !c.client.is_closed()) {
+            conn = session.connect().ok().and_then(|mut c| {
+                // A notification lost in a crash costs a poll: never wait
+                // for the WAL flush of one.
+                c.client
+                    .batch_execute("SET synchronous_commit = off")
+                    .ok()
+                    .map(|_| c)
+            });
+        }
+        let Some(c) = conn.as_mut() else {
+            // The server is out of reach: the pollers find the work.
+            continue;
+        };
+        let mut sql = String::new();
+        if jobs {
+            sql.push_str(&format!("NOTIFY {JOBS_CHANNEL};"));
+        }
+        if outbox {
+            sql.push_str(&format!("NOTIFY {OUTBOX_CHANNEL};"));
+        }
+        if !sql.is_empty() && c.client.batch_execute(&sql).is_err() {
+            conn = None;
+            continue;
+        }
+        if Instant::now() >= next_clock {
+            if clock.measure(c).is_err() {
+                conn = None;
+            }
+            next_clock = Instant::now() + CLOCK_EVERY;
+        }
+    }
+}
+
+/// A runtime's listener: holds a connection that `LISTEN`s to both
+/// channels and calls `wake_jobs` / `wake_outbox` for each notification,
+/// reconnecting after a failure; returns when `stop` fires.
+pub(crate) fn listen_loop(
+    session: &Session,
+    stop: &Receiver<()>,
+    poll: Duration,
+    wake_jobs: impl Fn(),
+    wake_outbox: impl Fn(),
+) {
+    let mut conn: Option<PgConn> = None;
+    loop {
+        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+            return;
+        }
+        if !matches!(&conn, Some(c) if !c.client.is_closed()) {
+            conn = session.connect().ok().and_then(|mut c| {
+                c.client
+                    .batch_execute(&format!("LISTEN {JOBS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))
+                    .ok()
+                    .map(|_| c)
+            });
+            if conn.is_none() {
+                let _ = stop.recv_timeout(poll.max(Duration::from_millis(200)));
+                continue;
+            }
+            // Work may have been announced while nobody listened.
+            wake_jobs();
+            wake_outbox();
+        }
+        let c = conn.as_mut().expect("connected above");
+        // Short waits, so a stop is seen quickly.
+        let mut notes = c.client.notifications();
+        let first = notes.timeout_iter(Duration::from_millis(100)).next();
+        let broken = first.is_err();
+        if let Ok(Some(n)) = first {
+            let (mut jobs, mut outbox) =
+                (n.channel() == JOBS_CHANNEL, n.channel() == OUTBOX_CHANNEL);
+            // The ones already here, without waiting for more.
+            let mut pending = notes.iter();
+            while let Ok(Some(n)) = pending.next() {
+                jobs |= n.channel() == JOBS_CHANNEL;
+                outbox |= n.channel() == OUTBOX_CHANNEL;
+            }
+            if jobs {
+                wake_jobs();
+            }
+            if outbox {
+                wake_outbox();
+            }
+        }
+        drop(notes);
+        if broken {
+            conn = None;
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The outbox on PostgreSQL: rows added inside a job's transaction, claimed
+//! one at a time under a lease (`FOR UPDATE SKIP LOCKED`), acknowledged
+//! fenced on their attempt, given back at shutdown. Writes `outbox` and
+//! `attempts`.
+
+use postgres::GenericClient;
+
+use super::conn::{write_err, PgConn};
+use super::reads::outbox_from_row;
+use crate::error::{Error, Result};
+use crate::history::cap_error;
+use crate::outbox::{ClaimedEffect, EffectResult, OutboxState};
+use crate::time::Millis;
+
+/// A key that exists already is left alone; either way the row's id.
+pub(crate) const ADD: &str = "\
+WITH ins AS (
+    INSERT INTO outbox (key, kind, payload, max_attempts, job_id, next_attempt_at, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $6) ON CONFLICT (key) DO NOTHING RETURNING id
+)
+SELECT id, true FROM ins UNION ALL SELECT id, false FROM outbox
+WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
+
+/// The claim, its attempt row and the fence on it, in one statement: the
+/// attempt's id is drawn first so the row is updated once.
+const CLAIM: &str = "\
+WITH picked AS (
+    SELECT id, nextval(pg_get_serial_sequence('attempts', 'id')) AS attempt_id FROM (
+        SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= $3 AND kind = ANY($4)
+        ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+    ) p
+),
+taken AS (
+    UPDATE outbox o SET state = 'sending', attempts = o.attempts + 1, lease_owner = $1,
+        lease_expires_at = $2, current_attempt = p.attempt_id
+    FROM picked p WHERE o.id = p.id
+    RETURNING o.id, o.key, o.kind, o.payload, o.state, o.attempts, o.max_attempts, o.job_id,
+        o.next_attempt_at, o.last_error, o.created_at, o.sent_at, p.attempt_id
+),
+att AS (
+    INSERT INTO attempts (id, outbox_id, attempt, key, worker, started_at)
+    SELECT attempt_id, id, attempts, key, $5, $3 FROM taken
+)
+SELECT * FROM taken";
+const SENT: &str = "\
+WITH done AS (
+    UPDATE outbox SET state = 'sent', sent_at = $3, last_error = NULL, lease_owner = NULL,
+        lease_expires_at = NULL, current_attempt = NULL
+    WHERE id = $1 AND current_attempt = $2 AND state = 'sending' RETURNING id
+),
+ended AS (
+    UPDATE attempts SET outcome = 'succeeded', finished_at = $3
+    WHERE id = $2 AND outcome = 'running' AND EXISTS (SELECT 1 FROM done)
+)
+SELECT count(*) FROM done";
+const FAILED: &str = "\
+WITH done AS (
+    UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+        next_attempt_at = $4, last_error = $3, lease_owner = NULL, lease_expires_at = NULL,
+        current_attempt = NULL
+    WHERE id = $1 AND current_attempt = $2 AND state = 'sending' RETURNING state
+),
+ended AS (
+    UPDATE attempts SET outcome = $5::text, error = $3::text, finished_at = $6::bigint
+    WHERE id = $2 AND outcome = 'running' AND EXISTS (SELECT 1 FROM done)
+)
+SELECT state FROM done";
+const RELEASE: &str = "\
+WITH back AS (
+    UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+        next_attempt_at = $3, last_error = 'released at shutdown while the effect was running',
+        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    WHERE id = $1 AND current_attempt = $2 AND state = 'sending' RETURNING id
+),
+ended AS (
+    UPDATE attempts SET outcome = 'released', error = 'released at shutdown', finished_at = $3
+    WHERE id = $2 AND outcome = 'running' AND EXISTS (SELECT 1 FROM back)
+)
+SELECT count(*) FROM back";
+
+/// Adds a row inside the job's transaction; `(id, is_new)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn add<C: GenericClient>(
+    tx: &mut C,
+    stmt: &postgres::Statement,
+    job_id: i64,
+    kind: &str,
+    key: &str,
+    payload: &str,
+    max_attempts: i64,
+    now: Millis,
+) -> Result<(i64, bool)> {
+    if kind.trim().is_empty() || key.trim().is_empty() {
+        return Err(Error::invalid("outbox kind and key must not be empty"));
+    }
+    let r = tx
+        .query_one(stmt, &[&key, &kind, &payload, &max_attempts, &job_id, &now])
+        .map_err(write_err)?;
+    Ok((r.get(0), r.get(1)))
+}
+
+pub(crate) fn claim(
+    c: &mut PgConn,
+    kinds: &[String],
+    owner: &str,
+    worker: &str,
+    lease_until: Millis,
+    now: Millis,
+) -> Result<Option<ClaimedEffect>> {
+    let Some(r) = c
+        .write(CLAIM, &[&owner, &lease_until, &now, &kinds, &worker])?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    Ok(Some(ClaimedEffect {
+        row: outbox_from_row(&r)?,
+        attempt_id: r.get(12),
+    }))
+}
+
+pub(crate) fn ack(
+    c: &mut PgConn,
+    outbox_id: i64,
+    attempt_id: i64,
+    result: &EffectResult,
+    now: Millis,
+) -> Result<Option<OutboxState>> {
+    match result {
+        EffectResult::Sent => {
+            let n: i64 = c.write(SENT, &[&outbox_id, &attempt_id, &now])?[0].get(0);
+            Ok((n == 1).then_some(OutboxState::Sent))
+        }
+        EffectResult::Failed {
+            error,
+            panicked,
+            retry_at,
+        } => {
+            let outcome = if *panicked { "panicked" } else { "failed" };
+            let err = cap_error(error);
+            let rows = c.write(
+                FAILED,
+                &[&outbox_id, &attempt_id, &err, retry_at, &outcome, &now],
+            )?;
+            rows.first()
+                .map(|r| r.get::<_, String>(0).parse())
+                .transpose()
+        }
+    }
+}
+
+pub(crate) fn release(
+    c: &mut PgConn,
+    outbox_id: i64,
+    attempt_id: i64,
+    now: Millis,
+) -> Result<bool> {
+    Ok(c.write(RELEASE, &[&outbox_id, &attempt_id, &now])?[0].get::<_, i64>(0) == 1)
+}

@@ -1,0 +1,275 @@
+//! Reads on PostgreSQL: jobs, attempts and outbox rows as the library's
+//! types, and the operator's reports (stats, one job, one key), each of
+//! those in one snapshot. Writes no table.
+
+use postgres::{GenericClient, Row};
+
+use super::conn::{read_err, PgConn};
+use crate::error::{Error, Result};
+use crate::history::{Attempt, AttemptOutcome};
+use crate::inspect::{self, Explanation, JobDetail, LedgerEntry, OutboxEntry, Stats};
+use crate::job::{Job, JobFilter};
+use crate::outbox::{OutboxRow, OutboxState};
+use crate::time::Millis;
+
+const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt FROM jobs WHERE id = $1";
+const JOB_BY_KEY: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt FROM jobs WHERE idempotency_key = $1";
+const JOBS: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt FROM jobs \
+     WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
+     AND ($3::text IS NULL OR queue = $3) ORDER BY id DESC LIMIT $4";
+const ATTEMPTS_OF_JOB: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
+     finished_at, outcome, error FROM attempts WHERE job_id = $1 ORDER BY id";
+const ATTEMPTS_OF_OUTBOX: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, \
+     started_at, finished_at, outcome, error FROM attempts WHERE outbox_id = $1 ORDER BY id";
+const OUTBOX_OF_JOB: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
+     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox WHERE job_id = $1 \
+     ORDER BY id";
+const OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
+     next_attempt_at, last_error, created_at, sent_at FROM outbox \
+     WHERE ($1::text IS NULL OR state = $1) ORDER BY id DESC LIMIT $2";
+const LEDGER: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = $1";
+
+fn bad(what: &str, v: &str) -> Error {
+    Error::Internal(format!("bad {what} {v:?} in the database"))
+}
+
+/// A `jobs` row, in the column order of the reads above.
+pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
+    let state: String = r.get(5);
+    Ok(Job {
+        id: r.get(0),
+        queue: r.get(1),
+        kind: r.get(2),
+        idempotency_key: r.get(3),
+        payload: r.get(4),
+        state: state.parse().map_err(|_| bad("job state", &state))?,
+        priority: r.get(6),
+        run_at: r.get(7),
+        attempts: r.get(8),
+        max_attempts: r.get(9),
+        abandoned: r.get(10),
+        deliveries: r.get(11),
+        last_error: r.get(12),
+        created_at: r.get(13),
+        finished_at: r.get(14),
+        lease_owner: r.get(15),
+        lease_expires_at: r.get(16),
+        current_attempt: r.get(17),
+    })
+}
+
+fn attempt_from_row(r: &Row) -> Result<Attempt> {
+    let outcome: String = r.get(8);
+    Ok(Attempt {
+        id: r.get(0),
+        job_id: r.get(1),
+        outbox_id: r.get(2),
+        attempt: r.get(3),
+        key: r.get(4),
+        worker: r.get(5),
+        started_at: r.get(6),
+        finished_at: r.get(7),
+        outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| bad("outcome", &outcome))?,
+        error: r.get(9),
+    })
+}
+
+/// An `outbox` row, in the column order of the reads above.
+pub(crate) fn outbox_from_row(r: &Row) -> Result<OutboxRow> {
+    let state: String = r.get(4);
+    Ok(OutboxRow {
+        id: r.get(0),
+        key: r.get(1),
+        kind: r.get(2),
+        payload: r.get(3),
+        state: state.parse().map_err(|_| bad("outbox state", &state))?,
+        attempts: r.get(5),
+        max_attempts: r.get(6),
+        job_id: r.get(7),
+        next_attempt_at: r.get(8),
+        last_error: r.get(9),
+        created_at: r.get(10),
+        sent_at: r.get(11),
+    })
+}
+
+fn all<T>(rows: Vec<Row>, f: fn(&Row) -> Result<T>) -> Result<Vec<T>> {
+    rows.iter().map(f).collect()
+}
+
+pub(crate) fn job(c: &mut PgConn, id: i64) -> Result<Option<Job>> {
+    c.query_opt(JOB_BY_ID, &[&id])?
+        .as_ref()
+        .map(job_from_row)
+        .transpose()
+}
+
+pub(crate) fn job_by_key(c: &mut PgConn, key: &str) -> Result<Option<Job>> {
+    c.query_opt(JOB_BY_KEY, &[&key])?
+        .as_ref()
+        .map(job_from_row)
+        .transpose()
+}
+
+pub(crate) fn jobs(c: &mut PgConn, f: &JobFilter) -> Result<Vec<Job>> {
+    let limit = i64::from(f.limit.unwrap_or(100));
+    let state = f.state.map(|s| s.as_str());
+    all(
+        c.query(JOBS, &[&state, &f.kind, &f.queue, &limit])?,
+        job_from_row,
+    )
+}
+
+pub(crate) fn attempts(c: &mut PgConn, job_id: i64) -> Result<Vec<Attempt>> {
+    all(c.query(ATTEMPTS_OF_JOB, &[&job_id])?, attempt_from_row)
+}
+
+pub(crate) fn outbox_attempts(c: &mut PgConn, outbox_id: i64) -> Result<Vec<Attempt>> {
+    all(
+        c.query(ATTEMPTS_OF_OUTBOX, &[&outbox_id])?,
+        attempt_from_row,
+    )
+}
+
+pub(crate) fn outbox_for_job(c: &mut PgConn, job_id: i64) -> Result<Vec<OutboxRow>> {
+    all(c.query(OUTBOX_OF_JOB, &[&job_id])?, outbox_from_row)
+}
+
+pub(crate) fn outbox(
+    c: &mut PgConn,
+    state: Option<OutboxState>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let state = state.map(|s| s.as_str());
+    all(
+        c.query(OUTBOX, &[&state, &i64::from(limit)])?,
+        outbox_from_row,
+    )
+}
+
+/// Runs `f` in one read-only snapshot (REPEATABLE READ), so several
+/// queries agree with each other while workers write.
+fn in_snapshot<R>(
+    c: &mut PgConn,
+    f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R>,
+) -> Result<R> {
+    let mut tx = c
+        .client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(read_err)?;
+    let r = f(&mut tx)?;
+    tx.commit().map_err(read_err)?;
+    Ok(r)
+}
+
+fn q<C: GenericClient>(c: &mut C, sql: &str, params: super::conn::Params<'_>) -> Result<Vec<Row>> {
+    c.query(sql, params).map_err(read_err)
+}
+
+pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<Stats> {
+    in_snapshot(c, |tx| {
+        let mut s = inspect::empty_stats(schema_version);
+        for r in q(
+            tx,
+            "SELECT kind, queue, state, count(*) FROM jobs GROUP BY kind, queue, state",
+            &[],
+        )? {
+            let (kind, queue, state, n): (String, String, String, i64) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            s.jobs.add(&state, n);
+            s.by_kind.entry(kind).or_default().add(&state, n);
+            s.by_queue.entry(queue).or_default().add(&state, n);
+        }
+        for r in q(
+            tx,
+            "SELECT kind, state, count(*) FROM outbox GROUP BY kind, state",
+            &[],
+        )? {
+            let (kind, state, n): (String, String, i64) = (r.get(0), r.get(1), r.get(2));
+            s.outbox.add(&state, n);
+            s.outbox_by_kind.entry(kind).or_default().add(&state, n);
+        }
+        let r = &q(
+            tx,
+            "SELECT min(created_at), min(CASE WHEN run_at <= $1 THEN run_at END), \
+                    count(*) FILTER (WHERE run_at <= $1) \
+             FROM jobs WHERE state = 'queued'",
+            &[&now],
+        )?[0];
+        let (oldest_created, oldest_due, due): (Option<i64>, Option<i64>, i64) =
+            (r.get(0), r.get(1), r.get(2));
+        s.oldest_queued_age_ms = oldest_created.map(|t| (now - t).max(0));
+        s.oldest_due_wait_ms = oldest_due.map(|t| (now - t).max(0));
+        s.queued_due = due;
+        s.ledger_rows = q(tx, "SELECT count(*) FROM processed_jobs", &[])?[0].get(0);
+        // The tables' size on disk stands for the file's.
+        s.file_bytes = q(
+            tx,
+            "SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint FROM \
+             unnest(ARRAY['jobs', 'processed_jobs', 'outbox', 'attempts']) AS t(name), \
+             LATERAL (SELECT to_regclass(t.name) AS c) x WHERE c IS NOT NULL",
+            &[],
+        )?[0]
+            .get::<_, i64>(0)
+            .max(0) as u64;
+        Ok(s)
+    })
+}
+
+fn outbox_entries<C: GenericClient>(tx: &mut C, job_id: i64) -> Result<Vec<OutboxEntry>> {
+    let rows = all(q(tx, OUTBOX_OF_JOB, &[&job_id])?, outbox_from_row)?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(OutboxEntry {
+                attempts: all(q(tx, ATTEMPTS_OF_OUTBOX, &[&row.id])?, attempt_from_row)?,
+                row,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
+    in_snapshot(c, |tx| {
+        let Some(job) = q(tx, JOB_BY_ID, &[&id])?
+            .first()
+            .map(job_from_row)
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        let attempts = all(q(tx, ATTEMPTS_OF_JOB, &[&id])?, attempt_from_row)?;
+        let outbox = outbox_entries(tx, id)?;
+        Ok(Some(inspect::job_detail_of(job, attempts, outbox)))
+    })
+}
+
+pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
+    in_snapshot(c, |tx| {
+        let job = q(tx, JOB_BY_KEY, &[&key])?
+            .first()
+            .map(job_from_row)
+            .transpose()?;
+        let ledger = q(tx, LEDGER, &[&key])?.first().map(|r| LedgerEntry {
+            key: key.to_string(),
+            completed_at: r.get(0),
+            job_id: r.get(1),
+        });
+        let (attempts, outbox) = match &job {
+            Some(j) => (
+                all(q(tx, ATTEMPTS_OF_JOB, &[&j.id])?, attempt_from_row)?,
+                outbox_entries(tx, j.id)?,
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(inspect::explanation_of(key, job, attempts, ledger, outbox))
+    })
+}

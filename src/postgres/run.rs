@@ -1,0 +1,263 @@
+//! A PostgreSQL worker's part of a run: the claim that takes a batch of
+//! jobs and starts them (their attempt rows) in one statement, and the
+//! batch's transaction — every run fenced on its attempt and its ledger
+//! row inserted first, the handlers' writes each inside a savepoint, every
+//! run's end recorded in one statement, one commit. Writes `jobs`,
+//! `attempts` and `processed_jobs`.
+
+use postgres::{Statement, Transaction};
+
+use super::conn::{read_err, write_err, PgConn};
+use crate::error::Result;
+use crate::time::Millis;
+
+/// Whether any job of `kinds` (in `queues`) is due: a read before a claim.
+const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) AS k(kind) \
+     CROSS JOIN LATERAL (SELECT 1 FROM jobs WHERE state = 'queued' AND kind = k.kind \
+     AND run_at <= $2 AND ($3::text[] IS NULL OR queue = ANY($3)) LIMIT 1) x)";
+
+/// Claims up to `$4` due jobs of the kinds `$1` (in the queues `$3`, if
+/// given; suspects, `abandoned > 0`, exactly when `$8`) in priority order,
+/// and starts them: lease, charged attempt, attempt row and the fence on
+/// it, all in one statement. One seek per kind on `jobs_claim` (or
+/// `jobs_suspect`), then the best `$4` of those: a single `kind = ANY(..)`
+/// scan would sort every queued job of those kinds. The attempt ids are
+/// drawn first, so each job row is updated once.
+pub(crate) const CLAIM: &str = "\
+WITH picked AS (
+    SELECT c.id, nextval(pg_get_serial_sequence('attempts', 'id')) AS attempt_id
+    FROM unnest($1::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM jobs
+        WHERE state = 'queued' AND kind = k.kind AND run_at <= $2
+          AND ($3::text[] IS NULL OR queue = ANY($3)) AND (abandoned > 0) = $8
+        ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.priority, c.run_at, c.id LIMIT $4
+),
+taken AS (
+    UPDATE jobs j SET state = 'running', lease_owner = $5, lease_expires_at = $6,
+        attempts = j.attempts + 1, current_attempt = p.attempt_id
+    FROM picked p WHERE j.id = p.id
+    RETURNING j.id, j.kind, j.idempotency_key, j.queue, j.payload, j.attempts, j.max_attempts,
+        p.attempt_id, j.abandoned, j.priority, j.run_at
+),
+att AS (
+    INSERT INTO attempts (id, job_id, attempt, key, worker, started_at)
+    SELECT attempt_id, id, attempts, idempotency_key, $7, $2 FROM taken
+)
+SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id
+FROM taken ORDER BY priority, run_at, id";
+
+/// The fence and the ledger, first in the batch's transaction: locks the
+/// rows still held by these attempts (a run whose lease was lost is not
+/// among them), and inserts the ledger row of each that asks for one; a
+/// key already there is a duplicate. The row lock holds until commit, so
+/// nothing takes the job over meanwhile (the reaper and lease renewal skip
+/// locked rows).
+const FENCE_AND_LEDGER: &str = "\
+WITH held AS (
+    SELECT j.id, j.idempotency_key, f.ledger FROM jobs j
+    JOIN unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS f(id, attempt_id, ledger)
+      ON j.id = f.id AND j.current_attempt = f.attempt_id
+    WHERE j.state = 'running'
+    FOR UPDATE OF j
+),
+led AS (
+    INSERT INTO processed_jobs (key, completed_at, job_id)
+    SELECT idempotency_key, $4, id FROM held WHERE ledger
+    ON CONFLICT (key) DO NOTHING RETURNING key
+)
+SELECT h.id, EXISTS (SELECT 1 FROM led WHERE led.key = h.idempotency_key) FROM held h";
+
+/// Takes back the ledger rows of runs that failed in this transaction.
+const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
+
+/// Every run's end in one statement: the job succeeded (done, or a
+/// duplicate), or failed and is requeued at its retry time or dead (out of
+/// attempts, or discarded); its attempt row records the outcome. Fenced on
+/// the attempt like the rest.
+const END: &str = "\
+WITH ends AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
+                         $6::boolean[])
+        AS e(job_id, attempt_id, outcome, error, retry_at, discard)
+),
+j AS (
+    UPDATE jobs SET
+        state = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN 'succeeded'
+                     WHEN e.discard OR jobs.attempts >= jobs.max_attempts THEN 'dead'
+                     ELSE 'queued' END,
+        finished_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate') OR e.discard
+                                OR jobs.attempts >= jobs.max_attempts THEN $7::bigint END,
+        run_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN jobs.run_at
+                      ELSE e.retry_at END,
+        last_error = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN NULL ELSE e.error END,
+        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    FROM ends e
+    WHERE jobs.id = e.job_id AND jobs.current_attempt = e.attempt_id AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.state
+),
+a AS (
+    UPDATE attempts SET outcome = e.outcome, error = e.error, finished_at = $7::bigint
+    FROM ends e WHERE attempts.id = e.attempt_id AND attempts.outcome = 'running'
+)
+SELECT id, state FROM j";
+
+/// A job a claim took and started.
+#[derive(Debug, Clone)]
+pub(crate) struct Started {
+    pub id: i64,
+    pub kind: String,
+    pub key: String,
+    pub queue: String,
+    pub payload: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub attempt_id: i64,
+}
+
+/// The prepared statements of a worker's connection.
+pub(crate) struct Statements {
+    pub claim: Statement,
+    pub fence: Statement,
+    pub unledger: Statement,
+    pub end: Statement,
+    pub outbox_add: Statement,
+}
+
+impl Statements {
+    pub(crate) fn prepare(c: &mut PgConn) -> Result<Statements> {
+        Ok(Statements {
+            claim: c.stmt(CLAIM)?,
+            fence: c.stmt(FENCE_AND_LEDGER)?,
+            unledger: c.stmt(UNLEDGER)?,
+            end: c.stmt(END)?,
+            outbox_add: c.stmt(super::outbox::ADD)?,
+        })
+    }
+}
+
+pub(crate) fn any_due(
+    c: &mut PgConn,
+    kinds: &[String],
+    queues: Option<&[String]>,
+    now: Millis,
+) -> Result<bool> {
+    let queues: Option<Vec<String>> = queues.map(<[String]>::to_vec);
+    Ok(c.query_one(ANY_DUE, &[&kinds, &now, &queues])?.get(0))
+}
+
+/// What a claim asks for.
+pub(crate) struct ClaimAsk<'a> {
+    pub kinds: &'a [String],
+    pub queues: Option<&'a [String]>,
+    pub limit: i64,
+    pub suspects: bool,
+    pub owner: &'a str,
+    pub lease_until: Millis,
+    pub worker: &'a str,
+    pub now: Millis,
+}
+
+/// Claims and starts a batch; commits in its own transaction (the
+/// worker's session does not wait for its WAL flush: a claim lost to a
+/// server crash just means the jobs run again, and the batch's durable
+/// commit flushes it first anyway).
+pub(crate) fn claim(c: &mut PgConn, st: &Statements, ask: &ClaimAsk<'_>) -> Result<Vec<Started>> {
+    let queues: Option<Vec<String>> = ask.queues.map(<[String]>::to_vec);
+    let rows = c
+        .client
+        .query(
+            &st.claim,
+            &[
+                &ask.kinds,
+                &ask.now,
+                &queues,
+                &ask.limit,
+                &ask.owner,
+                &ask.lease_until,
+                &ask.worker,
+                &ask.suspects,
+            ],
+        )
+        .map_err(write_err)?;
+    Ok(rows
+        .iter()
+        .map(|r| Started {
+            id: r.get(0),
+            kind: r.get(1),
+            key: r.get(2),
+            queue: r.get(3),
+            payload: r.get(4),
+            attempt: r.get(5),
+            max_attempts: r.get(6),
+            attempt_id: r.get(7),
+        })
+        .collect())
+}
+
+/// Locks the runs still held and inserts their ledger rows: for each held
+/// job, whether its ledger row is new (false: a duplicate, or no row was
+/// asked for).
+pub(crate) fn fence_and_ledger(
+    tx: &mut Transaction<'_>,
+    st: &Statements,
+    runs: &[(i64, i64, bool)],
+    now: Millis,
+) -> Result<Vec<(i64, bool)>> {
+    let ids: Vec<i64> = runs.iter().map(|r| r.0).collect();
+    let attempts: Vec<i64> = runs.iter().map(|r| r.1).collect();
+    let ledger: Vec<bool> = runs.iter().map(|r| r.2).collect();
+    Ok(tx
+        .query(&st.fence, &[&ids, &attempts, &ledger, &now])
+        .map_err(read_err)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// Deletes the ledger rows of `keys` (their runs failed).
+pub(crate) fn unledger(tx: &mut Transaction<'_>, st: &Statements, keys: &[String]) -> Result<()> {
+    if !keys.is_empty() {
+        tx.execute(&st.unledger, &[&keys]).map_err(read_err)?;
+    }
+    Ok(())
+}
+
+/// One run's end, as [`END`] records it.
+pub(crate) struct End {
+    pub job_id: i64,
+    pub attempt_id: i64,
+    pub outcome: &'static str,
+    pub error: Option<String>,
+    pub retry_at: Millis,
+    pub discard: bool,
+}
+
+/// Records every run's end; returns each job's new state.
+pub(crate) fn end(
+    tx: &mut Transaction<'_>,
+    st: &Statements,
+    ends: &[End],
+    now: Millis,
+) -> Result<Vec<(i64, String)>> {
+    if ends.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = ends.iter().map(|e| e.job_id).collect();
+    let attempts: Vec<i64> = ends.iter().map(|e| e.attempt_id).collect();
+    let outcomes: Vec<&str> = ends.iter().map(|e| e.outcome).collect();
+    let errors: Vec<Option<String>> = ends.iter().map(|e| e.error.clone()).collect();
+    let retry: Vec<i64> = ends.iter().map(|e| e.retry_at).collect();
+    let discard: Vec<bool> = ends.iter().map(|e| e.discard).collect();
+    Ok(tx
+        .query(
+            &st.end,
+            &[&ids, &attempts, &outcomes, &errors, &retry, &discard, &now],
+        )
+        .map_err(read_err)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}

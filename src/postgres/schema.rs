@@ -1,0 +1,114 @@
+//! The PostgreSQL schema: embeds `postgres.sql`, reads the version a
+//! database holds (the row of `litejob_schema`), refuses a newer one
+//! untouched, and creates or migrates the tables. Writes every table's
+//! definition and `litejob_schema`, no rows of the others.
+
+use postgres::Client;
+
+use super::conn::read_err;
+use crate::error::{Error, Result};
+use crate::schema::SCHEMA_VERSION;
+
+/// The whole current schema, as shipped in `postgres.sql` at the
+/// repository root.
+pub(crate) const SCHEMA_SQL: &str = include_str!("../../postgres.sql");
+
+/// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
+/// `i + 2` (the same numbering as the SQLite file's). A database without
+/// the tables gets `SCHEMA_SQL` in one go instead.
+const MIGRATIONS: &[&str] = &[];
+
+/// Taken for the migration's transaction, so two processes opening a new
+/// database at once do not both create it (one waits, then finds it done).
+const MIGRATION_LOCK: i64 = 0x6c6a_6f62_0001;
+
+/// The version the database in the connection's search path holds (0:
+/// no litejob tables), without writing anything.
+pub(crate) fn read_version(client: &mut Client) -> Result<i64> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('litejob_schema') IS NOT NULL", &[])
+        .map_err(read_err)?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    let row = client
+        .query_opt("SELECT max(version) FROM litejob_schema", &[])
+        .map_err(read_err)?;
+    Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
+}
+
+/// Refuses a database whose schema is newer than this binary, before
+/// anything is written to it.
+pub(crate) fn check_not_newer(client: &mut Client) -> Result<i64> {
+    let found = read_version(client)?;
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(found)
+}
+
+/// Brings the database to `SCHEMA_VERSION`, in one transaction under an
+/// advisory lock; the version is read again under the lock.
+pub(crate) fn migrate(client: &mut Client) -> Result<i64> {
+    if check_not_newer(client)? == SCHEMA_VERSION {
+        return Ok(SCHEMA_VERSION);
+    }
+    let mut tx = client.transaction().map_err(read_err)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .map_err(read_err)?;
+    // The notices of `CREATE ... IF NOT EXISTS` are noise here.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")
+        .map_err(read_err)?;
+    let found = {
+        let exists: bool = tx
+            .query_one("SELECT to_regclass('litejob_schema') IS NOT NULL", &[])
+            .map_err(read_err)?
+            .get(0);
+        if exists {
+            tx.query_one("SELECT coalesce(max(version), 0) FROM litejob_schema", &[])
+                .map_err(read_err)?
+                .get::<_, i64>(0)
+        } else {
+            0
+        }
+    };
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(SCHEMA_VERSION);
+    }
+    if found == 0 {
+        tx.batch_execute(SCHEMA_SQL).map_err(read_err)?;
+    } else {
+        for step in &MIGRATIONS[(found - 1) as usize..] {
+            tx.batch_execute(step).map_err(read_err)?;
+        }
+    }
+    tx.execute("DELETE FROM litejob_schema", &[])
+        .map_err(read_err)?;
+    tx.execute(
+        "INSERT INTO litejob_schema (version) VALUES ($1)",
+        &[&SCHEMA_VERSION],
+    )
+    .map_err(read_err)?;
+    tx.commit().map_err(read_err)?;
+    Ok(SCHEMA_VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_step_has_a_version() {
+        assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION - 1);
+    }
+}

@@ -1,0 +1,570 @@
+//! The runtime's threads on PostgreSQL. Each worker owns a connection and
+//! claims for itself: a batch of jobs claimed and started in one statement
+//! (`FOR UPDATE SKIP LOCKED`), their prepare steps on the worker, then one
+//! transaction for the batch — fence and ledger rows first, each handler's
+//! writes in a savepoint, every run's end in one statement, one durable
+//! commit (group commit: one WAL flush for the batch). A suspect (a run of
+//! it was cut short by a crash, perhaps a poison pill) runs alone: no other
+//! run of this process is in flight while it does, so a crash it causes
+//! abandons nobody else. The keeper renews leases and reaps expired ones;
+//! the listener turns other processes' notifications into wake-ups.
+//! Writes `jobs`, `attempts`, `processed_jobs` and `outbox` through the
+//! PostgreSQL backend's modules.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver};
+
+use crate::error::{Error, Result};
+use crate::execute::{judge, Next, Verdict};
+use crate::fault;
+use crate::handler::{panic_message, ErasedPgHandler, JobContext, PrepareStop, Prepared};
+use crate::history::{cap_error, AttemptOutcome};
+use crate::postgres::conn::{PgConn, Session};
+use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
+use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
+use crate::postgres::{notify, PgStore};
+use crate::retry::Rng;
+use crate::time::Millis;
+
+use super::begin::failure;
+use super::effects::effect_loop;
+use super::leases::{heartbeat, reap};
+use super::{sleep_or_stop, spawn, worker_name, Shared};
+
+/// Most jobs one worker's claim takes: a batch shares one transaction and
+/// one commit.
+const MAX_BATCH: usize = 100;
+
+/// Starts the workers, the effect threads, the keeper and the listener.
+pub(super) fn start(
+    s: &Arc<Shared>,
+    store: &Arc<PgStore>,
+    stop: &Receiver<()>,
+) -> Result<Vec<JoinHandle<()>>> {
+    let mut threads = Vec::new();
+    // Held for reading from a claim to its batch's commit; for writing
+    // while a suspect runs.
+    let alone = Arc::new(RwLock::new(()));
+    if !s.pg_handlers.is_empty() {
+        let batch = (s.cfg.claim_ahead / 2).clamp(1, MAX_BATCH);
+        for i in 0..s.cfg.workers {
+            let (s, stop, alone) = (s.clone(), stop.clone(), alone.clone());
+            let session = worker_session(store, &s);
+            threads.push(spawn(
+                format!("litejob-worker-{}", i + 1),
+                Box::new(move || {
+                    Worker {
+                        name: worker_name(),
+                        s,
+                        session,
+                        stop,
+                        alone,
+                        batch,
+                        conn: None,
+                        rng: Rng::from_entropy(),
+                    }
+                    .run()
+                }),
+            )?);
+        }
+    }
+    if !s.effects.is_empty() {
+        for i in 1..=s.cfg.effect_workers {
+            let (s, stop) = (s.clone(), stop.clone());
+            threads.push(spawn(
+                format!("litejob-effect-{i}"),
+                Box::new(move || effect_loop(s, stop)),
+            )?);
+        }
+    }
+    {
+        let (s, stop) = (s.clone(), stop.clone());
+        threads.push(spawn(
+            "litejob-supervisor".into(),
+            Box::new(move || keeper_loop(s, stop)),
+        )?);
+    }
+    {
+        let (s, stop, session) = (s.clone(), stop.clone(), store.session.clone());
+        threads.push(spawn(
+            "litejob-listener".into(),
+            Box::new(move || {
+                let q = s.queue.clone();
+                let q2 = s.queue.clone();
+                notify::listen_loop(
+                    &session,
+                    &stop,
+                    s.cfg.poll_interval,
+                    move || q.notify(),
+                    move || q2.notify_outbox(),
+                )
+            }),
+        )?);
+    }
+    Ok(threads)
+}
+
+/// A worker's session: the store's, with the transaction budget as the
+/// statement timeout, and claims that do not wait for their WAL flush
+/// (the batch's commit sets it back on: see [`run`]).
+fn worker_session(store: &PgStore, s: &Shared) -> Session {
+    let mut session = store.session.clone();
+    let budget = s
+        .queue
+        .options()
+        .transaction_budget
+        .map_or(0, |d| d.as_millis().max(1));
+    session.setup.push_str(&format!(
+        "; SET statement_timeout = {budget}; SET synchronous_commit = off"
+    ));
+    session
+}
+
+/// The keeper: renews this process's leases every third of a lease and
+/// reaps expired ones (any process's) every poll interval.
+fn keeper_loop(s: Arc<Shared>, stop: Receiver<()>) {
+    let lease_ms = s.cfg.lease.as_millis() as i64;
+    let every_beat = s.cfg.lease / 3;
+    let every_reap = s
+        .cfg
+        .poll_interval
+        .max(Duration::from_millis(200))
+        .min(s.cfg.lease / 2);
+    let (mut next_beat, mut next_reap) = (Instant::now() + every_beat, Instant::now());
+    loop {
+        if s.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let now_i = Instant::now();
+        if now_i >= next_beat {
+            heartbeat(&s, s.queue.backend().now() + lease_ms);
+            next_beat = now_i + every_beat;
+        }
+        if now_i >= next_reap {
+            reap(&s);
+            next_reap = now_i + every_reap;
+        }
+        let wait = next_beat
+            .min(next_reap)
+            .saturating_duration_since(Instant::now());
+        if stop.recv_timeout(wait).is_ok() || s.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+    }
+}
+
+/// One run of a batch, from its start to its end.
+struct Run {
+    started: Started,
+    ctx: JobContext,
+    handler: Arc<dyn ErasedPgHandler>,
+    prepared: Option<std::result::Result<Prepared, PrepareStop>>,
+    backoff_at: Millis,
+    t0: Instant,
+    /// What the batch's transaction recorded.
+    end: Option<RunEnd>,
+}
+
+/// How a run ended, for its log line.
+struct RunEnd {
+    outcome: AttemptOutcome,
+    error: Option<String>,
+    retry_at: Option<Millis>,
+    outbox_added: usize,
+    next: Option<Next>,
+}
+
+struct Worker {
+    s: Arc<Shared>,
+    session: Session,
+    stop: Receiver<()>,
+    alone: Arc<RwLock<()>>,
+    batch: usize,
+    name: String,
+    conn: Option<(PgConn, Statements)>,
+    rng: Rng,
+}
+
+impl Worker {
+    fn run(mut self) {
+        let wake = self.s.job_wake.clone();
+        loop {
+            if self.s.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            match self.turn() {
+                Ok(true) => continue,
+                Ok(false) => {
+                    select! {
+                        recv(self.stop) -> _ => return,
+                        recv(wake) -> _ => {},
+                        default(self.s.cfg.poll_interval) => {},
+                    }
+                }
+                Err(e) => {
+                    log::warn!(target: "litejob", "worker {}: {e}; retrying", self.name);
+                    self.conn = None;
+                    sleep_or_stop(&self.stop, Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
+    /// The worker's connection and its statements, opened if need be.
+    fn connection(&mut self) -> Result<&mut (PgConn, Statements)> {
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|(c, _)| c.client.is_closed())
+        {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            let mut c = self.session.connect()?;
+            let st = Statements::prepare(&mut c)?;
+            self.conn = Some((c, st));
+        }
+        Ok(self.conn.as_mut().expect("just opened"))
+    }
+
+    /// One claim and its batch; true when it took a full batch (more is
+    /// likely waiting).
+    fn turn(&mut self) -> Result<bool> {
+        let alone = self.alone.clone();
+        let shared = alone.read().unwrap_or_else(|e| e.into_inner());
+        let batch = self.claim(false, self.batch)?;
+        let full = batch.len() == self.batch;
+        if full {
+            // Wake another worker: there is surely more.
+            self.s.queue.notify();
+        }
+        if !batch.is_empty() {
+            self.run_batch(batch);
+            return Ok(true);
+        }
+        drop(shared);
+        // Nothing ordinary due: a suspect, alone.
+        let _alone = alone.write().unwrap_or_else(|e| e.into_inner());
+        let suspect = self.claim(true, 1)?;
+        if suspect.is_empty() {
+            return Ok(false);
+        }
+        self.run_batch(suspect);
+        Ok(true)
+    }
+
+    fn claim(&mut self, suspects: bool, limit: usize) -> Result<Vec<Started>> {
+        if self.s.stopping.load(Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
+        let s = self.s.clone();
+        let now = s.queue.backend().now();
+        let name = self.name.clone();
+        let (c, st) = self.connection()?;
+        let started = run::claim(
+            c,
+            st,
+            &ClaimAsk {
+                kinds: &s.kinds,
+                queues: s.cfg.queues.as_deref(),
+                limit: limit as i64,
+                suspects,
+                owner: &s.owner,
+                lease_until: now + s.cfg.lease.as_millis() as i64,
+                worker: &name,
+                now,
+            },
+        )?;
+        for j in &started {
+            s.in_flight.started(j.id, j.attempt_id);
+        }
+        if !started.is_empty() {
+            fault::point("after-claim-commit");
+        }
+        Ok(started)
+    }
+
+    /// Prepares, applies and records a batch; a batch whose transaction
+    /// failed is given back uncharged.
+    fn run_batch(&mut self, batch: Vec<Started>) {
+        let mut runs: Vec<Run> = batch.into_iter().filter_map(|j| self.begin(j)).collect();
+        if self.s.stopping.load(Ordering::SeqCst) {
+            // Stopping before any of its user code ran in a transaction:
+            // give the batch back (its prepare steps ran; nothing else).
+            self.give_back(&runs, "released at shutdown");
+            return;
+        }
+        match self.apply(&mut runs) {
+            Ok(()) => {
+                fault::point("after-complete-commit");
+                for r in &runs {
+                    self.finish(r);
+                }
+            }
+            Err(e) => {
+                log::warn!(target: "litejob", "a batch of {} runs was not recorded ({e}); giving it back", runs.len());
+                self.conn = None;
+                self.give_back(
+                    &runs,
+                    &format!("released uncharged: the run's write failed ({e})"),
+                );
+            }
+        }
+    }
+
+    /// A run's start: its context, and its prepare step (or the payload's
+    /// decoding) run here, outside any transaction.
+    fn begin(&mut self, j: Started) -> Option<Run> {
+        let Some(handler) = self.s.pg_handlers.get(&j.kind).cloned() else {
+            // Cannot happen (the claim asks only for our kinds).
+            self.give_back_one(
+                j.id,
+                j.attempt_id,
+                "no handler for its kind in this runtime",
+            );
+            return None;
+        };
+        let ctx = JobContext {
+            id: j.id,
+            kind: j.kind.clone(),
+            key: j.key.clone(),
+            queue: j.queue.clone(),
+            attempt: j.attempt,
+            max_attempts: j.max_attempts,
+        };
+        let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+        log::info!(target: "litejob", job_id = j.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+            attempt = attempt_str.as_str(), worker = self.name.as_str(); "job started");
+        fault::point("after-start-commit");
+        let backoff_at = self.s.queue.backend().now()
+            + self
+                .s
+                .cfg
+                .backoff
+                .delay(ctx.attempt as u32, self.rng.unit())
+                .as_millis() as i64;
+        let t0 = Instant::now();
+        fault::point("in-handler");
+        let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &j.payload)))
+            .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+        Some(Run {
+            started: j,
+            ctx,
+            handler,
+            prepared: Some(prepared),
+            backoff_at,
+            t0,
+            end: None,
+        })
+    }
+
+    /// The batch's transaction: fence and ledger, handlers, ends, commit.
+    fn apply(&mut self, runs: &mut [Run]) -> Result<()> {
+        let s = self.s.clone();
+        let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
+        let now = s.queue.backend().now();
+        let (c, st) = self.connection()?;
+        let mut tx = c
+            .client
+            .transaction()
+            .map_err(crate::postgres::conn::read_err)?;
+        let asks: Vec<(i64, i64, bool)> = runs
+            .iter()
+            .map(|r| {
+                let ok = matches!(r.prepared, Some(Ok(_)));
+                (r.started.id, r.started.attempt_id, ok)
+            })
+            .collect();
+        let held: std::collections::HashMap<i64, bool> =
+            run::fence_and_ledger(&mut tx, st, &asks, now)?
+                .into_iter()
+                .collect();
+        let mut ends = Vec::with_capacity(runs.len());
+        let mut failed_keys = Vec::new();
+        for r in runs.iter_mut() {
+            let Some(&ledger_new) = held.get(&r.started.id) else {
+                // The lease was lost (it expired, another process took the
+                // job over): nothing of this run is recorded.
+                continue;
+            };
+            let end = match r.prepared.take().expect("prepared once") {
+                Err(stop) => {
+                    let (outcome, msg, next) = failure(stop, r.backoff_at);
+                    failed(outcome, msg, next, 0)
+                }
+                Ok(_) if !ledger_new => RunEnd {
+                    outcome: AttemptOutcome::Duplicate,
+                    error: Some(
+                        "duplicate: the ledger already holds this key, the work was done before"
+                            .into(),
+                    ),
+                    retry_at: None,
+                    outbox_added: 0,
+                    next: None,
+                },
+                Ok(prepared) => {
+                    let mut jtx = PgJobTx {
+                        tx: &mut tx,
+                        job: &r.ctx,
+                        now,
+                        outbox_max_attempts,
+                        outbox_add: &st.outbox_add,
+                        outbox_added: 0,
+                        savepoint: Savepoint::NotOpened,
+                    };
+                    let handler = r.handler.clone();
+                    let result =
+                        catch_unwind(AssertUnwindSafe(|| handler.apply(&mut jtx, prepared)));
+                    let (savepoint, added) = (jtx.savepoint, jtx.outbox_added);
+                    if savepoint == Savepoint::Failed {
+                        return Err(Error::Aborted(format!(
+                            "job {}: its savepoint could not be opened; the batch was rolled back",
+                            r.ctx.id
+                        )));
+                    }
+                    let opened = savepoint == Savepoint::Open;
+                    match judge(result, now, r.backoff_at) {
+                        Verdict::Done if !opened || tx.batch_execute(RELEASE_RUN).is_ok() => {
+                            RunEnd {
+                                outcome: AttemptOutcome::Succeeded,
+                                error: None,
+                                retry_at: None,
+                                outbox_added: added,
+                                next: None,
+                            }
+                        }
+                        verdict => {
+                            let (outcome, msg, next) = match verdict {
+                                Verdict::Failed(o, m, n) => (o, m, n),
+                                // Done, but its savepoint does not release:
+                                // one of its statements failed and the
+                                // handler went on.
+                                Verdict::Done => (
+                                    AttemptOutcome::Failed,
+                                    "the handler's SQL failed (the transaction was aborted) \
+                                     but it returned Done"
+                                        .to_string(),
+                                    Next::RetryAt(r.backoff_at),
+                                ),
+                            };
+                            if opened {
+                                tx.batch_execute(&format!("{ROLLBACK_RUN}; {RELEASE_RUN}"))
+                                    .map_err(crate::postgres::conn::read_err)?;
+                            }
+                            failed_keys.push(r.ctx.key.clone());
+                            failed(outcome, msg, next, 0)
+                        }
+                    }
+                }
+            };
+            ends.push(End {
+                job_id: r.started.id,
+                attempt_id: r.started.attempt_id,
+                outcome: end.outcome.as_str(),
+                error: end.error.as_deref().map(cap_error),
+                retry_at: end.retry_at.unwrap_or(now),
+                discard: matches!(end.next, Some(Next::Discard)),
+            });
+            r.end = Some(end);
+        }
+        run::unledger(&mut tx, st, &failed_keys)?;
+        fault::point("before-complete-commit");
+        let states = run::end(&mut tx, st, &ends, now)?;
+        tx.commit().map_err(crate::postgres::conn::write_err)?;
+        // Retry times only for the jobs that went back to queued.
+        for r in runs.iter_mut() {
+            let state = states.iter().find(|(id, _)| *id == r.started.id);
+            if let Some(end) = &mut r.end {
+                if !matches!(state, Some((_, st)) if st == "queued") {
+                    end.retry_at = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Logs a run's end and lets go of its job.
+    fn finish(&self, r: &Run) {
+        let s = &self.s;
+        let ms = r.t0.elapsed().as_millis() as u64;
+        let attempt_str = format!("{}/{}", r.ctx.attempt, r.ctx.max_attempts);
+        match &r.end {
+            Some(end) => {
+                let err = end.error.clone().unwrap_or_default();
+                let next = end
+                    .retry_at
+                    .map(crate::time::format_millis)
+                    .unwrap_or_default();
+                log::info!(target: "litejob", job_id = r.ctx.id, kind = r.ctx.kind.as_str(), key = r.ctx.key.as_str(),
+                    attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), duration_ms = ms,
+                    retry_at = next.as_str(), error = err.as_str(); "job finished");
+                if end.outbox_added > 0 {
+                    s.queue.notify_outbox();
+                    if let Some(store) = s.queue.postgres() {
+                        store.notifier.outbox();
+                    }
+                }
+            }
+            None => {
+                log::warn!(target: "litejob", job_id = r.ctx.id, kind = r.ctx.kind.as_str(), key = r.ctx.key.as_str(),
+                    attempt = attempt_str.as_str(), outcome = "not recorded", duration_ms = ms,
+                    error = "lease lost: the run no longer held the job; nothing of it was recorded"; "job run not recorded");
+            }
+        }
+        s.in_flight.run_ended(r.ctx.id, r.started.attempt_id);
+    }
+
+    /// Gives a batch's runs back uncharged (fenced on their attempts),
+    /// retrying while the server is out of reach and the lease lasts.
+    fn give_back(&self, runs: &[Run], why: &str) {
+        for r in runs {
+            self.give_back_one(r.started.id, r.started.attempt_id, why);
+        }
+    }
+
+    fn give_back_one(&self, id: i64, attempt_id: i64, why: &str) {
+        let s = &self.s;
+        let give_up = Instant::now() + s.cfg.lease;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let b = s.queue.backend();
+            match b.release_job(id, &s.owner, Some(attempt_id), why, b.now()) {
+                Err(e) if e.is_transient() && Instant::now() < give_up => {
+                    if sleep_until_stop(&self.stop, delay) {
+                        break;
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                _ => break,
+            }
+        }
+        s.in_flight.run_ended(id, attempt_id);
+    }
+}
+
+/// Sleeps for `d`; true when the runtime stopped meanwhile.
+fn sleep_until_stop(stop: &Receiver<()>, d: Duration) -> bool {
+    !matches!(
+        stop.recv_timeout(d),
+        Err(crossbeam_channel::RecvTimeoutError::Timeout)
+    )
+}
+
+fn failed(outcome: AttemptOutcome, msg: String, next: Next, outbox_added: usize) -> RunEnd {
+    let retry_at = match next {
+        Next::RetryAt(at) => Some(at),
+        Next::Discard => None,
+    };
+    RunEnd {
+        outcome,
+        error: Some(msg),
+        retry_at,
+        outbox_added,
+        next: Some(next),
+    }
+}

@@ -1,0 +1,244 @@
+//! The behaviour suite both backends share: every test in `backends/` runs
+//! once on a SQLite file and once on PostgreSQL (`both!`), through the
+//! public API and the real binary, and checks the database with plain SQL.
+//!
+//! PostgreSQL is the server `LITEJOB_TEST_PG` names (a URL to a database
+//! the tests may create schemas in); each test gets a schema of its own,
+//! dropped afterwards. Without the variable the PostgreSQL half of a test
+//! says so and passes — unless `CI` is set, where `.ci/run` starts a server
+//! and sets it: there a missing variable or an unreachable server fails.
+
+mod admin;
+mod cli;
+mod enqueue;
+mod faults;
+mod outbox;
+mod processes;
+mod runs;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use litejob::pg::{Client, NoTls};
+use litejob::{HandlerError, JobContext, Outcome, Queue, QueueOptions, RuntimeBuilder};
+use serde_json::Value;
+
+/// Which backend a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// The server the PostgreSQL tests use, if one is configured.
+pub fn pg_base_url() -> Option<String> {
+    match std::env::var("LITEJOB_TEST_PG") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL \
+                 and set it"
+            );
+            None
+        }
+    }
+}
+
+/// A queue location for one test: a file in a temporary directory, or a
+/// PostgreSQL schema of its own (dropped on drop).
+pub struct TestQueue {
+    pub engine: Engine,
+    /// `--db`: the file's path, or the URL naming the schema.
+    pub location: String,
+    _dir: Option<tempfile::TempDir>,
+    schema: Option<(String, String)>,
+}
+
+impl TestQueue {
+    /// A fresh location on `engine`; None (with a note on stderr) when
+    /// PostgreSQL is not configured outside CI.
+    pub fn new(engine: Engine) -> Option<TestQueue> {
+        // The library's log lines, with `RUST_LOG`, under the test's output.
+        let _ = env_logger::builder()
+            .parse_env(env_logger::Env::default().default_filter_or("litejob=off"))
+            .is_test(true)
+            .try_init();
+        match engine {
+            Engine::Sqlite => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let location = dir.path().join("test.db").display().to_string();
+                Some(TestQueue {
+                    engine,
+                    location,
+                    _dir: Some(dir),
+                    schema: None,
+                })
+            }
+            Engine::Postgres => {
+                let Some(base) = pg_base_url() else {
+                    eprintln!(
+                        "LITEJOB_TEST_PG is not set: the PostgreSQL half of this test did not run"
+                    );
+                    return None;
+                };
+                static N: AtomicU64 = AtomicU64::new(0);
+                let schema = format!(
+                    "t_{}_{}_{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed),
+                    crate::support::Rng::new(crate::support::now_ms() as u64).next_u64() % 100_000
+                );
+                let mut c = Client::connect(&base, NoTls).unwrap_or_else(|e| {
+                    panic!("LITEJOB_TEST_PG={base} is set but the server is unreachable: {e}")
+                });
+                c.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
+                let sep = if base.contains('?') { '&' } else { '?' };
+                let location = format!("{base}{sep}options=-csearch_path%3D{schema}");
+                Some(TestQueue {
+                    engine,
+                    location,
+                    _dir: None,
+                    schema: Some((base, schema)),
+                })
+            }
+        }
+    }
+
+    /// Opens the queue with the default options.
+    pub fn open(&self) -> Queue {
+        self.open_with(QueueOptions::default())
+    }
+
+    /// Opens the queue with `opts`.
+    pub fn open_with(&self, opts: QueueOptions) -> Queue {
+        Queue::open_location(&self.location, opts).expect("open queue")
+    }
+
+    /// Runs `sql` (statements without results) as an operator would.
+    pub fn exec(&self, sql: &str) {
+        match self.engine {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.location).unwrap();
+                c.busy_timeout(std::time::Duration::from_secs(30)).unwrap();
+                c.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            Engine::Postgres => {
+                let mut c = Client::connect(&self.location, NoTls).unwrap();
+                c.batch_execute(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+        }
+    }
+
+    /// A single integer from `sql` (`SELECT count(*) ...`), as plain SQL
+    /// reads it; the SQL must read the same on both engines.
+    pub fn count(&self, sql: &str) -> i64 {
+        match self.engine {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.location).unwrap();
+                c.busy_timeout(std::time::Duration::from_secs(30)).unwrap();
+                c.query_row(sql, [], |r| r.get(0))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+            Engine::Postgres => {
+                let mut c = Client::connect(&self.location, NoTls).unwrap();
+                let r = c
+                    .query_one(sql, &[])
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                // count(*) is bigint; a sum may be numeric.
+                r.try_get::<_, i64>(0)
+                    .or_else(|_| r.try_get::<_, Option<i64>>(0).map(|v| v.unwrap_or(0)))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+        }
+    }
+
+    /// One text column of every row of `sql`.
+    pub fn strings(&self, sql: &str) -> Vec<String> {
+        match self.engine {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.location).unwrap();
+                let mut st = c.prepare(sql).unwrap();
+                let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
+                rows.collect::<rusqlite::Result<_>>().unwrap()
+            }
+            Engine::Postgres => {
+                let mut c = Client::connect(&self.location, NoTls).unwrap();
+                c.query(sql, &[])
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                    .iter()
+                    .map(|r| r.get::<_, String>(0))
+                    .collect()
+            }
+        }
+    }
+
+    /// Creates the application's own table `app_rows`, which
+    /// [`app_handler`] writes.
+    pub fn create_app_table(&self) {
+        self.exec("CREATE TABLE IF NOT EXISTS app_rows (key TEXT NOT NULL, note TEXT)");
+    }
+}
+
+impl Drop for TestQueue {
+    fn drop(&mut self) {
+        if let Some((base, schema)) = &self.schema {
+            if let Ok(mut c) = Client::connect(base, NoTls) {
+                let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            }
+        }
+    }
+}
+
+/// Registers on `b` the handler of `kind` for `engine`: inside the job's
+/// transaction it inserts the job's key into `app_rows`, then returns what
+/// `decide` says. The row commits only with the run.
+pub fn app_handler(
+    engine: Engine,
+    b: RuntimeBuilder,
+    kind: &str,
+    decide: impl Fn(&JobContext, &Value) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+) -> RuntimeBuilder {
+    match engine {
+        Engine::Sqlite => b.handler(kind, move |tx, p: Value| {
+            tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [&tx.job().key])?;
+            decide(tx.job(), &p)
+        }),
+        Engine::Postgres => b.pg_handler(kind, move |tx, p: Value| {
+            let key = tx.job().key.clone();
+            tx.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&key])?;
+            decide(tx.job(), &p)
+        }),
+    }
+}
+
+/// A handler that writes its row and says `Done`.
+pub fn done(_: &JobContext, _: &Value) -> Result<Outcome, HandlerError> {
+    Ok(Outcome::Done)
+}
+
+/// Declares a test that runs once per backend: `both! { fn name(q) { .. } }`
+/// makes `name::sqlite` and `name::postgres`, each handing the body a fresh
+/// [`TestQueue`].
+#[macro_export]
+macro_rules! both {
+    ($(#[doc = $doc:literal])* fn $name:ident($q:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            fn run($q: &$crate::backends::TestQueue) $body
+            #[test]
+            fn sqlite() {
+                run(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite).unwrap())
+            }
+            #[test]
+            fn postgres() {
+                if let Some(q) = $crate::backends::TestQueue::new($crate::backends::Engine::Postgres) {
+                    run(&q)
+                }
+            }
+        }
+    };
+}
