@@ -142,6 +142,7 @@ mod job;
 mod ledger;
 mod outbox;
 mod queue;
+mod reply;
 mod retry;
 mod runtime;
 mod schema;
@@ -162,6 +163,7 @@ pub use inspect::{
 pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use outbox::{OutboxRow, OutboxState};
 pub use queue::{Queue, QueueOptions, WriteTx};
+pub use reply::WriteFuture;
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
 pub use schema::SCHEMA_VERSION;

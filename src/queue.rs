@@ -14,7 +14,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
 use crate::db::{self, ConnConfig, Pool, Synchronous};
-use crate::enqueue::{self, EnqueueRules};
+use crate::enqueue::{self, EnqueueRules, ValidJob};
 use crate::error::{Error, Result};
 use crate::history::{self, Attempt};
 use crate::job::{self, Enqueued, Job, JobFilter, NewJob};
@@ -23,6 +23,8 @@ use crate::runtime::RuntimeBuilder;
 use crate::schema;
 use crate::time::{now_ms, Millis};
 use crate::writer::{Writer, WriterConfig};
+
+mod async_ops;
 
 /// How a queue opens its file. Builder-lite:
 ///
@@ -139,11 +141,15 @@ pub(crate) struct Inner {
     pub path: PathBuf,
     pub opts: QueueOptions,
     pub conn_cfg: ConnConfig,
-    pub rules: EnqueueRules,
+    /// Shared with the writes sent from async code, which must not hold the
+    /// queue itself: the last handle dropped on the writer thread would
+    /// join that thread from itself.
+    pub rules: Arc<EnqueueRules>,
     pub pool: Pool,
     pub writer: Writer,
-    /// Wakes this process's job claimers after an in-process enqueue.
-    pub job_wake: Wakers,
+    /// Wakes this process's job claimers after an in-process enqueue (from
+    /// the thread that answers an async enqueue, too).
+    pub job_wake: Arc<Wakers>,
     /// Wakes effect dispatchers after a run wrote outbox rows.
     pub outbox_wake: Wakers,
 }
@@ -221,6 +227,29 @@ impl std::ops::Deref for WriteTx<'_> {
     }
 }
 
+/// Runs `f`, a [`Queue::write`] body, in a [`WriteTx`] on the writer's
+/// connection; its result, and whether it enqueued a new job.
+fn in_write_tx<R>(
+    conn: &Connection,
+    rules: &EnqueueRules,
+    now: Millis,
+    f: impl FnOnce(&WriteTx<'_>) -> Result<R>,
+) -> Result<(R, bool)> {
+    let tx = WriteTx {
+        conn,
+        rules,
+        now,
+        enqueued: Cell::new(false),
+    };
+    let r = f(&tx)?;
+    Ok((r, tx.enqueued.get()))
+}
+
+/// How often a write answered `Aborted` (rolled back with a neighbour in its
+/// group, nothing of it written) is sent again before the caller gets the
+/// error.
+const ABORTED_RETRIES: u32 = 5;
+
 impl Queue {
     /// Opens (creating and migrating if needed) the queue at `path` with the
     /// default options: WAL, `synchronous=FULL`, 30 s busy timeout.
@@ -245,7 +274,7 @@ impl Queue {
                 op_budget: opts.transaction_budget,
             },
         )?;
-        let rules = opts.rules();
+        let rules = Arc::new(opts.rules());
         Ok(Queue {
             inner: Arc::new(Inner {
                 path,
@@ -254,7 +283,7 @@ impl Queue {
                 rules,
                 pool,
                 writer,
-                job_wake: Wakers::default(),
+                job_wake: Arc::default(),
                 outbox_wake: Wakers::default(),
             }),
         })
@@ -292,7 +321,17 @@ impl Queue {
     /// invalid job refuses the whole batch before anything is written.
     pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let now = now_ms();
-        // Check every job before writing any: one bad job refuses the batch.
+        let valid = Arc::new(self.validate_batch(jobs, now)?);
+        let r = self.write_retrying(move |conn| enqueue::insert_many(conn, &valid, now))?;
+        if r.iter().any(|e| !e.is_duplicate()) {
+            self.notify();
+        }
+        Ok(r)
+    }
+
+    /// Checks every job of a batch before any is written: one bad job
+    /// refuses the batch, and the message names it.
+    fn validate_batch(&self, jobs: Vec<NewJob>, now: Millis) -> Result<Vec<ValidJob>> {
         let checked = jobs
             .iter()
             .enumerate()
@@ -305,17 +344,11 @@ impl Queue {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let valid: Vec<_> = jobs
+        Ok(jobs
             .into_iter()
             .zip(checked)
             .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
-            .collect();
-        let valid = Arc::new(valid);
-        let r = self.write_retrying(move |conn| enqueue::insert_many(conn, &valid, now))?;
-        if r.iter().any(|e| !e.is_duplicate()) {
-            self.notify();
-        }
-        Ok(r)
+            .collect())
     }
 
     /// Enqueues inside a transaction the application opened itself on its own
@@ -337,18 +370,12 @@ impl Queue {
         R: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> Result<R> + Send + 'static,
     {
-        let inner = self.inner.clone();
+        let rules = self.inner.rules.clone();
         let now = now_ms();
-        let (r, enqueued) = self.inner.writer.run(move |conn| {
-            let tx = WriteTx {
-                conn,
-                rules: &inner.rules,
-                now,
-                enqueued: Cell::new(false),
-            };
-            let r = f(&tx)?;
-            Ok((r, tx.enqueued.get()))
-        })?;
+        let (r, enqueued) = self
+            .inner
+            .writer
+            .run(move |conn| in_write_tx(conn, &rules, now, f))?;
         if enqueued {
             self.notify();
         }
@@ -367,7 +394,7 @@ impl Queue {
         loop {
             let g = f.clone();
             match self.inner.writer.run(move |c| g(c)) {
-                Err(Error::Aborted(_)) if tries < 5 => tries += 1,
+                Err(Error::Aborted(_)) if tries < ABORTED_RETRIES => tries += 1,
                 other => return other,
             }
         }
