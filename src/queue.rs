@@ -1,8 +1,8 @@
 //! The queue handle: opens the file, owns the writer and the reader pool,
-//! and is the producer's API (enqueue, batch, transactional) and the reader's
-//! (jobs, attempts, outbox rows). Writes `jobs` through enqueue. The
-//! operator's methods live beside it: repairs in the admin module, reports
-//! in the inspect module.
+//! and is the producer's API (enqueue, batch, transactional; their async
+//! forms in [`async_ops`]) and the reader's (jobs, attempts, outbox rows).
+//! Writes `jobs` through enqueue. The operator's methods live beside it:
+//! repairs in the admin module, reports in the inspect module.
 
 use std::cell::Cell;
 use std::collections::HashMap;
