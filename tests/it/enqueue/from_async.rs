@@ -4,7 +4,8 @@
 //! connection holds the write lock); a dropped future still leaves its job;
 //! async and blocking enqueues of the same keys mix on one queue;
 //! `write_async` commits the app's row and the job together or neither; bad
-//! input resolves to the blocking API's error with nothing written.
+//! input resolves to the blocking API's error with nothing written; a write
+//! sent before the queue is dropped still commits.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -320,4 +321,18 @@ fn bad_input_to_an_async_enqueue_is_the_blocking_error_with_nothing_written() {
     );
     assert!(async_err.to_string().contains("evt_3"), "{async_err}");
     assert_eq!(jobs(&db), 0);
+}
+
+#[test]
+fn a_write_sent_before_the_last_handle_is_dropped_still_commits_and_answers() {
+    let db = TestDb::new();
+    let q = db.open();
+    let fut = q.enqueue_async(NewJob::new("webhook", "evt_last", &json!({})));
+    // The queue's writer stops when its last handle goes, after finishing
+    // what was sent to it.
+    drop(q);
+    let e = one_thread().block_on(fut).unwrap();
+    assert!(!e.is_duplicate(), "{e:?}");
+    let q = db.open();
+    assert_eq!(q.job_by_key("evt_last").unwrap().unwrap().id, e.id());
 }
