@@ -99,9 +99,11 @@
 //! worker threads; a handler returns an [`Outcome`]; library failures are
 //! [`Error`]s. In `src/`:
 //!
-//! - `queue.rs`: [`Queue`], [`QueueOptions`], [`WriteTx`]; `admin.rs`: the
-//!   operator's repairs (retry, cancel, outbox retry, prune); `inspect.rs`: the
-//!   operator's reports (stats, job detail, explain).
+//! - `queue.rs`: [`Queue`], [`QueueOptions`], [`WriteTx`], and in `queue/`
+//!   the async forms of enqueue and write; `reply.rs`: the [`WriteFuture`]
+//!   they return; `admin.rs`: the operator's repairs (retry, cancel, outbox
+//!   retry, prune); `inspect.rs`: the operator's reports (stats, job detail,
+//!   explain).
 //! - `job.rs`, `enqueue.rs`: jobs as data and the producer's insert;
 //!   `claim.rs`, `execute.rs`, `handler.rs`: leases, a run's transaction, and
 //!   what user code plugs in; `outbox.rs`: side effects after commit;
@@ -145,6 +147,7 @@ mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
+mod reply;
 mod retry;
 mod runtime;
 mod schema;
@@ -172,6 +175,7 @@ pub use outbox::{OutboxRow, OutboxState};
 #[cfg(feature = "postgres")]
 pub use postgres::tx::{PgJobTx, PgWriteTx};
 pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};
+pub use reply::WriteFuture;
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
 pub use schema::SCHEMA_VERSION;

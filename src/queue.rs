@@ -1,6 +1,6 @@
 //! The queue handle: opens the file, owns the writer and the reader pool,
-//! and is the producer's API (enqueue, batch, transactional) and the reader's
-//! (jobs, attempts, outbox rows). Writes `jobs` through enqueue. The
+//! and is the producer's API (enqueue, batch, transactional; their async
+//! forms in [`async_ops`]) and the reader's (jobs, attempts, outbox rows). Writes `jobs` through enqueue. The
 //! operator's methods live beside it: repairs in the admin module, reports
 //! in the inspect module.
 
@@ -16,7 +16,7 @@ use rusqlite::Connection;
 use crate::backend::sqlite::SqliteStore;
 use crate::backend::{Backend, BackendKind};
 use crate::db::{self, Synchronous};
-use crate::enqueue::{self, EnqueueRules};
+use crate::enqueue::{self, EnqueueRules, ValidJob};
 use crate::error::{Error, Result};
 use crate::history::Attempt;
 use crate::job::{Enqueued, Job, JobFilter, NewJob};
@@ -24,6 +24,8 @@ use crate::outbox::{OutboxRow, OutboxState};
 use crate::runtime::RuntimeBuilder;
 use crate::time::{now_ms, Millis};
 use crate::writer::Writer;
+
+mod async_ops;
 
 /// How a queue opens its file. Builder-lite:
 ///
@@ -148,9 +150,13 @@ pub(crate) struct Inner {
     /// The file's path, or the PostgreSQL URL without its password.
     pub location: PathBuf,
     pub opts: QueueOptions,
-    pub rules: EnqueueRules,
-    /// Wakes this process's job claimers after an in-process enqueue.
-    pub job_wake: Wakers,
+    /// Shared with the writes sent from async code, which must not hold the
+    /// queue itself: the last handle dropped on the writer thread would
+    /// join that thread from itself.
+    pub rules: Arc<EnqueueRules>,
+    /// Wakes this process's job claimers after an in-process enqueue (from
+    /// the thread that answers an async enqueue, too).
+    pub job_wake: Arc<Wakers>,
     /// Wakes effect dispatchers after a run wrote outbox rows.
     pub outbox_wake: Wakers,
 }
@@ -234,6 +240,29 @@ impl std::ops::Deref for WriteTx<'_> {
     }
 }
 
+/// Runs `f`, a [`Queue::write`] body, in a [`WriteTx`] on the writer's
+/// connection; its result, and whether it enqueued a new job.
+fn in_write_tx<R>(
+    conn: &Connection,
+    rules: &EnqueueRules,
+    now: Millis,
+    f: impl FnOnce(&WriteTx<'_>) -> Result<R>,
+) -> Result<(R, bool)> {
+    let tx = WriteTx {
+        conn,
+        rules,
+        now,
+        enqueued: Cell::new(false),
+    };
+    let r = f(&tx)?;
+    Ok((r, tx.enqueued.get()))
+}
+
+/// How often a write answered `Aborted` (rolled back with a neighbour in its
+/// group, nothing of it written) is sent again before the caller gets the
+/// error.
+pub(crate) const ABORTED_RETRIES: u32 = 5;
+
 impl Queue {
     /// Opens (creating and migrating if needed) the queue at `path` with the
     /// default options: WAL, `synchronous=FULL`, 30 s busy timeout.
@@ -304,7 +333,7 @@ impl Queue {
         location: PathBuf,
         opts: QueueOptions,
     ) -> Queue {
-        let rules = opts.rules();
+        let rules = Arc::new(opts.rules());
         Queue {
             inner: Arc::new(Inner {
                 backend,
@@ -314,7 +343,7 @@ impl Queue {
                 location,
                 opts,
                 rules,
-                job_wake: Wakers::default(),
+                job_wake: Arc::default(),
                 outbox_wake: Wakers::default(),
             }),
         }
@@ -387,7 +416,17 @@ impl Queue {
     /// invalid job refuses the whole batch before anything is written.
     pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let now = self.backend().now();
-        // Check every job before writing any: one bad job refuses the batch.
+        let valid = self.validate_batch(jobs, now)?;
+        let r = self.backend().enqueue_many(valid, now)?;
+        if r.iter().any(|e| !e.is_duplicate()) {
+            self.notify();
+        }
+        Ok(r)
+    }
+
+    /// Checks every job of a batch before any is written: one bad job
+    /// refuses the batch, and the message names it.
+    fn validate_batch(&self, jobs: Vec<NewJob>, now: Millis) -> Result<Vec<ValidJob>> {
         let checked = jobs
             .iter()
             .enumerate()
@@ -400,16 +439,11 @@ impl Queue {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let valid: Vec<_> = jobs
+        Ok(jobs
             .into_iter()
             .zip(checked)
             .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
-            .collect();
-        let r = self.backend().enqueue_many(valid, now)?;
-        if r.iter().any(|e| !e.is_duplicate()) {
-            self.notify();
-        }
-        Ok(r)
+            .collect())
     }
 
     /// Enqueues inside a transaction the application opened itself on its own
@@ -433,18 +467,11 @@ impl Queue {
         F: FnOnce(&WriteTx<'_>) -> Result<R> + Send + 'static,
     {
         let store = self.sqlite("Queue::write")?;
-        let inner = self.inner.clone();
+        let rules = self.inner.rules.clone();
         let now = now_ms();
-        let (r, enqueued) = store.writer.run(move |conn| {
-            let tx = WriteTx {
-                conn,
-                rules: &inner.rules,
-                now,
-                enqueued: Cell::new(false),
-            };
-            let r = f(&tx)?;
-            Ok((r, tx.enqueued.get()))
-        })?;
+        let (r, enqueued) = store
+            .writer
+            .run(move |conn| in_write_tx(conn, &rules, now, f))?;
         if enqueued {
             self.notify();
         }
@@ -468,25 +495,9 @@ impl Queue {
             )
         })?;
         let now = self.backend().now();
-        let mut conn = store.pool.get().map_err(crate::postgres::conn::pool_err)?;
-        let insert = conn.stmt(crate::postgres::enqueue::INSERT_ONE)?;
-        let mut tx = conn
-            .client
-            .transaction()
-            .map_err(crate::postgres::conn::read_err)?;
-        let mut w = crate::PgWriteTx {
-            tx: &mut tx,
-            rules: &self.inner.rules,
-            now,
-            insert: &insert,
-            enqueued: false,
-        };
-        let r = f(&mut w)?;
-        let enqueued = w.enqueued;
-        crate::postgres::tx::commit(tx)?;
+        let (r, enqueued) = store.handle().write(&self.inner.rules, now, f)?;
         if enqueued {
             self.notify();
-            store.notifier.jobs();
         }
         Ok(r)
     }

@@ -10,6 +10,10 @@
 //! claim's rounded LIMIT, the batch insert's rows for each chunk size); a
 //! placeholder found in neither fails the test, naming the template.
 //!
+//! The PostgreSQL backend's statements (`src/postgres/`, and its workers in
+//! `src/runtime/postgres.rs`) are prepared the same way against a fresh
+//! PostgreSQL schema, on the server `LITEJOB_TEST_PG` names.
+//!
 //! Also the fresh file other modules' unit tests open ([`fresh_file`]).
 
 use std::collections::HashMap;
@@ -389,9 +393,14 @@ fn prepare_all(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<usize
     Ok(n)
 }
 
-/// `(where, statement)` for every SQL literal of the crate, its templates
-/// expanded; and the problems met on the way.
-fn statements() -> (Vec<(String, String)>, Vec<String>) {
+/// Whether a source file (a path under `src/`) holds PostgreSQL's SQL.
+fn is_postgres_source(name: &str) -> bool {
+    name.starts_with("postgres/") || name == "runtime/postgres.rs"
+}
+
+/// `(where, statement)` for every SQL literal of the files `pick` takes,
+/// templates expanded; and the problems met on the way.
+fn statements(pick: fn(&str) -> bool) -> (Vec<(String, String)>, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&root, &root, &mut files);
@@ -401,7 +410,7 @@ fn statements() -> (Vec<(String, String)>, Vec<String>) {
         let name = file.to_string_lossy().replace('\\', "/");
         // Test-only files: this one, and a folder's `tests.rs` (declared
         // `#[cfg(test)] mod tests;`), whose SQL runs on its own tables.
-        if name == "sql_check.rs" || name.ends_with("/tests.rs") {
+        if name == "sql_check.rs" || name.ends_with("/tests.rs") || !pick(&name) {
             continue;
         }
         let lexed = lex(&std::fs::read_to_string(root.join(&file)).unwrap());
@@ -445,7 +454,7 @@ pub(crate) fn fresh_file() -> (tempfile::TempDir, rusqlite::Connection) {
 #[test]
 fn every_sql_statement_in_the_sources_prepares_against_a_fresh_file() {
     let (_dir, conn) = fresh_file();
-    let (found, mut problems) = statements();
+    let (found, mut problems) = statements(|name| !is_postgres_source(name));
     // The tables an application makes (the demo's) before its statements.
     for (at, sql) in found
         .iter()
@@ -481,6 +490,45 @@ fn every_sql_statement_in_the_sources_prepares_against_a_fresh_file() {
         .count();
     assert_eq!(batch_inserts, crate::enqueue::ROWS_PER_INSERT.len());
     assert!(found.len() >= 80, "only {} statements found", found.len());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn every_postgres_statement_in_the_sources_prepares_against_a_fresh_schema() {
+    let Some(base) = std::env::var("LITEJOB_TEST_PG")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+        );
+        eprintln!("LITEJOB_TEST_PG is not set: the PostgreSQL statements were not checked");
+        return;
+    };
+    let schema = format!("sql_check_{}", std::process::id());
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    crate::postgres::schema::migrate(&mut c).unwrap();
+    let (found, mut problems) = statements(is_postgres_source);
+    for (at, sql) in &found {
+        if let Err(e) = c.prepare(sql) {
+            problems.push(format!("{at}: {e}\n    {sql}"));
+        }
+    }
+    let _ = admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let has = |s: &str| found.iter().any(|(_, f)| f == s);
+    assert!(has(crate::postgres::run::CLAIM));
+    assert!(has(crate::postgres::enqueue::INSERT_MANY));
+    assert!(found.len() >= 30, "only {} statements found", found.len());
 }
 
 #[test]

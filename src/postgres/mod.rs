@@ -40,7 +40,11 @@ use crate::queue::QueueOptions;
 use crate::time::Millis;
 
 use conn::{pool_err, PgConn, Pool, Session};
-use notify::{Clock, Notifier};
+use notify::{Clock, Notifier, NotifyHandle};
+
+/// Threads that run the async API's writes, so an executor's thread never
+/// waits for the server.
+const ASYNC_THREADS: usize = 4;
 
 /// A queue in a PostgreSQL database.
 pub(crate) struct PgStore {
@@ -55,7 +59,94 @@ pub(crate) struct PgStore {
     /// Sends the wake-ups other processes listen for, off the callers'
     /// path.
     pub notifier: Notifier,
+    /// The async API's writes, for its threads (closed on drop, which ends
+    /// them; they hold no handle to the store).
+    offload: Option<crossbeam_channel::Sender<Box<dyn FnOnce() + Send>>>,
+    offload_threads: Vec<std::thread::JoinHandle<()>>,
     schema_version: i64,
+}
+
+/// What an async write needs of the store, lent to the thread that runs
+/// it: the pool and the notifier's sender.
+#[derive(Clone)]
+pub(crate) struct PgHandle {
+    pool: Pool,
+    notify: Option<NotifyHandle>,
+}
+
+impl PgHandle {
+    /// [`Backend::enqueue`], on this thread.
+    pub(crate) fn enqueue(&self, job: &ValidJob, now: Millis) -> Result<Enqueued> {
+        let r = with_conn(&self.pool, true, |c| enqueue::insert_one(c, job, now))?;
+        if !r.is_duplicate() {
+            self.notify_jobs();
+        }
+        Ok(r)
+    }
+
+    /// [`Backend::enqueue_many`], on this thread.
+    pub(crate) fn enqueue_many(&self, jobs: &[ValidJob], now: Millis) -> Result<Vec<Enqueued>> {
+        let r = with_conn(&self.pool, true, |c| enqueue::insert_many(c, jobs, now))?;
+        if r.iter().any(|e| !e.is_duplicate()) {
+            self.notify_jobs();
+        }
+        Ok(r)
+    }
+
+    /// Runs `f` in a transaction on a pooled connection and commits it;
+    /// its result, and whether it enqueued a new job.
+    pub(crate) fn write<R>(
+        &self,
+        rules: &crate::enqueue::EnqueueRules,
+        now: Millis,
+        f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
+    ) -> Result<(R, bool)> {
+        let mut conn = self.pool.get().map_err(pool_err)?;
+        let insert = conn.stmt(enqueue::INSERT_ONE)?;
+        let mut t = conn.client.transaction().map_err(conn::read_err)?;
+        let mut w = tx::PgWriteTx {
+            tx: &mut t,
+            rules,
+            now,
+            insert: &insert,
+            enqueued: false,
+        };
+        let r = f(&mut w)?;
+        let enqueued = w.enqueued;
+        tx::commit(t)?;
+        if enqueued {
+            self.notify_jobs();
+        }
+        Ok((r, enqueued))
+    }
+
+    fn notify_jobs(&self) {
+        if let Some(n) = &self.notify {
+            n.jobs();
+        }
+    }
+}
+
+/// Runs `f` on a connection of `pool`. When the connection turns out to be
+/// broken and `retry` says the call is safe to repeat (a read, or an
+/// enqueue, which its key makes safe), it runs again on another.
+fn with_conn<R>(
+    pool: &Pool,
+    retry: bool,
+    mut f: impl FnMut(&mut PgConn) -> Result<R>,
+) -> Result<R> {
+    let mut tries = 0;
+    loop {
+        let mut conn = pool.get().map_err(pool_err)?;
+        match f(&mut conn) {
+            Err(Error::Connection(_) | Error::OutcomeUnknown(_))
+                if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>
+            {
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Tries of a call that met a broken pooled connection (the server
@@ -100,35 +191,74 @@ impl PgStore {
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
         let notifier = Notifier::start(session.clone(), clock.clone())?;
+        let (offload, jobs) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
+        let offload_threads = (1..=ASYNC_THREADS)
+            .map(|i| {
+                let jobs = jobs.clone();
+                std::thread::Builder::new()
+                    .name(format!("litejob-pg-async-{i}"))
+                    .spawn(move || jobs.iter().for_each(|job| job()))
+                    .map_err(Error::Io)
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(PgStore {
             location,
             session,
             pool,
             clock,
             notifier,
+            offload: Some(offload),
+            offload_threads,
             schema_version,
         })
     }
 
-    /// Runs `f` on a pooled connection. When the connection turns out to
-    /// be broken and `retry` says the call is safe to repeat (a read, or an
-    /// enqueue, which its key makes safe), it runs again on another.
+    /// Runs `f` on a pooled connection (see [`with_conn`]).
     pub(crate) fn with_conn<R>(
         &self,
         retry: bool,
-        mut f: impl FnMut(&mut PgConn) -> Result<R>,
+        f: impl FnMut(&mut PgConn) -> Result<R>,
     ) -> Result<R> {
-        let mut tries = 0;
-        loop {
-            let mut conn = self.pool.get().map_err(pool_err)?;
-            match f(&mut conn) {
-                Err(Error::Connection(_) | Error::OutcomeUnknown(_))
-                    if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>
-                {
-                    tries += 1;
-                }
-                other => return other,
+        with_conn(&self.pool, retry, f)
+    }
+
+    /// What a write on another thread needs of the store.
+    pub(crate) fn handle(&self) -> PgHandle {
+        PgHandle {
+            pool: self.pool.clone(),
+            notify: self.notifier.handle(),
+        }
+    }
+
+    /// Runs `f` on one of the store's async threads and gives its answer to
+    /// `sink`; the caller does not wait.
+    pub(crate) fn offload<R, S>(
+        &self,
+        sink: S,
+        f: impl FnOnce(&PgHandle) -> Result<R> + Send + 'static,
+    ) where
+        R: Send + 'static,
+        S: crate::writer::Sink<Result<R>>,
+    {
+        let h = self.handle();
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || sink.put(f(&h)));
+        if let Some(tx) = &self.offload {
+            if let Err(e) = tx.send(job) {
+                // The threads are gone (never while the store lives): run it
+                // here rather than lose it.
+                (e.0)();
             }
+        }
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the async threads once the writes sent
+        // to them are done.
+        self.offload.take();
+        for t in self.offload_threads.drain(..) {
+            let _ = t.join();
         }
     }
 }

@@ -68,10 +68,22 @@ enum Signal {
     Outbox,
 }
 
-/// The notifier thread's handle: dropping it ends and joins the thread.
+/// The notifier thread's handle: dropping it ends and joins the thread
+/// (once the [`NotifyHandle`]s lent to async writes are gone too).
 pub(crate) struct Notifier {
     tx: Option<Sender<Signal>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// A sender of wake-ups, lent to a write running on another thread.
+#[derive(Clone)]
+pub(crate) struct NotifyHandle(Sender<Signal>);
+
+impl NotifyHandle {
+    /// New jobs committed.
+    pub(crate) fn jobs(&self) {
+        let _ = self.0.try_send(Signal::Jobs);
+    }
 }
 
 impl Notifier {
@@ -86,6 +98,11 @@ impl Notifier {
             tx: Some(tx),
             thread: Some(thread),
         })
+    }
+
+    /// A sender for a write that runs on another thread.
+    pub(crate) fn handle(&self) -> Option<NotifyHandle> {
+        self.tx.clone().map(NotifyHandle)
     }
 
     /// New jobs committed: wake the workers of every process.

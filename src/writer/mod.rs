@@ -45,6 +45,7 @@ use crate::checkpoint::Checkpointer;
 use crate::error::{Error, Result};
 use cycle::Core;
 use oneshot::OneShot;
+pub(crate) use op::Sink;
 use op::{Durability, Op, Reply};
 use sync::SyncMode;
 use watchdog::Watchdog;
@@ -194,10 +195,46 @@ impl Writer {
     /// disconnect.
     fn send(&self, op: Op) {
         if let Some(s) = &self.sender {
-            self.core.queued.fetch_add(1, Ordering::AcqRel);
-            if s.send(op).is_err() {
-                self.core.queued.fetch_sub(1, Ordering::AcqRel);
-            }
+            let _ = send_op(s, &self.core, op);
+        }
+    }
+
+    /// Hands `f`, a durable operation, to the writer thread and never runs
+    /// it on the caller's thread, as [`Writer::run`] may: the caller is an
+    /// async executor's thread, which must not wait for a commit or the
+    /// connection. The answer goes to `tx` once the commit is durable.
+    pub(crate) fn submit_to<R, F, S>(&self, f: F, tx: S)
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+        S: Sink<Result<R>>,
+    {
+        self.send(Op::durable(f, tx));
+    }
+
+    /// [`Writer::submit_to`] for an operation that may run again: answered
+    /// `Aborted` (rolled back with a neighbour, so nothing of it was
+    /// written), it is sent again, up to `retries` times, by the thread
+    /// that got that answer, as [`Writer::run`]'s callers retry it. Nobody
+    /// has to poll for it: the operation is carried out whether or not its
+    /// caller still waits for the answer.
+    pub(crate) fn submit_retrying<R, F, S>(&self, f: Arc<F>, retries: u32, tx: S)
+    where
+        R: Send + 'static,
+        F: Fn(&Connection) -> Result<R> + Send + Sync + 'static,
+        S: Sink<Result<R>>,
+    {
+        // Without a sender (the writer is stopping) `tx` is dropped
+        // unanswered, and its caller learns it.
+        if let Some(sender) = &self.sender {
+            let again = Retry {
+                f: f.clone(),
+                left: retries,
+                tx,
+                sender: sender.clone(),
+                core: self.core.clone(),
+            };
+            self.send(Op::durable(move |c| f(c), again));
         }
     }
 
@@ -275,6 +312,66 @@ impl Writer {
         op.blocking = true;
         self.send(op);
         answer(rx.recv())
+    }
+}
+
+/// Puts `op` in the writer's channel, counted in [`Core::queued`]; gives
+/// it back if the writer thread is gone.
+fn send_op(sender: &Sender<Op>, core: &Core, op: Op) -> std::result::Result<(), Op> {
+    core.queued.fetch_add(1, Ordering::AcqRel);
+    sender.send(op).map_err(|e| {
+        core.queued.fetch_sub(1, Ordering::AcqRel);
+        e.0
+    })
+}
+
+/// The answer of an operation sent with [`Writer::submit_retrying`]: an
+/// `Aborted` with retries left sends the operation again, with this sink
+/// (one retry fewer) as its answer; any other answer goes to `tx`.
+struct Retry<F, S> {
+    f: Arc<F>,
+    left: u32,
+    tx: S,
+    /// A sender of the writer's channel, so the retry can be sent from any
+    /// thread. It keeps the writer loop running until the operation is
+    /// answered for good, which is what [`Writer`]'s drop promises anyway
+    /// ("finishes the operations already sent").
+    sender: Sender<Op>,
+    core: Arc<Core>,
+}
+
+impl<F, S: Clone> Clone for Retry<F, S> {
+    fn clone(&self) -> Self {
+        Retry {
+            f: self.f.clone(),
+            left: self.left,
+            tx: self.tx.clone(),
+            sender: self.sender.clone(),
+            core: self.core.clone(),
+        }
+    }
+}
+
+impl<R, F, S> Sink<Result<R>> for Retry<F, S>
+where
+    R: Send + 'static,
+    F: Fn(&Connection) -> Result<R> + Send + Sync + 'static,
+    S: Sink<Result<R>>,
+{
+    fn put(&self, v: Result<R>) {
+        match v {
+            Err(Error::Aborted(why)) if self.left > 0 => {
+                let again = Retry {
+                    left: self.left - 1,
+                    ..self.clone()
+                };
+                let f = self.f.clone();
+                if send_op(&self.sender, &self.core, Op::durable(move |c| f(c), again)).is_err() {
+                    self.tx.put(Err(Error::Aborted(why)));
+                }
+            }
+            v => self.tx.put(v),
+        }
     }
 }
 

@@ -93,9 +93,9 @@ pub(crate) enum Durability {
 }
 
 /// Where an operation's answer goes: a channel (pipelined callers select
-/// over several) or a [`super::oneshot::OneShot`] (a caller blocked on this
-/// one answer).
-pub(super) trait Sink<T>: Clone + Send + 'static {
+/// over several), a [`super::oneshot::OneShot`] (a caller blocked on this
+/// one answer) or a [`crate::reply::ReplyTx`] (an async caller's future).
+pub(crate) trait Sink<T>: Clone + Send + 'static {
     /// Delivers the answer (each operation is answered once).
     fn put(&self, v: T);
 }
@@ -103,6 +103,12 @@ pub(super) trait Sink<T>: Clone + Send + 'static {
 impl<T: Send + 'static> Sink<T> for Sender<T> {
     fn put(&self, v: T) {
         let _ = self.send(v);
+    }
+}
+
+impl<T: Send + 'static> Sink<T> for crate::reply::ReplyTx<T> {
+    fn put(&self, v: T) {
+        crate::reply::ReplyTx::put(self, v)
     }
 }
 

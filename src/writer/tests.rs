@@ -412,3 +412,46 @@ fn after_a_failed_fsync_no_durable_write_is_called_durable() {
         });
     }
 }
+
+#[test]
+fn an_aborted_retrying_operation_is_sent_again_whether_or_not_anyone_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    let add = |v: &'static str| {
+        Arc::new(move |c: &Connection| -> Result<()> {
+            c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+            Ok(())
+        })
+    };
+    let panics_after_a_write = |conn: &Connection| -> Result<()> {
+        conn.execute("INSERT INTO t (v) VALUES ('half a run')", [])?;
+        panic!("a bug after the first write")
+    };
+    let (tx, waited) = super::op::channel();
+    // Its caller went away (a dropped future): the retry must not need it.
+    let (tx_alone, gone) = super::op::channel();
+    drop(gone);
+    let panicked = as_one_group(&w, || {
+        w.submit_retrying(add("waited for"), 5, tx);
+        w.submit_retrying(add("nobody waits"), 5, tx_alone);
+        // Rolls the whole transaction back: the two above learn `Aborted`.
+        w.submit_apply(panics_after_a_write)
+    });
+    assert!(wait(panicked).is_err());
+    assert!(wait(waited).is_ok());
+    let t0 = std::time::Instant::now();
+    while rows(&w).len() < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", rows(&w));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(rows(&w), ["nobody waits", "waited for"]);
+    // With no retry left, the caller gets the `Aborted`.
+    let (tx, rx) = super::op::channel();
+    let panicked = as_one_group(&w, || {
+        w.submit_retrying(add("no retry"), 0, tx);
+        w.submit_apply(panics_after_a_write)
+    });
+    assert!(wait(panicked).is_err());
+    assert!(matches!(wait(rx), Err(Error::Aborted(_))));
+    assert_eq!(rows(&w), ["nobody waits", "waited for"]);
+}

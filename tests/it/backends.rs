@@ -9,6 +9,7 @@
 //! and sets it: there a missing variable or an unreachable server fails.
 
 mod admin;
+mod asynchronous;
 mod cli;
 mod enqueue;
 mod faults;

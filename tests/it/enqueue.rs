@@ -1,13 +1,15 @@
 //! The producer, a file per behaviour it pins: dedup at the door (threads
 //! and processes), options stored right, batches and transactional enqueue
-//! all-or-nothing, bad input refused with nothing written, and an enqueue
-//! not starved by back-to-back writes.
+//! all-or-nothing, bad input refused with nothing written, an enqueue
+//! not starved by back-to-back writes, and enqueues from async code that
+//! never block their executor.
 //!
 //! Shared here: counting the file's jobs.
 
 mod batches;
 mod dedup;
 mod fairness;
+mod from_async;
 mod input;
 mod options;
 mod transactions;

@@ -1,5 +1,6 @@
 //! `litejob bench`: measures this machine's disk through the full path a
-//! real job takes — enqueue (one per call, from 8 producers, batched), then
+//! real job takes — enqueue (one per call, from 8 producers, from many
+//! async tasks on one thread, batched), then
 //! processing no-op jobs (claim, ledger row, handler, completion, attempt
 //! record) and the latency from an in-process enqueue to the handler's
 //! start. Writes a temporary queue file (or `--db`, kept).
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 use litejob::{Error, Queue, QueueOptions, Synchronous};
 use serde::{Deserialize, Serialize};
 
+mod executor;
 mod machine;
 mod phases;
 mod scale;
@@ -39,6 +41,10 @@ pub struct BenchArgs {
     /// Producer threads in the concurrent-enqueue phase.
     #[arg(long, default_value_t = 8)]
     pub producers: usize,
+    /// Tasks enqueueing at once in the async phase, all on one executor
+    /// thread (`Queue::enqueue_async`).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub async_tasks: usize,
     /// `PRAGMA synchronous`: full (durable, the default) or normal.
     #[arg(long, default_value = "full")]
     pub sync: String,
@@ -70,6 +76,9 @@ pub struct BenchReport {
     pub enqueue_per_sec: f64,
     /// One enqueue per call, `producers` threads at once.
     pub enqueue_concurrent_per_sec: f64,
+    /// One `enqueue_async` per call, `async_tasks` tasks at once on one
+    /// executor thread.
+    pub enqueue_async_per_sec: f64,
     /// `enqueue_many` in batches of 100.
     pub enqueue_batch_per_sec: f64,
     /// No-op jobs through the full path.
@@ -92,6 +101,8 @@ pub struct BenchReport {
     pub workers: usize,
     /// Settings.
     pub producers: usize,
+    /// Settings.
+    pub async_tasks: usize,
     /// Settings.
     pub sync: String,
     /// Extra jobs written before measuring (`--preload`).
@@ -180,9 +191,9 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
     if args.jobs < 100 {
         return Err(Error::InvalidInput("--jobs must be at least 100".into()));
     }
-    if args.workers == 0 || args.producers == 0 {
+    if args.workers == 0 || args.producers == 0 || args.async_tasks == 0 {
         return Err(Error::InvalidInput(
-            "--workers and --producers must be at least 1".into(),
+            "--workers, --producers and --async-tasks must be at least 1".into(),
         ));
     }
     let (path, kept): (PathBuf, bool) = match db {
@@ -231,6 +242,7 @@ fn text(report: &BenchReport, kept: bool) -> String {
     text += &format!(
         "enqueue, one per call, 1 thread   {:>10.0} jobs/s\n\
          enqueue, one per call, {} threads {:>10.0} jobs/s\n\
+         {:<34}{:>10.0} jobs/s\n\
          enqueue, batches of 100           {:>10.0} jobs/s\n\
          process (claim, ledger, handler,\n\
          \x20        completion, attempt row)  {:>10.0} jobs/s\n\
@@ -239,6 +251,8 @@ fn text(report: &BenchReport, kept: bool) -> String {
         report.enqueue_per_sec,
         report.producers,
         report.enqueue_concurrent_per_sec,
+        format!("enqueue_async, {} tasks, 1 thread", report.async_tasks),
+        report.enqueue_async_per_sec,
         report.enqueue_batch_per_sec,
         report.process_per_sec,
         report.process_cpu_us_per_job,
@@ -298,11 +312,13 @@ fn measure(
     let backlog = args.jobs - probes;
     let single = backlog / 4;
     let concurrent = backlog / 4;
-    let batched = backlog - single - concurrent;
+    let from_async = backlog / 4;
+    let batched = backlog - single - concurrent - from_async;
 
     let enqueue_per_sec = phases::enqueue_single(&queue, &keys, single)?;
     let enqueue_concurrent_per_sec =
         phases::enqueue_concurrent(&queue, &keys, concurrent, args.producers)?;
+    let enqueue_async_per_sec = phases::enqueue_async(&queue, &keys, from_async, args.async_tasks)?;
     let enqueue_batch_per_sec = phases::enqueue_batched(&queue, &keys, batched)?;
     let backlog = phases::Backlog {
         base_id,
@@ -326,6 +342,7 @@ fn measure(
     Ok(BenchReport {
         enqueue_per_sec,
         enqueue_concurrent_per_sec,
+        enqueue_async_per_sec,
         enqueue_batch_per_sec,
         process_per_sec: processed.per_sec,
         process_cpu_us_per_job: processed.cpu_us_per_job,
@@ -335,6 +352,7 @@ fn measure(
         jobs: args.jobs,
         workers: args.workers,
         producers: args.producers,
+        async_tasks: args.async_tasks,
         sync: sync.as_str().to_ascii_lowercase(),
         preload: args.preload,
         preload_secs,

@@ -63,6 +63,39 @@ pub(super) fn enqueue_concurrent(
     Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// One `enqueue_async` per call from `tasks` tasks at once, all on one
+/// executor thread (this one): jobs per second. Each task awaits its
+/// enqueue before it sends the next, as a request handler would.
+pub(super) fn enqueue_async(
+    queue: &Queue,
+    keys: &Keys,
+    n: usize,
+    tasks: usize,
+) -> Result<f64, Error> {
+    let t0 = Instant::now();
+    let per = n.div_ceil(tasks);
+    let failed: Arc<Mutex<Option<Error>>> = Arc::default();
+    let keys: Arc<Vec<String>> = Arc::new((0..n).map(|i| keys.key("async", i)).collect());
+    super::executor::run_all((0..tasks).map(|t| {
+        let (queue, keys, failed) = (queue.clone(), keys.clone(), failed.clone());
+        async move {
+            for k in keys.iter().skip(t * per).take(per) {
+                if let Err(e) = queue
+                    .enqueue_async(NewJob::new(KIND, k.clone(), &BACKLOG))
+                    .await
+                {
+                    failed.lock().unwrap().get_or_insert(e);
+                    return;
+                }
+            }
+        }
+    }));
+    if let Some(e) = failed.lock().unwrap().take() {
+        return Err(e);
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
 /// `enqueue_many` in batches of 100 per transaction: jobs per second.
 pub(super) fn enqueue_batched(queue: &Queue, keys: &Keys, n: usize) -> Result<f64, Error> {
     let t0 = Instant::now();

@@ -14,6 +14,7 @@ fn bench_with_a_db_keeps_the_file_and_every_job_went_the_full_path() {
     for rate in [
         "enqueue_per_sec",
         "enqueue_concurrent_per_sec",
+        "enqueue_async_per_sec",
         "enqueue_batch_per_sec",
         "process_per_sec",
         "machine_fsync_us",
@@ -32,8 +33,8 @@ fn bench_with_a_db_keeps_the_file_and_every_job_went_the_full_path() {
         "{v}"
     );
     assert_eq!(
-        (&v["jobs"], &v["sync"], &v["kept"]),
-        (&json!(300), &json!("full"), &json!(true)),
+        (&v["jobs"], &v["sync"], &v["async_tasks"], &v["kept"]),
+        (&json!(300), &json!("full"), &json!(256), &json!(true)),
         "{v}"
     );
     // Every benchmarked job succeeded, and the full path left its trace per
@@ -63,6 +64,7 @@ fn bench_refuses_bad_settings_with_status_2_before_creating_the_file() {
         (&["bench", "--jobs", "10"][..], "--jobs"),
         (&["bench", "--sync", "sometimes"][..], "synchronous"),
         (&["bench", "--workers", "0"][..], "--workers"),
+        (&["bench", "--async-tasks", "0"][..], "--async-tasks"),
     ] {
         let err = stderr_of(&db, args, 2);
         assert!(err.contains(says), "{args:?}: {err}");
