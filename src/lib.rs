@@ -144,6 +144,7 @@ mod outbox;
 mod queue;
 mod retry;
 mod runtime;
+mod schedule;
 mod schema;
 mod time;
 mod writer;
@@ -164,6 +165,7 @@ pub use outbox::{OutboxRow, OutboxState};
 pub use queue::{Queue, QueueOptions, WriteTx};
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
+pub use schedule::{CatchUp, Schedule, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
 
 /// The README's Rust examples, compiled and run as doc tests.
