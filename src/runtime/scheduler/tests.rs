@@ -92,6 +92,24 @@ fn a_start_fires_only_the_latest_missed_slot_by_default() {
     .unwrap();
     assert_eq!(keys(&q).len(), 1);
     assert_eq!(deliveries(&q, "schedule:digest:2026-12-01T10:00:00Z"), 1);
+    // Not even when the row's next slot is moved back before it by hand.
+    let five_hours = 5 * 3_600_000;
+    q.write(move |tx| {
+        tx.execute(
+            "UPDATE schedules SET next_slot_at = next_slot_at - ?1",
+            [five_hours],
+        )?;
+        Ok(())
+    })
+    .unwrap();
+    declare(
+        &q,
+        vec![hourly(CatchUp::Latest)],
+        at("2026-12-01T10:32:00Z"),
+    )
+    .unwrap();
+    assert_eq!(keys(&q).len(), 1);
+    assert_eq!(deliveries(&q, "schedule:digest:2026-12-01T10:00:00Z"), 1);
 }
 
 #[test]
