@@ -106,6 +106,8 @@
 //!   `claim.rs`, `execute.rs`, `handler.rs`: leases, a run's transaction, and
 //!   what user code plugs in; `outbox.rs`: side effects after commit;
 //!   `history.rs`: the attempt rows; `ledger.rs`: the `processed_jobs` ledger.
+//! - `src/schedule/`: periodic jobs ([`Schedule`], [`CatchUp`]), their slot
+//!   arithmetic and the `schedules` table; the runtime's scheduler fires them.
 //! - `src/writer/`: the one writer thread and its group commit;
 //!   `checkpoint.rs`: checkpoints off the write path; `src/runtime/`: workers,
 //!   the supervisor and effect dispatchers.

@@ -263,21 +263,31 @@ fn fire(
     due: Vec<Millis>,
     next: Option<Millis>,
 ) -> Result<Vec<(Millis, Enqueued)>> {
-    let d = d.clone();
-    queue.write(move |tx| {
-        let name = &d.schedule.name;
-        let mut out = Vec::with_capacity(due.len());
-        for &s in &due {
-            out.push((s, tx.enqueue(d.job(s))?));
-        }
-        match due.last() {
-            Some(&s) => {
-                store::fired(tx, name, s, next)?;
+    let due = Arc::new(due);
+    let mut tries = 0;
+    loop {
+        let (d, due) = (d.clone(), due.clone());
+        let r = queue.write(move |tx| {
+            let name = &d.schedule.name;
+            let mut out = Vec::with_capacity(due.len());
+            for &s in due.iter() {
+                out.push((s, tx.enqueue(d.job(s))?));
             }
-            None => store::set_next(tx, name, next)?,
+            match due.last() {
+                Some(&s) => {
+                    store::fired(tx, name, s, next)?;
+                }
+                None => store::set_next(tx, name, next)?,
+            }
+            Ok(out)
+        });
+        match r {
+            // Rolled back with a neighbour in its group: nothing was
+            // written, so at once again.
+            Err(Error::Aborted(_)) if tries < 5 => tries += 1,
+            other => return other,
         }
-        Ok(out)
-    })
+    }
 }
 
 /// The scheduler thread's body: looks at the clock, fires what is due,

@@ -1,7 +1,8 @@
 //! Schedules (periodic jobs), a file per behaviour they pin: two real
 //! processes firing one schedule, one of them killed and restarted; the
-//! catch-up after a stop; what a declaration is checked for and how a new
-//! one replaces the row; the `schedules`, `explain` and `stats` commands.
+//! catch-up after a stop; nothing written while no slot is due; what a
+//! declaration is checked for and how a new one replaces the row; the
+//! `schedules`, `explain` and `stats` commands.
 //!
 //! The helpers the files share live here: a no-op handler's runtime, the
 //! slots of a schedule's jobs, and moving a row's next slot back as if its
@@ -10,6 +11,7 @@
 mod catch_up;
 mod cli;
 mod declaration;
+mod idle;
 mod processes;
 
 use std::time::Duration;

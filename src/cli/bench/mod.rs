@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, Queue, QueueOptions, Synchronous};
+use litejob::{Error, Queue, QueueOptions, Schedule, Synchronous};
 use serde::{Deserialize, Serialize};
 
 mod machine;
@@ -61,6 +61,12 @@ pub struct BenchArgs {
     /// start latency at full rate, at some cost in throughput
     #[arg(long, value_name = "N")]
     pub claim_ahead: Option<usize>,
+    /// Also declare a schedule on the measuring runtime, firing a no-op
+    /// job (kind `bench.tick`) at every slot of CRON, e.g. '* * * * * *':
+    /// compare the processing rate with and without it to see what the
+    /// scheduler costs.
+    #[arg(long, value_name = "CRON")]
+    pub schedule: Option<String>,
 }
 
 /// The figures, as printed with `--json`.
@@ -94,6 +100,8 @@ pub struct BenchReport {
     pub producers: usize,
     /// Settings.
     pub sync: String,
+    /// `--schedule`: the cron expression of the schedule declared, or null.
+    pub schedule: Option<String>,
     /// Extra jobs written before measuring (`--preload`).
     pub preload: usize,
     /// Seconds the preload took.
@@ -184,6 +192,9 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
         return Err(Error::InvalidInput(
             "--workers and --producers must be at least 1".into(),
         ));
+    }
+    if let Some(cron) = &args.schedule {
+        Schedule::new("bench.tick", cron, "bench.tick", &()).check()?;
     }
     let (path, kept): (PathBuf, bool) = match db {
         Some(p) => (p.to_path_buf(), true),
@@ -336,6 +347,7 @@ fn measure(
         workers: args.workers,
         producers: args.producers,
         sync: sync.as_str().to_ascii_lowercase(),
+        schedule: args.schedule.clone(),
         preload: args.preload,
         preload_secs,
         max_rss_kb: peak_rss_kb(),
