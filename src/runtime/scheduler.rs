@@ -206,8 +206,9 @@ impl Armed {
     /// One look at `now`: fires the due slots, if any. `stalled`: the thread
     /// did not run for a while before this look.
     pub(super) fn turn(&mut self, queue: &Queue, now: Millis, stalled: bool) {
-        self.catching_up |= stalled;
         let Some(next) = self.next else { return };
+        // A stall that ended before the next slot missed nothing.
+        self.catching_up |= stalled && next <= now;
         if now < next || self.retry_at.is_some_and(|r| now < r) {
             return;
         }

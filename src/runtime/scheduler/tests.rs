@@ -183,6 +183,18 @@ fn a_running_scheduler_fires_each_slot_when_it_comes_and_nothing_before() {
 }
 
 #[test]
+fn a_stall_that_ends_before_the_next_slot_misses_nothing() {
+    let (_d, q) = declared_at_0530(CatchUp::None);
+    let mut a = declare(&q, vec![hourly(CatchUp::None)], at("2026-12-01T05:31:00Z"))
+        .unwrap()
+        .remove(0);
+    // Suspended from 05:31 to 05:45, then the 06:00 slot on time.
+    a.turn(&q, at("2026-12-01T05:45:00Z"), true);
+    a.turn(&q, at("2026-12-01T06:00:00.002Z"), false);
+    assert_eq!(keys(&q), ["schedule:digest:2026-12-01T06:00:00Z"]);
+}
+
+#[test]
 fn two_processes_create_each_slot_once_and_the_second_counts_a_delivery() {
     let (_d, path) = file();
     let (qa, qb) = (Queue::open(&path).unwrap(), Queue::open(&path).unwrap());
