@@ -71,6 +71,11 @@ impl CatchUp {
 /// runtime with [`crate::RuntimeBuilder::schedule_with`]; checked at
 /// [`crate::RuntimeBuilder::start`] (or earlier with [`Schedule::check`]).
 ///
+/// The `schedules` row shows the declaration of the last runtime started
+/// with this name. Processes that declare one name differently at the same
+/// time (an old and a new version during a deploy) each fire their own
+/// slots until the old one stops.
+///
 /// ```
 /// # use litejob::{CatchUp, Schedule};
 /// # use std::time::Duration;
