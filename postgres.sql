@@ -1,4 +1,4 @@
--- litejob schema for PostgreSQL, version 1 (the row in litejob_schema).
+-- litejob schema for PostgreSQL, version 2 (the row in litejob_schema).
 --
 -- The same tables, columns, states and views as schema.sql, the SQLite file's
 -- schema, so a queue moves from a file to PostgreSQL (`litejob copy`) row for
@@ -195,3 +195,36 @@ SELECT j.idempotency_key AS key, j.id AS job_id, j.kind, j.state, j.deliveries,
        (SELECT count(*) FROM outbox o WHERE o.job_id = j.id) AS outbox_rows,
        (SELECT count(*) FROM outbox o WHERE o.job_id = j.id AND o.state = 'sent') AS outbox_sent
 FROM jobs j;
+
+-- schedules: one row per schedule (periodic job), written by the runtimes
+-- that declare it (the last start wins). Each slot fires an ordinary job of
+-- `kind` whose key names the slot, 'schedule:<name>:<slot in UTC>' (e.g.
+-- 'schedule:digest:2026-12-01T06:00:00Z'), so processes — on any machine —
+-- that declare the same schedule create each slot's job once.
+CREATE TABLE IF NOT EXISTS schedules (
+    name               text    PRIMARY KEY CHECK (length(name) > 0),
+    cron               text    NOT NULL CHECK (length(cron) > 0), -- 5 fields, 6 with seconds first, or @daily…
+    tz                 text    NOT NULL DEFAULT 'UTC' CHECK (length(tz) > 0), -- IANA name; the cron reads its wall clock
+    kind               text    NOT NULL CHECK (length(kind) > 0),
+    payload            text    NOT NULL CHECK (payload::json IS NOT NULL),
+    queue              text    NOT NULL DEFAULT 'default' CHECK (length(queue) > 0),
+    priority           bigint  NOT NULL DEFAULT 0,
+    max_retries        bigint  CHECK (max_retries >= 0),             -- NULL: the kind's default
+    -- What a start fires for the slots no process ran for: the latest one,
+    -- every one inside catch_up_window_ms, or none.
+    catch_up           text    NOT NULL DEFAULT 'latest'
+                       CHECK (catch_up IN ('latest', 'window', 'none')),
+    catch_up_window_ms bigint  CHECK (catch_up_window_ms >= 0),
+    last_slot_at       bigint,  -- the latest slot fired; NULL before the first
+    next_slot_at       bigint,  -- the next slot; NULL when there is none
+    created_at         bigint  NOT NULL,
+    updated_at         bigint  NOT NULL, -- when the declaration last changed
+    CHECK ((catch_up = 'window') = (catch_up_window_ms IS NOT NULL))
+);
+
+CREATE OR REPLACE VIEW schedule_overview AS
+SELECT name, cron, tz, kind, queue, catch_up,
+       litejob_time(last_slot_at) AS last_slot_at,
+       litejob_time(next_slot_at) AS next_slot_at,
+       litejob_time(updated_at)   AS updated_at
+FROM schedules;

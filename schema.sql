@@ -1,4 +1,4 @@
--- litejob schema, version 1 (PRAGMA user_version = 1).
+-- litejob schema, version 2 (PRAGMA user_version = 2).
 --
 -- This file is the whole current schema. The litejob binary embeds it and runs
 -- it on a new file; an older file is migrated step by step (src/schema.rs).
@@ -129,6 +129,33 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id) WHERE job_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS attempts_outbox ON attempts (outbox_id) WHERE outbox_id IS NOT NULL;
 
+-- schedules: one row per schedule (periodic job), written by the runtimes
+-- that declare it (the last start wins). Each slot fires an ordinary job of
+-- `kind` whose key names the slot, 'schedule:<name>:<slot in UTC>' (e.g.
+-- 'schedule:digest:2026-12-01T06:00:00Z'), so processes that declare the
+-- same schedule create each slot's job once: see it with
+--     SELECT * FROM job_overview WHERE idempotency_key LIKE 'schedule:digest:%';
+CREATE TABLE IF NOT EXISTS schedules (
+    name               TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    cron               TEXT    NOT NULL CHECK (length(cron) > 0), -- 5 fields, 6 with seconds first, or @daily…
+    tz                 TEXT    NOT NULL DEFAULT 'UTC' CHECK (length(tz) > 0), -- IANA name; the cron reads its wall clock
+    kind               TEXT    NOT NULL CHECK (length(kind) > 0),
+    payload            TEXT    NOT NULL CHECK (json_valid(payload)),
+    queue              TEXT    NOT NULL DEFAULT 'default' CHECK (length(queue) > 0),
+    priority           INTEGER NOT NULL DEFAULT 0,
+    max_retries        INTEGER CHECK (max_retries >= 0),             -- NULL: the kind's default
+    -- What a start fires for the slots no process ran for: the latest one,
+    -- every one inside catch_up_window_ms, or none.
+    catch_up           TEXT    NOT NULL DEFAULT 'latest'
+                       CHECK (catch_up = 'latest' OR catch_up = 'window' OR catch_up = 'none'),
+    catch_up_window_ms INTEGER CHECK (catch_up_window_ms >= 0),
+    last_slot_at       INTEGER,  -- the latest slot fired; NULL before the first
+    next_slot_at       INTEGER,  -- the next slot; NULL when there is none
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL, -- when the declaration last changed
+    CHECK ((catch_up = 'window') = (catch_up_window_ms IS NOT NULL))
+);
+
 -- Views for people: the same rows with readable times (UTC).
 
 CREATE VIEW IF NOT EXISTS job_overview AS
@@ -178,3 +205,10 @@ SELECT j.idempotency_key AS key, j.id AS job_id, j.kind, j.state, j.deliveries,
        (SELECT count(*) FROM outbox o WHERE o.job_id = j.id) AS outbox_rows,
        (SELECT count(*) FROM outbox o WHERE o.job_id = j.id AND o.state = 'sent') AS outbox_sent
 FROM jobs j;
+
+CREATE VIEW IF NOT EXISTS schedule_overview AS
+SELECT name, cron, tz, kind, queue, catch_up,
+       strftime('%Y-%m-%d %H:%M:%S', last_slot_at / 1000.0, 'unixepoch') AS last_slot_at,
+       strftime('%Y-%m-%d %H:%M:%S', next_slot_at / 1000.0, 'unixepoch') AS next_slot_at,
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch')   AS updated_at
+FROM schedules;

@@ -128,6 +128,8 @@ pub struct Stats {
     pub oldest_due_wait_ms: Option<i64>,
     /// Rows in the `processed_jobs` ledger.
     pub ledger_rows: i64,
+    /// Schedules declared on the file (rows of `schedules`).
+    pub schedules: i64,
     /// Size of the database file in bytes.
     pub file_bytes: u64,
     /// Size of its write-ahead log (`<file>-wal`) in bytes.
@@ -187,6 +189,7 @@ pub(crate) fn empty_stats(schema_version: i64) -> Stats {
         oldest_queued_age_ms: None,
         oldest_due_wait_ms: None,
         ledger_rows: 0,
+        schedules: 0,
         file_bytes: 0,
         wal_bytes: 0,
     }
@@ -243,6 +246,7 @@ pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
     s.ledger_rows = conn
         .prepare_cached("SELECT count(*) FROM processed_jobs")?
         .query_row([], |r| r.get(0))?;
+    s.schedules = crate::schedule::store::count(conn)?;
     Ok(s)
 }
 

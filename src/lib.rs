@@ -108,6 +108,8 @@
 //!   `claim.rs`, `execute.rs`, `handler.rs`: leases, a run's transaction, and
 //!   what user code plugs in; `outbox.rs`: side effects after commit;
 //!   `history.rs`: the attempt rows; `ledger.rs`: the `processed_jobs` ledger.
+//! - `src/schedule/`: periodic jobs ([`Schedule`], [`CatchUp`]), their slot
+//!   arithmetic and the `schedules` table; the runtime's scheduler fires them.
 //! - `src/writer/`: the one writer thread and its group commit;
 //!   `checkpoint.rs`: checkpoints off the write path; `src/runtime/`: workers,
 //!   the supervisor and effect dispatchers.
@@ -150,6 +152,7 @@ mod queue;
 mod reply;
 mod retry;
 mod runtime;
+mod schedule;
 mod schema;
 mod time;
 mod writer;
@@ -178,6 +181,7 @@ pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};
 pub use reply::WriteFuture;
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
+pub use schedule::{CatchUp, Schedule, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
 
 /// The README's Rust examples, compiled and run as doc tests.

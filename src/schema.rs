@@ -9,13 +9,44 @@ use crate::error::{Error, Result};
 pub(crate) const SCHEMA_SQL: &str = include_str!("../schema.sql");
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
 /// `i + 2`. A new file (version 0) gets `SCHEMA_SQL` in one go instead. When
 /// the schema changes, edit `schema.sql`, add the step here and bump
 /// `SCHEMA_VERSION`; the test `migrations_reach_schema_sql` checks both agree.
-const MIGRATIONS: &[&str] = &[];
+const MIGRATIONS: &[&str] = &[
+    // 1 → 2: schedules (periodic jobs). The same text as in `schema.sql`,
+    // so a migrated file's schema reads exactly as a new file's.
+    r#"CREATE TABLE IF NOT EXISTS schedules (
+    name               TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    cron               TEXT    NOT NULL CHECK (length(cron) > 0), -- 5 fields, 6 with seconds first, or @daily…
+    tz                 TEXT    NOT NULL DEFAULT 'UTC' CHECK (length(tz) > 0), -- IANA name; the cron reads its wall clock
+    kind               TEXT    NOT NULL CHECK (length(kind) > 0),
+    payload            TEXT    NOT NULL CHECK (json_valid(payload)),
+    queue              TEXT    NOT NULL DEFAULT 'default' CHECK (length(queue) > 0),
+    priority           INTEGER NOT NULL DEFAULT 0,
+    max_retries        INTEGER CHECK (max_retries >= 0),             -- NULL: the kind's default
+    -- What a start fires for the slots no process ran for: the latest one,
+    -- every one inside catch_up_window_ms, or none.
+    catch_up           TEXT    NOT NULL DEFAULT 'latest'
+                       CHECK (catch_up = 'latest' OR catch_up = 'window' OR catch_up = 'none'),
+    catch_up_window_ms INTEGER CHECK (catch_up_window_ms >= 0),
+    last_slot_at       INTEGER,  -- the latest slot fired; NULL before the first
+    next_slot_at       INTEGER,  -- the next slot; NULL when there is none
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL, -- when the declaration last changed
+    CHECK ((catch_up = 'window') = (catch_up_window_ms IS NOT NULL))
+);
+
+CREATE VIEW IF NOT EXISTS schedule_overview AS
+SELECT name, cron, tz, kind, queue, catch_up,
+       strftime('%Y-%m-%d %H:%M:%S', last_slot_at / 1000.0, 'unixepoch') AS last_slot_at,
+       strftime('%Y-%m-%d %H:%M:%S', next_slot_at / 1000.0, 'unixepoch') AS next_slot_at,
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch')   AS updated_at
+FROM schedules;
+"#,
+];
 
 /// Reads `PRAGMA user_version` without writing anything.
 pub(crate) fn read_version(conn: &Connection) -> Result<i64> {

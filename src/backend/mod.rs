@@ -89,6 +89,8 @@ pub(crate) trait Backend: Send + Sync {
     fn job_detail(&self, id: i64) -> Result<Option<JobDetail>>;
     /// Everything known about a key, in one snapshot.
     fn explain(&self, key: &str) -> Result<Explanation>;
+    /// Every schedule's row, by name.
+    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>>;
 
     // The operator's repairs.
 

@@ -157,6 +157,10 @@ impl Backend for SqliteStore {
         self.read(|c| inspect::in_snapshot(c, |c| inspect::explain(c, key)))
     }
 
+    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
+        self.read(crate::schedule::store::list)
+    }
+
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
         self.writer.run(move |conn| admin::retry_job(conn, id, now))
     }

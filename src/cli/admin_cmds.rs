@@ -161,6 +161,10 @@ pub fn stats(queue: &Queue, _a: &StatsArgs, json: bool, out: &mut Out) -> CliRes
         "ledger".into(),
         format!("{} keys whose work committed", s.ledger_rows),
     ]);
+    t.row(vec![
+        "schedules".into(),
+        format!("{} (litejob schedules lists them)", s.schedules),
+    ]);
     out.table(&t)?;
     job_counts("by kind", "KIND", &s.by_kind, out)?;
     job_counts("by queue", "QUEUE", &s.by_queue, out)?;

@@ -15,6 +15,7 @@ pub mod explain;
 pub mod jobs;
 pub mod outbox_cmd;
 pub mod rng;
+pub mod schedules;
 pub mod time;
 
 // The library's clock, time formatting and random source, compiled into the
@@ -78,6 +79,9 @@ pub enum Command {
     Outbox(outbox_cmd::OutboxArgs),
     /// Counts per state, kind and queue; outbox counts; backlog age; file size.
     Stats(admin_cmds::StatsArgs),
+    /// Every schedule (periodic job) declared on the file: cron, time zone,
+    /// kind, last fired slot, next slot.
+    Schedules(schedules::SchedulesArgs),
     /// Delete finished jobs, their attempts and sent outbox rows older than DUR.
     Prune(admin_cmds::PruneArgs),
     /// Run the receipts scenario on the file: dedup at the door, exactly-once
@@ -213,6 +217,7 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::Cancel(a) => admin_cmds::cancel(&open_existing(&db)?, a, json, &mut out)?,
         Command::Outbox(a) => outbox_cmd::outbox(&open_existing(&db)?, a, json, &mut out)?,
         Command::Stats(a) => admin_cmds::stats(&open_existing(&db)?, a, json, &mut out)?,
+        Command::Schedules(a) => schedules::schedules(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
         Command::Demo(a) => {
             let status = demo::run(&db, a, json)?;

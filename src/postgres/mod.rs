@@ -22,6 +22,7 @@ pub(crate) mod notify;
 pub(crate) mod outbox;
 pub(crate) mod reads;
 pub(crate) mod run;
+pub(crate) mod schedules;
 pub(crate) mod schema;
 pub(crate) mod tx;
 
@@ -324,6 +325,7 @@ impl Backend for PgStore {
     fn stats(&self, now: Millis) -> Result<Stats> {
         let version = self.schema_version()?;
         let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;
+        s.schedules = self.with_conn(true, |c| schedules::count(&mut c.client))?;
         s.path = self.location.clone().into();
         Ok(s)
     }
@@ -334,6 +336,10 @@ impl Backend for PgStore {
 
     fn explain(&self, key: &str) -> Result<Explanation> {
         self.with_conn(true, |c| reads::explain(c, key))
+    }
+
+    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
+        self.with_conn(true, |c| schedules::list(&mut c.client))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {

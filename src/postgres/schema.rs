@@ -16,7 +16,46 @@ pub(crate) const SCHEMA_SQL: &str = include_str!("../../postgres.sql");
 /// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
 /// `i + 2` (the same numbering as the SQLite file's). A database without
 /// the tables gets `SCHEMA_SQL` in one go instead.
-const MIGRATIONS: &[&str] = &[];
+const MIGRATIONS: &[&str] = &[
+    // 1 → 2: schedules (periodic jobs), as at the end of `postgres.sql`.
+    SCHEDULES_SQL,
+];
+
+/// The schedules' table and view, as `postgres.sql` ends (a test checks
+/// the two agree).
+const SCHEDULES_SQL: &str = r#"-- schedules: one row per schedule (periodic job), written by the runtimes
+-- that declare it (the last start wins). Each slot fires an ordinary job of
+-- `kind` whose key names the slot, 'schedule:<name>:<slot in UTC>' (e.g.
+-- 'schedule:digest:2026-12-01T06:00:00Z'), so processes — on any machine —
+-- that declare the same schedule create each slot's job once.
+CREATE TABLE IF NOT EXISTS schedules (
+    name               text    PRIMARY KEY CHECK (length(name) > 0),
+    cron               text    NOT NULL CHECK (length(cron) > 0), -- 5 fields, 6 with seconds first, or @daily…
+    tz                 text    NOT NULL DEFAULT 'UTC' CHECK (length(tz) > 0), -- IANA name; the cron reads its wall clock
+    kind               text    NOT NULL CHECK (length(kind) > 0),
+    payload            text    NOT NULL CHECK (payload::json IS NOT NULL),
+    queue              text    NOT NULL DEFAULT 'default' CHECK (length(queue) > 0),
+    priority           bigint  NOT NULL DEFAULT 0,
+    max_retries        bigint  CHECK (max_retries >= 0),             -- NULL: the kind's default
+    -- What a start fires for the slots no process ran for: the latest one,
+    -- every one inside catch_up_window_ms, or none.
+    catch_up           text    NOT NULL DEFAULT 'latest'
+                       CHECK (catch_up IN ('latest', 'window', 'none')),
+    catch_up_window_ms bigint  CHECK (catch_up_window_ms >= 0),
+    last_slot_at       bigint,  -- the latest slot fired; NULL before the first
+    next_slot_at       bigint,  -- the next slot; NULL when there is none
+    created_at         bigint  NOT NULL,
+    updated_at         bigint  NOT NULL, -- when the declaration last changed
+    CHECK ((catch_up = 'window') = (catch_up_window_ms IS NOT NULL))
+);
+
+CREATE OR REPLACE VIEW schedule_overview AS
+SELECT name, cron, tz, kind, queue, catch_up,
+       litejob_time(last_slot_at) AS last_slot_at,
+       litejob_time(next_slot_at) AS next_slot_at,
+       litejob_time(updated_at)   AS updated_at
+FROM schedules;
+"#;
 
 /// Taken for the migration's transaction, so two processes opening a new
 /// database at once do not both create it (one waits, then finds it done).
@@ -108,7 +147,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_migration_step_has_a_version() {
+    fn every_migration_step_has_a_version_and_reads_as_postgres_sql() {
         assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION - 1);
+        for step in MIGRATIONS {
+            assert!(
+                SCHEMA_SQL.contains(step),
+                "a step differs from postgres.sql:\n{step}"
+            );
+        }
     }
 }

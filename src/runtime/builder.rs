@@ -1,4 +1,5 @@
-//! [`RuntimeBuilder`]: the handlers, the effects and the runtime's settings.
+//! [`RuntimeBuilder`]: the handlers, the effects, the schedules and the
+//! runtime's settings.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -6,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::error::Result;
 use crate::handler::{
@@ -14,6 +16,7 @@ use crate::handler::{
 };
 use crate::queue::Queue;
 use crate::retry::Backoff;
+use crate::schedule::Schedule;
 
 use super::Runtime;
 
@@ -25,6 +28,7 @@ pub struct RuntimeBuilder {
     #[cfg(feature = "postgres")]
     pub(super) pg_handlers: HashMap<String, Arc<dyn crate::handler::ErasedPgHandler>>,
     pub(super) effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    pub(super) schedules: Vec<Schedule>,
     pub(super) cfg: RuntimeConfig,
 }
 
@@ -52,6 +56,7 @@ impl RuntimeBuilder {
             #[cfg(feature = "postgres")]
             pg_handlers: HashMap::new(),
             effects: HashMap::new(),
+            schedules: Vec::new(),
             cfg: RuntimeConfig {
                 workers: 4,
                 effect_workers: 2,
@@ -213,6 +218,35 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declares a periodic job: at every slot of `cron` (5 fields, 6 with
+    /// seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`; UTC)
+    /// the runtime enqueues a job of `kind` with `payload` under the key
+    /// `schedule:<name>:<slot>`, the slot in UTC (RFC 3339). Every process
+    /// that declares the same schedule may fire a slot; its job is created
+    /// once, the others' enqueues are counted duplicates. Options (time
+    /// zone, queue, priority, retries, catch-up): [`Self::schedule_with`].
+    ///
+    /// Nothing is checked here, so the chain stays a chain:
+    /// [`Self::start`] refuses a bad expression or name, a kind this runtime
+    /// has no handler for, or a name declared twice, with
+    /// [`crate::Error::InvalidInput`], before it writes anything.
+    pub fn schedule(
+        self,
+        name: impl Into<String>,
+        cron: impl Into<String>,
+        kind: impl Into<String>,
+        payload: &impl Serialize,
+    ) -> Self {
+        self.schedule_with(Schedule::new(name, cron, kind, payload))
+    }
+
+    /// Declares a periodic job with options (see [`Schedule`]); checked at
+    /// [`Self::start`] like [`Self::schedule`].
+    pub fn schedule_with(mut self, schedule: Schedule) -> Self {
+        self.schedules.push(schedule);
+        self
+    }
+
     /// Number of job worker threads (default 4).
     pub fn workers(mut self, n: usize) -> Self {
         self.cfg.workers = n.max(1);
@@ -290,7 +324,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Starts the threads.
+    /// Starts the threads. With schedules, first checks them and writes
+    /// their rows, and enqueues what their catch-up policies fire for the
+    /// slots missed while no process ran: those jobs exist when it returns.
     pub fn start(self) -> Result<Runtime> {
         Runtime::start(self)
     }

@@ -13,7 +13,9 @@
 //!   (on the writer, inside the group transaction); for the runs a claim
 //!   started, only their end (the log line, letting go of the job);
 //! - `litejob-effect-N`: claim one outbox row → call the effect outside any
-//!   transaction → acknowledge.
+//!   transaction → acknowledge;
+//! - `litejob-scheduler` (only with schedules): sleeps until the next slot
+//!   of a declared schedule, then enqueues its job.
 //!
 //! [`Runtime`] (start, stop) and the state the threads share live here;
 //! each thread's loop and each step of a run has its own file:
@@ -22,7 +24,7 @@
 //! (its loop), `begin` (a run's start, prepare and apply), `pending` (a run
 //! waiting for its commit), `finish` (a run's end), `effects` (the effect
 //! loop and acknowledgements), `in_flight` (what this process holds a lease
-//! on).
+//! on), `scheduler` (declaring schedules at the start, firing their slots).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +51,7 @@ mod leases;
 mod pending;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod scheduler;
 mod supervisor;
 mod worker;
 
@@ -58,6 +61,7 @@ use effects::effect_loop;
 use finish::finish_job;
 use in_flight::InFlight;
 use pending::Pending;
+use scheduler::scheduler_loop;
 use supervisor::supervisor_loop;
 use worker::{worker_loop, MAX_PIPELINE};
 
@@ -207,13 +211,40 @@ fn spawn(name: String, f: Box<dyn FnOnce() + Send>) -> Result<JoinHandle<()>> {
 impl Runtime {
     /// Builds the shared state and the channels between the threads, then
     /// starts the workers, the effect threads and the supervisor.
-    fn start(b: RuntimeBuilder) -> Result<Runtime> {
+    fn start(mut b: RuntimeBuilder) -> Result<Runtime> {
+        let now = b.queue.backend().now();
+        let schedules = std::mem::take(&mut b.schedules);
+        #[allow(unused_mut)]
+        let mut kinds: std::collections::HashSet<&str> =
+            b.handlers.keys().map(String::as_str).collect();
+        #[cfg(feature = "postgres")]
+        kinds.extend(b.pg_handlers.keys().map(String::as_str));
+        let declared = scheduler::check(
+            &schedules,
+            &kinds,
+            b.cfg.queues.as_deref(),
+            &b.queue.inner.rules,
+            now,
+        )?;
+        let armed = if declared.is_empty() {
+            Vec::new()
+        } else {
+            scheduler::declare(&b.queue, declared, now)?
+        };
         let (shared, runs_rx) = Shared::new(b)?;
         let shared = Arc::new(shared);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let mut threads = Vec::new();
+        if !armed.is_empty() {
+            let (queue, stop) = (shared.queue.clone(), stop_rx.clone());
+            threads.push(spawn(
+                "litejob-scheduler".into(),
+                Box::new(move || scheduler_loop(queue, armed, stop)),
+            )?);
+        }
         #[cfg(feature = "postgres")]
         if let Some(store) = shared.queue.postgres() {
-            let threads = postgres::start(&shared, store, &stop_rx)?;
+            threads.extend(postgres::start(&shared, store, &stop_rx)?);
             // Never used on PostgreSQL (its workers claim for themselves):
             // empty, and closed.
             let (_, buffer_rx) = crossbeam_channel::bounded::<Claimed>(0);
@@ -224,7 +255,6 @@ impl Runtime {
         let capacity = shared.cfg.workers + shared.cfg.claim_ahead;
         let (buffer_tx, buffer_rx) = crossbeam_channel::bounded::<Claimed>(capacity);
         let (space_tx, space_rx) = crossbeam_channel::bounded::<()>(1);
-        let mut threads = Vec::new();
         if !shared.handlers.is_empty() {
             for i in 0..shared.cfg.workers {
                 let (s, rx, runs, stop, space) = (

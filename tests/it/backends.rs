@@ -16,6 +16,7 @@ mod faults;
 mod outbox;
 mod processes;
 mod runs;
+mod schedules;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

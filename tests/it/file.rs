@@ -488,3 +488,44 @@ fn the_wal_stays_bounded_under_continuous_writes() {
         .unwrap();
     assert_eq!(n, 16_000);
 }
+
+/// Every schema object of a file: (type, name, SQL), sorted.
+fn schema_of(c: &Connection) -> Vec<(String, String, Option<String>)> {
+    let mut st = c
+        .prepare("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name")
+        .unwrap();
+    let rows = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
+#[test]
+fn a_version_1_file_is_migrated_to_the_current_schema_and_keeps_its_jobs() {
+    let old = TestDb::new();
+    {
+        // A file as the version-1 binary left it, with a job in it.
+        let c = Connection::open(&old.path).unwrap();
+        c.execute_batch(include_str!("../fixtures/schema-v1.sql"))
+            .unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 1; PRAGMA journal_mode = WAL; \
+             INSERT INTO jobs (kind, idempotency_key, payload, run_at, created_at) \
+             VALUES ('k', 'from-v1', '{}', 0, 0);",
+        )
+        .unwrap();
+    }
+    let q = old.open();
+    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
+    assert_eq!(litejob::SCHEMA_VERSION, 2);
+    assert!(q.job_by_key("from-v1").unwrap().is_some());
+    assert!(q.schedules().unwrap().is_empty());
+    drop(q);
+    let fresh = TestDb::new();
+    drop(fresh.open());
+    assert_eq!(
+        schema_of(&old.sql()),
+        schema_of(&fresh.sql()),
+        "a migrated file's schema reads exactly as a new file's"
+    );
+}

@@ -11,3 +11,4 @@ mod file;
 mod outbox;
 mod reliability;
 mod runtime;
+mod schedules;

@@ -16,7 +16,7 @@
 mod crash;
 mod durable;
 mod files;
-mod harness;
+pub(crate) mod harness;
 mod input;
 mod locks;
 mod model;

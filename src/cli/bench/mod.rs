@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, Queue, QueueOptions, Synchronous};
+use litejob::{Error, Queue, QueueOptions, Schedule, Synchronous};
 use serde::{Deserialize, Serialize};
 
 mod executor;
@@ -67,6 +67,12 @@ pub struct BenchArgs {
     /// start latency at full rate, at some cost in throughput
     #[arg(long, value_name = "N")]
     pub claim_ahead: Option<usize>,
+    /// Also declare a schedule on the measuring runtime, firing a no-op
+    /// job (kind `bench.tick`) at every slot of CRON, e.g. '* * * * * *':
+    /// compare the processing rate with and without it to see what the
+    /// scheduler costs.
+    #[arg(long, value_name = "CRON")]
+    pub schedule: Option<String>,
 }
 
 /// The figures, as printed with `--json`.
@@ -105,6 +111,8 @@ pub struct BenchReport {
     pub async_tasks: usize,
     /// Settings.
     pub sync: String,
+    /// `--schedule`: the cron expression of the schedule declared, or null.
+    pub schedule: Option<String>,
     /// Extra jobs written before measuring (`--preload`).
     pub preload: usize,
     /// Seconds the preload took.
@@ -195,6 +203,9 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
         return Err(Error::InvalidInput(
             "--workers, --producers and --async-tasks must be at least 1".into(),
         ));
+    }
+    if let Some(cron) = &args.schedule {
+        Schedule::new("bench.tick", cron, "bench.tick", &()).check()?;
     }
     let (path, kept): (PathBuf, bool) = match db {
         Some(p) => (p.to_path_buf(), true),
@@ -354,6 +365,7 @@ fn measure(
         producers: args.producers,
         async_tasks: args.async_tasks,
         sync: sync.as_str().to_ascii_lowercase(),
+        schedule: args.schedule.clone(),
         preload: args.preload,
         preload_secs,
         max_rss_kb: peak_rss_kb(),

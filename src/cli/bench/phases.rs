@@ -7,9 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, NewJob, Outcome, Queue};
+use litejob::{Error, NewJob, Outcome, Queue, Schedule};
 
 use super::{since_epoch_ns, BenchArgs, Probe, KIND, PROBE_EVERY, PROBE_THREADS};
+
+/// The kind (and name) of the schedule `--schedule` declares.
+const TICK: &str = "bench.tick";
 
 /// The bench's own keys: unique per run, so a kept file can take another.
 pub(super) struct Keys(pub(super) String);
@@ -152,8 +155,8 @@ pub(super) fn process(
     })?;
     let succeeded = |filter: &str| -> Result<i64, Error> {
         let sql =
-            format!("SELECT count(*) FROM jobs WHERE id > ?1 AND state = 'succeeded' {filter}");
-        queue.read(|c| Ok(c.query_row(&sql, [backlog.base_id], |r| r.get(0))?))
+            format!("SELECT count(*) FROM jobs WHERE id > ?1 AND kind = ?2 AND state = 'succeeded' {filter}");
+        queue.read(|c| Ok(c.query_row(&sql, (backlog.base_id, KIND), |r| r.get(0))?))
     };
     // Counted in the apply step, before the commit: confirm the commits.
     wait_for(deadline, 1, || {
@@ -192,6 +195,13 @@ fn start_runtime(
     let mut builder = queue.runtime().workers(args.workers);
     if let Some(n) = args.claim_ahead {
         builder = builder.claim_ahead(n);
+    }
+    if let Some(cron) = &args.schedule {
+        // Priority 1: behind the backlog and the probes, like a periodic
+        // job among urgent work.
+        builder = builder
+            .handler(TICK, |_tx, _p: serde_json::Value| Ok(Outcome::Done))
+            .schedule_with(Schedule::new(TICK, cron, TICK, &()).with_priority(1));
     }
     builder
         .handler(KIND, move |_tx, p: Probe| {

@@ -10,7 +10,19 @@ use crate::support::TestDb;
 #[test]
 fn bench_with_a_db_keeps_the_file_and_every_job_went_the_full_path() {
     let db = TestDb::new();
-    let v = json_of(&db, &["bench", "--jobs", "300", "--workers", "2"], 0);
+    let v = json_of(
+        &db,
+        &[
+            "bench",
+            "--jobs",
+            "300",
+            "--workers",
+            "2",
+            "--schedule",
+            "* * * * * *",
+        ],
+        0,
+    );
     for rate in [
         "enqueue_per_sec",
         "enqueue_concurrent_per_sec",
@@ -37,16 +49,25 @@ fn bench_with_a_db_keeps_the_file_and_every_job_went_the_full_path() {
         (&json!(300), &json!("full"), &json!(256), &json!(true)),
         "{v}"
     );
+    // The schedule was declared on the measuring runtime.
+    assert_eq!(v["schedule"], "* * * * * *", "{v}");
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM schedules WHERE name = 'bench.tick' AND kind = 'bench.tick'"
+        ),
+        1
+    );
     // Every benchmarked job succeeded, and the full path left its trace per
     // job: its key in the ledger and a succeeded attempt row.
     assert_eq!(
-        db.count("SELECT count(*) FROM jobs WHERE state='succeeded'"),
+        db.count("SELECT count(*) FROM jobs WHERE state='succeeded' AND kind = 'bench.noop'"),
         300
     );
     assert_eq!(
         db.count(
             "SELECT count(*) FROM jobs j JOIN processed_jobs p ON p.key = j.idempotency_key \
-             JOIN attempts a ON a.job_id = j.id AND a.outcome = 'succeeded'"
+             JOIN attempts a ON a.job_id = j.id AND a.outcome = 'succeeded' \
+             WHERE j.kind = 'bench.noop'"
         ),
         300
     );
@@ -65,6 +86,10 @@ fn bench_refuses_bad_settings_with_status_2_before_creating_the_file() {
         (&["bench", "--sync", "sometimes"][..], "synchronous"),
         (&["bench", "--workers", "0"][..], "--workers"),
         (&["bench", "--async-tasks", "0"][..], "--async-tasks"),
+        (
+            &["bench", "--schedule", "61 * * * *"][..],
+            "cron expression",
+        ),
     ] {
         let err = stderr_of(&db, args, 2);
         assert!(err.contains(says), "{args:?}: {err}");

@@ -7,8 +7,19 @@ use crate::support::{litejob_ok, TestDb};
 fn every_command_has_help_with_an_example() {
     let db = TestDb::new();
     for cmd in [
-        "init", "enqueue", "jobs", "show", "explain", "retry", "cancel", "outbox", "stats",
-        "prune", "demo", "bench",
+        "init",
+        "enqueue",
+        "jobs",
+        "show",
+        "explain",
+        "retry",
+        "cancel",
+        "outbox",
+        "stats",
+        "prune",
+        "demo",
+        "bench",
+        "schedules",
     ] {
         let out = litejob_ok(&db.path, &[cmd, "--help"], 0);
         assert!(out.contains("Example"), "litejob {cmd} --help:\n{out}");

@@ -1,0 +1,128 @@
+//! The `schedules` table on PostgreSQL, the twin of the file's
+//! `schedule::store`: the same rows, the same named statements, the same
+//! rule that a slot's record only moves forward. Writes `schedules`.
+
+use postgres::{GenericClient, Row};
+
+use super::conn::read_err;
+use crate::error::Result;
+use crate::schedule::store::{Declaration, ScheduleRow};
+use crate::schedule::Declared;
+use crate::time::Millis;
+
+const GET: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
+     catch_up_window_ms, last_slot_at, next_slot_at, updated_at FROM schedules WHERE name = $1";
+const LIST: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
+     catch_up_window_ms, last_slot_at, next_slot_at, updated_at FROM schedules ORDER BY name";
+const COUNT: &str = "SELECT count(*) FROM schedules";
+/// A new row, or a new declaration for an existing one; the slots fired
+/// are kept.
+const UPSERT: &str = "INSERT INTO schedules (name, cron, tz, kind, payload, queue, priority, \
+     max_retries, catch_up, catch_up_window_ms, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+     ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, tz = excluded.tz, \
+     kind = excluded.kind, payload = excluded.payload, queue = excluded.queue, \
+     priority = excluded.priority, max_retries = excluded.max_retries, \
+     catch_up = excluded.catch_up, catch_up_window_ms = excluded.catch_up_window_ms, \
+     updated_at = excluded.updated_at";
+/// A slot fired: moves the row forward only.
+const FIRED: &str = "UPDATE schedules SET last_slot_at = $2, next_slot_at = $3 \
+     WHERE name = $1 AND (last_slot_at IS NULL OR last_slot_at < $2)";
+/// The next slot a start computed (written only when it changes).
+const SET_NEXT: &str = "UPDATE schedules SET next_slot_at = $2 \
+     WHERE name = $1 AND next_slot_at IS DISTINCT FROM $2";
+
+fn from_row(r: &Row) -> ScheduleRow {
+    ScheduleRow {
+        name: r.get(0),
+        cron: r.get(1),
+        tz: r.get(2),
+        kind: r.get(3),
+        payload: r.get(4),
+        queue: r.get(5),
+        priority: r.get(6),
+        max_retries: r.get(7),
+        catch_up: r.get(8),
+        catch_up_window_ms: r.get(9),
+        last_slot_at: r.get(10),
+        next_slot_at: r.get(11),
+        updated_at: r.get(12),
+    }
+}
+
+pub(crate) fn get<C: GenericClient>(c: &mut C, name: &str) -> Result<Option<ScheduleRow>> {
+    Ok(c.query_opt(GET, &[&name])
+        .map_err(read_err)?
+        .as_ref()
+        .map(from_row))
+}
+
+pub(crate) fn list<C: GenericClient>(c: &mut C) -> Result<Vec<ScheduleRow>> {
+    Ok(c.query(LIST, &[])
+        .map_err(read_err)?
+        .iter()
+        .map(from_row)
+        .collect())
+}
+
+pub(crate) fn count<C: GenericClient>(c: &mut C) -> Result<i64> {
+    Ok(c.query_one(COUNT, &[]).map_err(read_err)?.get(0))
+}
+
+/// Writes `d` to its row inside the caller's transaction, and says what
+/// was there (as the file's store does).
+pub(crate) fn declare<C: GenericClient>(
+    c: &mut C,
+    d: &Declared,
+    now: Millis,
+) -> Result<Declaration> {
+    let before = get(c, &d.schedule.name)?;
+    let found = match before {
+        None => Declaration::New,
+        Some(row) => {
+            let changes = row.changes(d);
+            if changes.is_empty() {
+                return Ok(Declaration::Same(row));
+            }
+            Declaration::Changed(row, changes)
+        }
+    };
+    let s = &d.schedule;
+    let max_retries = s.max_retries.map(i64::from);
+    c.execute(
+        UPSERT,
+        &[
+            &s.name,
+            &s.cron,
+            &s.tz,
+            &s.kind,
+            &d.payload,
+            &s.queue,
+            &s.priority,
+            &max_retries,
+            &s.catch_up.as_str(),
+            &s.catch_up.window_ms(),
+            &now,
+        ],
+    )
+    .map_err(read_err)?;
+    Ok(found)
+}
+
+pub(crate) fn fired<C: GenericClient>(
+    c: &mut C,
+    name: &str,
+    slot: Millis,
+    next: Option<Millis>,
+) -> Result<bool> {
+    Ok(c.execute(FIRED, &[&name, &slot, &next]).map_err(read_err)? == 1)
+}
+
+pub(crate) fn set_next<C: GenericClient>(
+    c: &mut C,
+    name: &str,
+    next: Option<Millis>,
+) -> Result<()> {
+    c.execute(SET_NEXT, &[&name, &next]).map_err(read_err)?;
+    Ok(())
+}
