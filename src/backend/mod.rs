@@ -13,6 +13,7 @@
 
 pub(crate) mod sqlite;
 
+use crate::controls::{QueueControl, QueueLimits};
 use crate::enqueue::ValidJob;
 use crate::error::Result;
 use crate::history::Attempt;
@@ -91,6 +92,23 @@ pub(crate) trait Backend: Send + Sync {
     fn explain(&self, key: &str) -> Result<Explanation>;
     /// Every schedule's row, by name.
     fn schedules(&self) -> Result<Vec<crate::ScheduleRow>>;
+
+    // Queue controls.
+
+    /// Every queue with jobs or controls, by name, with its load at `now`.
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>>;
+    /// One queue's controls (its `queued` count left at 0); None when it
+    /// has none.
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>>;
+    /// The operator's change to a queue's controls (`paused`: Some to set
+    /// it), validated; a queue left with nothing in force loses its row.
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()>;
 
     // The operator's repairs.
 

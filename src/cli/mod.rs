@@ -14,6 +14,7 @@ pub mod enqueue;
 pub mod explain;
 pub mod jobs;
 pub mod outbox_cmd;
+pub mod queues;
 pub mod rng;
 pub mod schedules;
 pub mod time;
@@ -82,6 +83,13 @@ pub enum Command {
     /// Every schedule (periodic job) declared on the file: cron, time zone,
     /// kind, last fired slot, next slot.
     Schedules(schedules::SchedulesArgs),
+    /// Every queue: its controls (paused, cap, rate) and its queued and
+    /// running jobs.
+    Queues(queues::QueuesArgs),
+    /// Pause or resume a queue, or set its cap and rate limit, for every
+    /// process on the file.
+    #[command(name = "queue")]
+    QueueCmd(queues::QueueArgs),
     /// Delete finished jobs, their attempts and sent outbox rows older than DUR.
     Prune(admin_cmds::PruneArgs),
     /// Run the receipts scenario on the file: dedup at the door, exactly-once
@@ -218,6 +226,8 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::Outbox(a) => outbox_cmd::outbox(&open_existing(&db)?, a, json, &mut out)?,
         Command::Stats(a) => admin_cmds::stats(&open_existing(&db)?, a, json, &mut out)?,
         Command::Schedules(a) => schedules::schedules(&open_existing(&db)?, a, json, &mut out)?,
+        Command::Queues(a) => queues::queues(&open_existing(&db)?, a, json, &mut out)?,
+        Command::QueueCmd(a) => queues::queue_cmd(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
         Command::Demo(a) => {
             let status = demo::run(&db, a, json)?;

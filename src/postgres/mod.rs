@@ -10,12 +10,15 @@
 //! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
 //! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
 //! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
-//! clock). This file: [`PgStore`], which owns the pool and the notifier
+//! clock), [`controls`] (queue controls: the operator's changes, the copy
+//! claims consult, the claim of a limited queue under its row's lock).
+//! This file: [`PgStore`], which owns the pool and the notifier
 //! thread, and its implementation of the boundary. Writes every queue
 //! table, only through those modules.
 
 pub(crate) mod admin;
 pub(crate) mod conn;
+pub(crate) mod controls;
 pub(crate) mod enqueue;
 pub(crate) mod leases;
 pub(crate) mod notify;
@@ -30,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, BackendKind, PruneWhat};
+use crate::controls::{QueueControl, QueueLimits};
 use crate::db::Synchronous;
 use crate::enqueue::ValidJob;
 use crate::error::{Error, Result};
@@ -60,6 +64,9 @@ pub(crate) struct PgStore {
     /// Sends the wake-ups other processes listen for, off the callers'
     /// path.
     pub notifier: Notifier,
+    /// The queue controls in force, as this process's claims last read
+    /// them.
+    pub controls: controls::Cache,
     /// The async API's writes, for its threads (closed on drop, which ends
     /// them; they hold no handle to the store).
     offload: Option<crossbeam_channel::Sender<Box<dyn FnOnce() + Send>>>,
@@ -208,6 +215,7 @@ impl PgStore {
             pool,
             clock,
             notifier,
+            controls: controls::Cache::default(),
             offload: Some(offload),
             offload_threads,
             schema_version,
@@ -340,6 +348,31 @@ impl Backend for PgStore {
 
     fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
         self.with_conn(true, |c| schedules::list(&mut c.client))
+    }
+
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>> {
+        self.with_conn(true, |c| controls::list(c, now))
+    }
+
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
+        self.with_conn(true, |c| controls::of_queue(c, queue, now))
+    }
+
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()> {
+        crate::controls::check_change(queue, limits)?;
+        // The same change twice leaves the same row: safe to repeat.
+        self.with_conn(true, |c| controls::change(c, queue, paused, limits, now))?;
+        self.controls.forget();
+        // Other processes' workers look again (a resumed queue's jobs are
+        // theirs to take once their copy of the controls is read again).
+        self.notifier.jobs();
+        Ok(())
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {

@@ -5,7 +5,7 @@
 //! run's end recorded in one statement, one commit. Writes `jobs`,
 //! `attempts` and `processed_jobs`.
 
-use postgres::{Statement, Transaction};
+use postgres::{GenericClient, Statement, Transaction};
 
 use super::conn::{read_err, write_err, PgConn};
 use crate::error::Result;
@@ -17,7 +17,8 @@ const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) AS k(kind
      AND run_at <= $2 AND ($3::text[] IS NULL OR queue = ANY($3)) LIMIT 1) x)";
 
 /// Claims up to `$4` due jobs of the kinds `$1` (in the queues `$3`, if
-/// given; suspects, `abandoned > 0`, exactly when `$8`) in priority order,
+/// given, and none of the queues `$9`, the controlled ones a claim skips;
+/// suspects, `abandoned > 0`, exactly when `$8`) in priority order,
 /// and starts them: lease, charged attempt, attempt row and the fence on
 /// it, all in one statement. One seek per kind on `jobs_claim` (or
 /// `jobs_suspect`), then the best `$4` of those: a single `kind = ANY(..)`
@@ -31,6 +32,7 @@ WITH picked AS (
         SELECT id, priority, run_at FROM jobs
         WHERE state = 'queued' AND kind = k.kind AND run_at <= $2
           AND ($3::text[] IS NULL OR queue = ANY($3)) AND (abandoned > 0) = $8
+          AND ($9::text[] IS NULL OR queue <> ALL($9))
         ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
     ) c
     ORDER BY c.priority, c.run_at, c.id LIMIT $4
@@ -149,9 +151,12 @@ pub(crate) fn any_due(
 }
 
 /// What a claim asks for.
+#[derive(Clone, Copy)]
 pub(crate) struct ClaimAsk<'a> {
     pub kinds: &'a [String],
     pub queues: Option<&'a [String]>,
+    /// Queues to leave alone (paused, or claimed under their row's lock).
+    pub skipped: Option<&'a [String]>,
     pub limit: i64,
     pub suspects: bool,
     pub owner: &'a str,
@@ -165,11 +170,20 @@ pub(crate) struct ClaimAsk<'a> {
 /// server crash just means the jobs run again, and the batch's durable
 /// commit flushes it first anyway).
 pub(crate) fn claim(c: &mut PgConn, st: &Statements, ask: &ClaimAsk<'_>) -> Result<Vec<Started>> {
+    claim_with(&mut c.client, &st.claim, ask)
+}
+
+/// [`claim`] on `client`, a connection or a transaction open on it.
+pub(crate) fn claim_with(
+    client: &mut impl GenericClient,
+    claim: &Statement,
+    ask: &ClaimAsk<'_>,
+) -> Result<Vec<Started>> {
     let queues: Option<Vec<String>> = ask.queues.map(<[String]>::to_vec);
-    let rows = c
-        .client
+    let skipped: Option<Vec<String>> = ask.skipped.map(<[String]>::to_vec);
+    let rows = client
         .query(
-            &st.claim,
+            claim,
             &[
                 &ask.kinds,
                 &ask.now,
@@ -179,6 +193,7 @@ pub(crate) fn claim(c: &mut PgConn, st: &Statements, ask: &ClaimAsk<'_>) -> Resu
                 &ask.lease_until,
                 &ask.worker,
                 &ask.suspects,
+                &skipped,
             ],
         )
         .map_err(write_err)?;

@@ -25,6 +25,7 @@ use crate::fault;
 use crate::handler::{panic_message, ErasedPgHandler, JobContext, PrepareStop, Prepared};
 use crate::history::{cap_error, AttemptOutcome};
 use crate::postgres::conn::{PgConn, Session};
+use crate::postgres::controls as pg_controls;
 use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
 use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
 use crate::postgres::{notify, PgStore};
@@ -67,6 +68,7 @@ pub(super) fn start(
                         batch,
                         conn: None,
                         rng: Rng::from_entropy(),
+                        frees_at: None,
                     }
                     .run()
                 }),
@@ -188,6 +190,8 @@ struct Worker {
     name: String,
     conn: Option<(PgConn, Statements)>,
     rng: Rng,
+    /// When a full rate frees a start, as the last claim found.
+    frees_at: Option<Millis>,
 }
 
 impl Worker {
@@ -203,7 +207,7 @@ impl Worker {
                     select! {
                         recv(self.stop) -> _ => return,
                         recv(wake) -> _ => {},
-                        default(self.s.cfg.poll_interval) => {},
+                        default(self.idle_wait()) => {},
                     }
                 }
                 Err(e) => {
@@ -212,6 +216,19 @@ impl Worker {
                     sleep_or_stop(&self.stop, Duration::from_millis(500));
                 }
             }
+        }
+    }
+
+    /// How long to wait for news when idle: the poll interval, or less
+    /// when a full rate frees a start sooner.
+    fn idle_wait(&self) -> Duration {
+        let poll = self.s.cfg.poll_interval;
+        match self.frees_at {
+            Some(at) => {
+                let ms = (at - self.s.queue.backend().now()).max(1) as u64;
+                poll.min(Duration::from_millis(ms))
+            }
+            None => poll,
         }
     }
 
@@ -258,28 +275,76 @@ impl Worker {
         Ok(true)
     }
 
+    /// Claims and starts up to `limit` jobs. With queue controls in force,
+    /// each capped or rate-limited queue is claimed first, alone, under its
+    /// row's lock; the one claim statement then takes the rest, skipping
+    /// the controlled queues (paused ones included).
     fn claim(&mut self, suspects: bool, limit: usize) -> Result<Vec<Started>> {
         if self.s.stopping.load(Ordering::SeqCst) {
             return Ok(Vec::new());
         }
         let s = self.s.clone();
+        let store = s.queue.postgres().expect("a PostgreSQL runtime").clone();
         let now = s.queue.backend().now();
         let name = self.name.clone();
         let (c, st) = self.connection()?;
-        let started = run::claim(
-            c,
-            st,
-            &ClaimAsk {
-                kinds: &s.kinds,
-                queues: s.cfg.queues.as_deref(),
-                limit: limit as i64,
-                suspects,
-                owner: &s.owner,
-                lease_until: now + s.cfg.lease.as_millis() as i64,
-                worker: &name,
-                now,
-            },
-        )?;
+        let controls = store.controls.get(c, s.cfg.poll_interval)?;
+        let ask = ClaimAsk {
+            kinds: &s.kinds,
+            queues: s.cfg.queues.as_deref(),
+            skipped: None,
+            limit: limit as i64,
+            suspects,
+            owner: &s.owner,
+            lease_until: now + s.cfg.lease.as_millis() as i64,
+            worker: &name,
+            now,
+        };
+        let mut started = Vec::new();
+        let skipped: Vec<String> = controls.iter().map(|(q, _)| q.clone()).collect();
+        let mut frees_at: Option<Millis> = None;
+        let mut alone = false;
+        for (q, limits) in controls.iter() {
+            let ours = s.cfg.queues.as_ref().map_or(true, |qs| qs.contains(q));
+            if started.len() >= limit || limits.paused || !limits.limited() || !ours {
+                continue;
+            }
+            let left = (limit - started.len()) as i64;
+            let got =
+                pg_controls::claim_limited(c, &st.claim, q, &ClaimAsk { limit: left, ..ask })?;
+            if got.held_back {
+                s.slot_wanted.store(true, Ordering::SeqCst);
+            }
+            if got.more_room {
+                // This worker takes one job of a capped queue at a time:
+                // wake another for the next slot.
+                s.queue.notify();
+            }
+            frees_at = match (frees_at, got.frees_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let capped = limits.concurrency.is_some() && !got.started.is_empty();
+            started.extend(got.started);
+            if capped {
+                // A capped queue's slot is held until its batch commits:
+                // a batch of its own, not one behind other runs.
+                alone = true;
+                break;
+            }
+        }
+        if started.len() < limit && !alone {
+            started.extend(run::claim(
+                c,
+                st,
+                &ClaimAsk {
+                    skipped: (!skipped.is_empty()).then_some(&skipped[..]),
+                    limit: (limit - started.len()) as i64,
+                    ..ask
+                },
+            )?);
+        }
+        self.frees_at = frees_at;
         for j in &started {
             s.in_flight.started(j.id, j.attempt_id);
         }
@@ -305,6 +370,7 @@ impl Worker {
                 for r in &runs {
                     self.finish(r);
                 }
+                self.s.slot_freed();
             }
             Err(e) => {
                 log::warn!(target: "litejob", "a batch of {} runs was not recorded ({e}); giving it back", runs.len());
