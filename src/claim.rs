@@ -342,7 +342,9 @@ pub(crate) struct Started {
 
 /// Starts the run of a claimed job: charges an attempt, writes the attempt
 /// row and fences the job on it; records the start of a `rated` queue (see
-/// [`Claimed::rated`]). None when the claim was lost meanwhile.
+/// [`Claimed::rated`]). None when the claim was lost meanwhile, or when its
+/// queue was paused since the claim: then the claim goes back, uncharged,
+/// since a paused queue starts nothing new.
 pub(crate) fn start(
     conn: &Connection,
     job_id: i64,
@@ -361,6 +363,10 @@ pub(crate) fn start(
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
+    if controls::job_paused(conn, job_id)? {
+        release(conn, job_id, owner, None, "its queue was paused", now)?;
+        return Ok(None);
+    }
     let Some(st) = begin_run(
         &mut conn.prepare_cached(READ)?,
         &mut history::start_statement(conn)?,
@@ -871,7 +877,7 @@ mod tests {
             .unwrap();
         assert_eq!(starts(&conn), 3);
         // The two first starts leave the window at T0 + 1000, the third at
-        // T0 + 1500 (and the old rows are deleted by the claim).
+        // T0 + 1500.
         assert!(claim_as(&conn, OWNER, 10, T0 + 999, || Take::Claim)
             .0
             .is_empty());
@@ -889,6 +895,9 @@ mod tests {
         .unwrap();
         assert_eq!(batch.taken.len(), 2);
         assert_eq!(batch.frees_at, Some(T0 + 1500));
+        assert_eq!(starts(&conn), 5);
+        // A claim deletes the rows a window older than the counted ones.
+        claim_as(&conn, OWNER, 10, T0 + 2001, || Take::Claim);
         assert_eq!(starts(&conn), 3);
     }
 
@@ -924,6 +933,20 @@ mod tests {
         assert_eq!(claim(2), (ids[..2].to_vec(), true));
         assert_eq!(claim(0), (vec![], true));
         assert_eq!(claim(10).0, ids[2..]);
+    }
+
+    #[test]
+    fn a_job_claimed_ahead_does_not_start_once_its_queue_is_paused() {
+        let (_dir, conn) = fresh();
+        let id = enqueue_in(&conn, "mail", "m", 0);
+        assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [id]);
+        set(&conn, "mail", Some(true), crate::QueueLimits::new());
+        assert!(start(&conn, id, OWNER, "w", false, T0 + 1)
+            .unwrap()
+            .is_none());
+        // Back to queued, uncharged, with no attempt row.
+        assert_eq!(job(&conn, id), ("queued".into(), 0, 0, None, None));
+        assert!(outcomes(&conn, id).is_empty());
     }
 
     #[test]

@@ -367,6 +367,14 @@ pub(crate) fn window_floor(now: Millis, rate: Rate) -> Millis {
     now - rate.window_ms
 }
 
+/// The starts a claim may delete at `now`: those a window before the
+/// counted ones. A window's margin, not none: two processes' clocks never
+/// quite agree, and a start one of them deletes as just out of the window
+/// may still be inside it for another.
+pub(crate) fn prune_floor(now: Millis, rate: Rate) -> Millis {
+    window_floor(now, rate) - rate.window_ms
+}
+
 /// When the rate's oldest start in the window frees its place.
 pub(crate) fn frees_at(oldest_start: Millis, rate: Rate) -> Millis {
     oldest_start + rate.window_ms
@@ -463,6 +471,16 @@ pub(crate) fn change(
         conn.prepare_cached(FORGET_STARTS)?.execute([queue])?;
     }
     Ok(next)
+}
+
+/// Whether the job's queue is paused: a claimed job's start looks, one
+/// key lookup in a table that holds only the queues with controls.
+pub(crate) fn job_paused(conn: &Connection, job_id: i64) -> Result<bool> {
+    const SQL: &str = "SELECT EXISTS (SELECT 1 FROM jobs j JOIN queues q ON q.name = j.queue \
+         WHERE j.id = ?1 AND q.paused = 1)";
+    Ok(conn
+        .prepare_cached(SQL)?
+        .query_row([job_id], |r| r.get(0))?)
 }
 
 /// Records a start of a rate-limited queue, in the start's transaction.
@@ -661,7 +679,7 @@ impl Gate {
         let mut oldest = None;
         if let Some(rate) = l.rate {
             conn.prepare_cached(PRUNE_STARTS)?
-                .execute(rusqlite::params![queue, window_floor(now, rate)])?;
+                .execute(rusqlite::params![queue, prune_floor(now, rate)])?;
             oldest = started(conn, queue, rate, now)?.1;
         }
         let (load, _) = load(conn, queue, &l, now)?;
@@ -773,6 +791,8 @@ mod tests {
         assert_eq!(frees_at(start, r), T0 + 1000);
         // A start recorded ahead of the clock (another clock) still counts.
         assert!(T0 + 50 > window_floor(T0, r));
+        // Deleted only a window after it stopped counting.
+        assert_eq!(prune_floor(T0 + 1000, r), T0 - 1000);
     }
 
     #[test]

@@ -269,13 +269,17 @@ pub(crate) struct LimitedClaim {
 /// steps one after another, so a second slot in its batch would sit idle
 /// while other workers, here or elsewhere, could run it), records the
 /// starts of a rate, commits.
+///
+/// `clock` is read once the lock is held: claims of the queue then count
+/// and record in the order of their times, so one that waited for the lock
+/// never counts with an older `now` than the rows its predecessor pruned.
 pub(crate) fn claim_limited(
     c: &mut PgConn,
     claim: &Statement,
     queue: &str,
     ask: &ClaimAsk<'_>,
+    clock: &dyn Fn() -> Millis,
 ) -> Result<LimitedClaim> {
-    let now = ask.now;
     // Prepared once per connection, before the transaction borrows it.
     let (lock, prune, count, started, record) = (
         c.stmt(LOCK_ROW)?,
@@ -290,8 +294,10 @@ pub(crate) fn claim_limited(
         .map_err(read_err)?
         .map(|r| from_row(&r).1)
         .unwrap_or_default();
+    let now = clock();
+    let lease_until = now + (ask.lease_until - ask.now);
     if let Some(rate) = limits.rate {
-        tx.execute(&prune, &[&queue, &controls::window_floor(now, rate)])
+        tx.execute(&prune, &[&queue, &controls::prune_floor(now, rate)])
             .map_err(read_err)?;
     }
     let (load, _, oldest) = load(&mut tx, (&count, &started), queue, &limits, now)?;
@@ -311,6 +317,8 @@ pub(crate) fn claim_limited(
                 queues: Some(&queues),
                 skipped: None,
                 limit: take as i64,
+                now,
+                lease_until,
                 ..*ask
             },
         )?

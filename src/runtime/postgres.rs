@@ -310,8 +310,13 @@ impl Worker {
                 continue;
             }
             let left = (limit - started.len()) as i64;
-            let got =
-                pg_controls::claim_limited(c, &st.claim, q, &ClaimAsk { limit: left, ..ask })?;
+            let got = pg_controls::claim_limited(
+                c,
+                &st.claim,
+                q,
+                &ClaimAsk { limit: left, ..ask },
+                &|| s.queue.backend().now(),
+            )?;
             if got.held_back {
                 s.slot_wanted.store(true, Ordering::SeqCst);
             }

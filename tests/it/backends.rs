@@ -11,6 +11,7 @@
 mod admin;
 mod asynchronous;
 mod cli;
+mod controls;
 mod enqueue;
 mod faults;
 mod outbox;

@@ -14,10 +14,10 @@ fn init_prints_the_path_and_schema_version() {
     let out = litejob_ok(&db.path, &["init"], 0);
     let canonical = std::fs::canonicalize(&db.path).unwrap();
     assert!(out.contains(&canonical.display().to_string()), "{out}");
-    assert!(out.contains("schema version 2"), "{out}");
+    assert!(out.contains("schema version 3"), "{out}");
     // Again, on the existing file, as JSON.
     let v = json_of(&db, &["init"], 0);
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     assert_eq!(v["path"], canonical.display().to_string());
 }
 

@@ -72,7 +72,7 @@ fn a_newer_schema_is_refused_with_both_versions_and_left_unchanged() {
         vec!["stats", "--json"],
     ] {
         let e = stderr_of(&db, &args, 1);
-        assert!(e.contains("99") && e.contains("version 2"), "{args:?}: {e}");
+        assert!(e.contains("99") && e.contains("version 3"), "{args:?}: {e}");
     }
     assert_eq!(std::fs::read(&db.path).unwrap(), before, "the file changed");
 }
