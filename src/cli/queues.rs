@@ -100,9 +100,10 @@ pub fn parse_rate(s: &str) -> Result<Setting<Rate>, String> {
     let (n, dur) = s.split_once('/').ok_or_else(bad)?;
     let n: u32 = n.trim().parse().map_err(|_| bad())?;
     let window = super::time::parse_duration(dur)?;
-    Rate::new(n, window)
-        .map(Setting::Set)
-        .map_err(|e| format!("bad rate {s:?}: {e}"))
+    Rate::new(n, window).map(Setting::Set).map_err(|e| match e {
+        litejob::Error::InvalidInput(m) => format!("bad rate {s:?}: {m}"),
+        other => format!("bad rate {s:?}: {other}"),
+    })
 }
 
 /// One queue in `--json` (see docs/json.md).

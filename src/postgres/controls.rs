@@ -216,23 +216,22 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
 /// old, so a change made anywhere is honoured within one poll interval.
 #[derive(Default)]
 pub(crate) struct Cache {
-    state: Mutex<Option<(Instant, Arc<Vec<(String, Limits)>>)>>,
+    state: Mutex<Option<(Instant, InForce)>>,
 }
+
+/// The controls in force: each controlled queue and its limits.
+pub(crate) type InForce = Arc<Vec<(String, Limits)>>;
 
 impl Cache {
     /// The controls, read again on `c` when older than `max_age`.
-    pub(crate) fn get(
-        &self,
-        c: &mut PgConn,
-        max_age: Duration,
-    ) -> Result<Arc<Vec<(String, Limits)>>> {
+    pub(crate) fn get(&self, c: &mut PgConn, max_age: Duration) -> Result<InForce> {
         if let Some((at, rows)) = &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
             if at.elapsed() < max_age {
                 return Ok(rows.clone());
             }
         }
         let read_at = Instant::now();
-        let rows: Arc<Vec<(String, Limits)>> = Arc::new(
+        let rows: InForce = Arc::new(
             c.query(ROWS, &[])?
                 .iter()
                 .map(|r| {
