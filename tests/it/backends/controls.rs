@@ -221,9 +221,14 @@ fn runs(q: &TestQueue, queue: &str) -> Vec<(i64, i64)> {
     .collect()
 }
 
-/// The most runs under way at one instant, a run taking `[start, end)`.
-fn max_overlap(runs: &[(i64, i64)]) -> usize {
-    let mut events: Vec<(i64, i32)> = runs.iter().flat_map(|&(s, f)| [(s, 1), (f, -1)]).collect();
+/// The most runs under way at one instant, a run taking `[start, end)`
+/// shortened by `slack` ms at each end.
+fn max_overlap(runs: &[(i64, i64)], slack: i64) -> usize {
+    let mut events: Vec<(i64, i32)> = runs
+        .iter()
+        .filter(|&&(s, f)| f - s > 2 * slack)
+        .flat_map(|&(s, f)| [(s + slack, 1), (f - slack, -1)])
+        .collect();
     // Ends before starts at the same instant.
     events.sort();
     let (mut now, mut most) = (0i32, 0i32);
@@ -332,7 +337,13 @@ both! {
         assert!(seen <= 2, "{seen} jobs of the capped queue running at once (sampled)");
         assert!(reads > 100, "only {reads} samples");
         assert_eq!(runs.len(), 24, "{runs:?}");
-        assert!(max_overlap(&runs) <= 2, "{} runs at once: {runs:?}", max_overlap(&runs));
+        // A run's times are its process's clock: the file's processes share
+        // the machine's; on PostgreSQL each process reads the server's
+        // through an offset it measured, a few ms off another's. (The
+        // sampler above reads the database's own view, exactly.)
+        let slack = if q.engine == Engine::Postgres { 20 } else { 0 };
+        let most = max_overlap(&runs, slack);
+        assert!(most <= 2, "{most} runs at once: {runs:?}");
         let mean = mean_concurrency(&runs);
         assert!(mean >= 1.5, "the cap of 2 was used {mean:.2} at a time: {runs:?}");
     }
