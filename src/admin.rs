@@ -105,7 +105,7 @@ impl Queue {
     /// when it is not dead (nothing changes).
     pub fn retry_job(&self, id: i64) -> Result<()> {
         let now = now_ms();
-        self.writer().run(move |conn| {
+        self.writable()?.run(move |conn| {
             if conn.prepare_cached(RETRY_JOB)?.execute((id, now))? == 1 {
                 return Ok(());
             }
@@ -131,7 +131,7 @@ impl Queue {
         let mut total = 0usize;
         loop {
             let kind = kind.map(str::to_owned);
-            let ids: Vec<i64> = self.writer().run(move |conn| {
+            let ids: Vec<i64> = self.writable()?.run(move |conn| {
                 let mut st = conn.prepare_cached(SQL)?;
                 let rows =
                     st.query_map(rusqlite::params![kind, after, now, batch], |r| r.get(0))?;
@@ -156,7 +156,7 @@ impl Queue {
         const SQL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = ?2 \
                            WHERE id = ?1 AND state = 'queued'";
         let now = now_ms();
-        self.writer().run(move |conn| {
+        self.writable()?.run(move |conn| {
             if conn.prepare_cached(SQL)?.execute((id, now))? == 1 {
                 return Ok(());
             }
@@ -169,7 +169,7 @@ impl Queue {
     /// when it is not dead (nothing changes).
     pub fn retry_outbox(&self, outbox_id: i64) -> Result<()> {
         let now = now_ms();
-        self.writer()
+        self.writable()?
             .run(move |conn| outbox::retry_dead(conn, outbox_id, now))?;
         // Effect threads of this process pick it up now, not at their next poll.
         self.notify_outbox();
@@ -198,7 +198,7 @@ impl Queue {
             "DELETE FROM attempts WHERE job_id IN (SELECT value FROM json_each(?1))";
         const JOBS: &str = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?1))";
         loop {
-            let (jobs, attempts) = self.writer().run(move |conn| {
+            let (jobs, attempts) = self.writable()?.run(move |conn| {
                 delete_picked(
                     conn,
                     PICK_JOBS,
@@ -221,7 +221,7 @@ impl Queue {
             "DELETE FROM attempts WHERE outbox_id IN (SELECT value FROM json_each(?1))";
         const OUTBOX: &str = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1))";
         loop {
-            let (rows, attempts) = self.writer().run(move |conn| {
+            let (rows, attempts) = self.writable()?.run(move |conn| {
                 delete_picked(
                     conn,
                     PICK_OUTBOX,
@@ -241,7 +241,7 @@ impl Queue {
         if let Some(ledger_before) = opts.ledger_older_than.map(before) {
             loop {
                 let n = self
-                    .writer()
+                    .writable()?
                     .run(move |conn| ledger::prune(conn, ledger_before, batch))?;
                 report.transactions += 1;
                 report.ledger += n;

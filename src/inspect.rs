@@ -38,7 +38,7 @@ pub struct JobCounts {
 }
 
 impl JobCounts {
-    fn add(&mut self, state: &str, n: i64) {
+    pub(crate) fn add(&mut self, state: &str, n: i64) {
         self.total += n;
         match state {
             "queued" => self.queued += n,
@@ -79,7 +79,7 @@ pub struct OutboxCounts {
 }
 
 impl OutboxCounts {
-    fn add(&mut self, state: &str, n: i64) {
+    pub(crate) fn add(&mut self, state: &str, n: i64) {
         self.total += n;
         match state {
             "pending" => self.pending += n,
@@ -141,10 +141,7 @@ impl Queue {
         let now = now_ms();
         let path = self.path().to_path_buf();
         let mut stats = self.read(|conn| in_snapshot(conn, |c| stats_in_snapshot(c, now)))?;
-        stats.file_bytes = file_len(&path);
-        let mut wal = path.clone().into_os_string();
-        wal.push("-wal");
-        stats.wal_bytes = file_len(Path::new(&wal));
+        (stats.file_bytes, stats.wal_bytes) = file_sizes(&path);
         stats.path = path;
         Ok(stats)
     }
@@ -167,9 +164,20 @@ fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
+/// The sizes in bytes of the database file and of its write-ahead log
+/// (`<file>-wal`; 0 when there is none).
+pub(crate) fn file_sizes(path: &Path) -> (u64, u64) {
+    let mut wal = path.to_path_buf().into_os_string();
+    wal.push("-wal");
+    (file_len(path), file_len(Path::new(&wal)))
+}
+
 /// Runs `f` in one read transaction (unless the caller already opened one),
 /// so several queries see the same state of the file while workers write.
-fn in_snapshot<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+pub(crate) fn in_snapshot<R>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<R>,
+) -> Result<R> {
     if !conn.is_autocommit() {
         return f(conn);
     }
@@ -279,6 +287,8 @@ pub struct JobDetail {
     pub attempts: Vec<Attempt>,
     /// The outbox rows it wrote, with their attempts.
     pub outbox: Vec<OutboxEntry>,
+    /// The ledger row of its key, if the key's work committed.
+    pub ledger: Option<LedgerEntry>,
 }
 
 fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
@@ -287,11 +297,23 @@ fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
     };
     let attempts = history::for_job(conn, id)?;
     let outbox = outbox_entries(conn, id)?;
+    let ledger = ledger_entry(conn, &job.idempotency_key)?;
     Ok(Some(JobDetail {
         job,
         attempts,
         outbox,
+        ledger,
     }))
+}
+
+fn ledger_entry(conn: &Connection, key: &str) -> Result<Option<LedgerEntry>> {
+    Ok(
+        ledger::lookup(conn, key)?.map(|(completed_at, job_id)| LedgerEntry {
+            key: key.to_string(),
+            completed_at,
+            job_id,
+        }),
+    )
 }
 
 fn outbox_entries(conn: &Connection, job_id: i64) -> Result<Vec<OutboxEntry>> {
@@ -326,11 +348,7 @@ pub struct Explanation {
 
 fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
     let job = job::get_job_by_key(conn, key)?;
-    let ledger = ledger::lookup(conn, key)?.map(|(completed_at, job_id)| LedgerEntry {
-        key: key.to_string(),
-        completed_at,
-        job_id,
-    });
+    let ledger = ledger_entry(conn, key)?;
     let (attempts, outbox) = match &job {
         Some(j) => (history::for_job(conn, j.id)?, outbox_entries(conn, j.id)?),
         None => (Vec::new(), Vec::new()),

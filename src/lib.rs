@@ -130,6 +130,7 @@ mod db;
 mod enqueue;
 mod error;
 mod execute;
+mod failures;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
@@ -140,11 +141,14 @@ mod history;
 mod inspect;
 mod job;
 mod ledger;
+mod metrics;
 mod outbox;
+mod overview;
 mod queue;
 mod retry;
 mod runtime;
 mod schema;
+mod tally;
 mod time;
 mod writer;
 
@@ -154,6 +158,7 @@ mod sql_check;
 pub use admin::{PruneOptions, PruneReport};
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
+pub use failures::{FailureGroup, Failures};
 pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
 pub use history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
 pub use inspect::{
@@ -161,6 +166,7 @@ pub use inspect::{
 };
 pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use outbox::{OutboxRow, OutboxState};
+pub use overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
 pub use queue::{Queue, QueueOptions, WriteTx};
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};

@@ -141,7 +141,8 @@ pub(crate) struct Inner {
     pub conn_cfg: ConnConfig,
     pub rules: EnqueueRules,
     pub pool: Pool,
-    pub writer: Writer,
+    /// `None` for a queue opened read-only: no write connection, no thread.
+    pub writer: Option<Writer>,
     /// Wakes this process's job claimers after an in-process enqueue.
     pub job_wake: Wakers,
     /// Wakes effect dispatchers after a run wrote outbox rows.
@@ -253,11 +254,59 @@ impl Queue {
                 conn_cfg,
                 rules,
                 pool,
-                writer,
+                writer: Some(writer),
                 job_wake: Wakers::default(),
                 outbox_wake: Wakers::default(),
             }),
         })
+    }
+
+    /// Opens an existing queue file for reading only, with the default
+    /// options: for a dashboard or a report beside the processes that work
+    /// on the file. It never creates, migrates or writes the file (its
+    /// connections are opened `SQLITE_OPEN_READONLY`, and no writer thread
+    /// starts), and its reads never take the write lock. It refuses a
+    /// missing file, one that is not a litejob file, and one whose schema is
+    /// older or newer than this library's. Every write through it (an
+    /// enqueue, a repair, a runtime) fails with [`Error::ReadOnly`].
+    ///
+    /// A WAL file's reader needs the `-shm` and `-wal` files beside it:
+    /// SQLite creates them when they are missing, so the directory must be
+    /// writable unless another process has the file open.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_read_only_with(path, QueueOptions::default())
+    }
+
+    /// [`Queue::open_read_only`] with `opts` (the busy timeout and the
+    /// reader pool's size apply; the write settings do not).
+    pub fn open_read_only_with(path: impl AsRef<Path>, opts: QueueOptions) -> Result<Queue> {
+        let path = path.as_ref().to_path_buf();
+        let conn_cfg = ConnConfig {
+            synchronous: opts.synchronous,
+            busy_timeout: opts.busy_timeout,
+        };
+        // One connection first, so a missing or foreign file is refused
+        // here and not at the first read.
+        drop(db::open_read_only(&path, &conn_cfg)?);
+        let pool = db::read_only_pool(&path, &conn_cfg, opts.pool_size.max(1))?;
+        let rules = opts.rules();
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                path,
+                opts,
+                conn_cfg,
+                rules,
+                pool,
+                writer: None,
+                job_wake: Wakers::default(),
+                outbox_wake: Wakers::default(),
+            }),
+        })
+    }
+
+    /// True when the queue was opened with [`Queue::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.writer.is_none()
     }
 
     /// The file's path.
@@ -323,6 +372,7 @@ impl Queue {
     /// and only if that transaction commits. Call [`Queue::notify`] after the
     /// commit to wake workers at once; otherwise they see it at their next poll.
     pub fn enqueue_in(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
+        self.writable()?;
         let now = now_ms();
         let valid = enqueue::validate(job, &self.inner.rules, now)?;
         enqueue::insert(conn, &valid, now)
@@ -339,7 +389,7 @@ impl Queue {
     {
         let inner = self.inner.clone();
         let now = now_ms();
-        let (r, enqueued) = self.inner.writer.run(move |conn| {
+        let (r, enqueued) = self.writable()?.run(move |conn| {
             let tx = WriteTx {
                 conn,
                 rules: &inner.rules,
@@ -366,7 +416,7 @@ impl Queue {
         let mut tries = 0;
         loop {
             let g = f.clone();
-            match self.inner.writer.run(move |c| g(c)) {
+            match self.writable()?.run(move |c| g(c)) {
                 Err(Error::Aborted(_)) if tries < 5 => tries += 1,
                 other => return other,
             }
@@ -380,7 +430,7 @@ impl Queue {
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn set_max_page_count(&self, pages: u64) -> Result<u64> {
-        self.writer().run(move |c| {
+        self.writable()?.run(move |c| {
             Ok(
                 c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
                     r.get::<_, i64>(0)
@@ -389,8 +439,22 @@ impl Queue {
         })
     }
 
+    /// The writer, or [`Error::ReadOnly`] for a queue opened read-only:
+    /// every write entry point asks this first, so nothing is sent anywhere.
+    pub(crate) fn writable(&self) -> Result<&Writer> {
+        self.inner.writer.as_ref().ok_or_else(|| {
+            Error::ReadOnly(format!(
+                "{} was opened read-only: nothing was written",
+                self.inner.path.display()
+            ))
+        })
+    }
+
+    /// The writer of a runtime. A runtime refuses to start on a read-only
+    /// queue ([`RuntimeBuilder::start`]), so its threads always find one.
     pub(crate) fn writer(&self) -> &Writer {
-        &self.inner.writer
+        self.writable()
+            .expect("a runtime starts only on a queue opened for writing")
     }
 
     /// Wakes this process's idle workers (after an [`Queue::enqueue_in`] commit).
@@ -407,6 +471,7 @@ impl Queue {
     /// Open write transactions with `BEGIN IMMEDIATE`
     /// ([`crate::immediate`]).
     pub fn connect(&self) -> Result<Connection> {
+        self.writable()?;
         db::connect(&self.inner.path, &self.inner.conn_cfg)
     }
 
@@ -451,6 +516,19 @@ impl Queue {
     /// Outbox rows, newest first.
     pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
         self.read(|c| outbox::list(c, state, limit))
+    }
+
+    /// A page of outbox rows, newest first, optionally in one state: ids
+    /// below `before` (the next, older page), or the `limit` ids just above
+    /// `after` (the page before); the newest without either.
+    pub fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::list_page(c, state, before, after, limit))
     }
 
     /// Starts building a runtime (workers and effect dispatchers) on this queue.

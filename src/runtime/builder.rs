@@ -219,8 +219,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Starts the threads.
+    /// Starts the threads. A queue opened read-only has no writer to run
+    /// jobs with: [`crate::Error::ReadOnly`], and no thread starts.
     pub fn start(self) -> Result<Runtime> {
+        self.queue.writable()?;
         Runtime::start(self)
     }
 }

@@ -1,0 +1,169 @@
+//! `litejob serve`: a dashboard to look at, metrics to alert on, and a
+//! health check, over HTTP from the queue file. Writes nothing unless
+//! `--allow-actions`: the file is then opened read-only (no writer, no
+//! write lock, ever); with actions the repairs go through the queue's
+//! writer like the command's `retry` and `cancel`, and every page is read
+//! before it is rendered, so no transaction is open while a page is built.
+//!
+//! The parts: [`http`] (requests, limits, responses), [`auth`] (the token
+//! and the CSRF token), [`routes`] (which page answers what), [`pages`]
+//! (one file per page), [`html`] (the escaping builder), [`svg`] (charts).
+//!
+//! Threads: tiny_http reads each connection's request head on a thread of
+//! its own pool (so a slow client holds only its own), and [`HANDLERS`]
+//! threads here answer the requests it hands over. Every connection has a
+//! read and write timeout, so a client that stops reading or writing lets
+//! go of its thread.
+
+mod auth;
+mod html;
+mod http;
+mod pages;
+mod routes;
+mod svg;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use litejob::Queue;
+
+use super::time::parse_duration;
+use super::{CliError, CliResult};
+
+pub use routes::App;
+
+/// Threads that answer requests.
+pub const HANDLERS: usize = 4;
+
+/// Flags of `litejob serve`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    litejob --db /var/lib/app/jobs.db serve\n  \
+    litejob serve --bind 0.0.0.0:7878 --token \"$(cat /etc/litejob/token)\" --allow-actions\n\n\
+    Pages: / (overview), /jobs, /jobs/ID, /keys/KEY, /failures, /outbox.\n\
+    Also /metrics (Prometheus text) and /healthz (200, or 503 when the file cannot be read).\n\
+    The first line on stdout is the address it listens on.")]
+pub struct ServeArgs {
+    /// Address and port to listen on (port 0: any free port). A non-loopback
+    /// address requires --token.
+    #[arg(long, default_value = "127.0.0.1:7878", value_name = "ADDR")]
+    pub bind: SocketAddr,
+    /// Every request must carry this token: `Authorization: Bearer T`, or
+    /// the cookie set by visiting /login?token=T.
+    #[arg(long, value_name = "T")]
+    pub token: Option<String>,
+    /// Offer the repairs as buttons (retry a dead job or outbox row, cancel
+    /// a queued job). Without it the file is opened read-only.
+    #[arg(long)]
+    pub allow_actions: bool,
+    /// How long a connection may take to send its request or read its answer.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DUR")]
+    pub timeout: Duration,
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
+    if let Some(t) = &a.token {
+        auth::check_token(t).map_err(CliError::Input)?;
+    }
+    if !a.bind.ip().is_loopback() && a.token.is_none() {
+        return Err(CliError::Input(format!(
+            "--bind {} is not a loopback address: anyone who can reach it would see the queue; \
+             set --token T (or bind 127.0.0.1)",
+            a.bind
+        )));
+    }
+    if a.timeout.is_zero() {
+        return Err(CliError::Input("--timeout must be more than 0".into()));
+    }
+    if !db.exists() {
+        return Err(CliError::Failed(format!(
+            "no queue file at {} (create it with `litejob --db {} init`, or set --db / LITEJOB_DB)",
+            db.display(),
+            db.display()
+        )));
+    }
+    let queue = if a.allow_actions {
+        Queue::open(db)?
+    } else {
+        Queue::open_read_only(db)?
+    };
+    let listener = TcpListener::bind(a.bind)
+        .map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", a.bind)))?;
+    set_timeouts(&listener, a.timeout)?;
+    let addr = listener.local_addr()?;
+    let server = tiny_http::Server::from_listener(listener, None)
+        .map_err(|e| CliError::Failed(format!("cannot serve on {addr}: {e}")))?;
+    let app = Arc::new(App::new(
+        queue,
+        a.token.clone(),
+        auth::random_token()?,
+        a.allow_actions,
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    if let Err(e) = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst)) {
+        log::warn!("serve: no signal handler ({e}); Ctrl-C stops at once");
+    }
+    // The address first, alone on its line: a script (or a test that asked
+    // for port 0) reads where to connect.
+    say(&format!("listening on http://{addr}/"))?;
+    say(&format!(
+        "serving {} {}",
+        db.display(),
+        if a.allow_actions {
+            "with actions allowed"
+        } else {
+            "read-only"
+        }
+    ))?;
+    let server = Arc::new(server);
+    let threads: Vec<_> = (0..HANDLERS)
+        .map(|i| {
+            let (server, app, stop) = (server.clone(), app.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(format!("litejob-http-{i}"))
+                .spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        match server.recv_timeout(Duration::from_millis(200)) {
+                            Ok(Some(rq)) => routes::answer(&app, rq),
+                            Ok(None) => {}
+                            Err(e) => log::warn!("serve: {e}"),
+                        }
+                    }
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(0)
+}
+
+/// One line on stdout, flushed at once (stdout is a pipe under a test or
+/// a service manager, where it would otherwise wait in a buffer).
+fn say(line: &str) -> CliResult {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Read and write timeouts on the listening socket: Linux copies them to
+/// every connection it accepts, which tiny_http then reads and writes with
+/// plain blocking calls (it sets no timeout of its own).
+fn set_timeouts(listener: &TcpListener, d: Duration) -> CliResult {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let tv = nix::sys::time::TimeVal::new(d.as_secs() as _, d.subsec_micros() as _);
+    for r in [
+        setsockopt(listener, sockopt::ReceiveTimeout, &tv),
+        setsockopt(listener, sockopt::SendTimeout, &tv),
+    ] {
+        r.map_err(|e| CliError::Failed(format!("setting the socket timeouts: {e}")))?;
+    }
+    Ok(())
+}
