@@ -6,11 +6,11 @@
 //!
 //! Why not `GROUP BY` in SQL: SQLite has no hash aggregate, so grouping a
 //! million rows sorts them all first (about 0.7 s on a million jobs), where
-//! the scan alone takes under 0.1 s. And runs are counted per kind with the
-//! job ids of the same scan (a sorted list, looked up by binary search)
-//! instead of a join that looks every attempt's job up in the table.
+//! the scan alone takes about 0.1 s. And runs are counted per kind with the
+//! kinds of the job ids the same scan saw (an array indexed by id) instead
+//! of a join that looks every attempt's job up in the table.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use rusqlite::Connection;
 
@@ -36,10 +36,8 @@ pub(crate) struct Group {
 pub(crate) struct JobTally {
     /// `(queue, kind) -> state -> group`; every state of a pair is present.
     pub groups: BTreeMap<(String, String), BTreeMap<JobState, Group>>,
-    /// Job ids in ascending order, with `kind_of[i]` the index of their
-    /// kind in `kinds`: the scan's ids come in rowid order.
-    ids: Vec<i64>,
-    kind_of: Vec<u32>,
+    /// Which kind (an index into `kinds`) each job id has.
+    kind_of: KindOf,
     kinds: Vec<String>,
 }
 
@@ -57,36 +55,40 @@ pub(crate) fn text<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str> 
     Ok(row.get_ref(i)?.as_str().map_err(rusqlite::Error::from)?)
 }
 
-fn state_index(s: &str) -> Option<usize> {
-    JobState::ALL.iter().position(|st| st.as_str() == s)
+/// A text column's bytes, borrowed and not checked for UTF-8 (the names
+/// they are compared with are; a name is kept only once checked).
+fn bytes<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r [u8]> {
+    Ok(row.get_ref(i)?.as_bytes().map_err(rusqlite::Error::from)?)
+}
+
+fn state_index(s: &[u8]) -> Option<usize> {
+    JobState::ALL
+        .iter()
+        .position(|st| st.as_str().as_bytes() == s)
 }
 
 /// Counts every job of the file. `now` decides which queued jobs are due.
 pub(crate) fn jobs(conn: &Connection, now: Millis) -> Result<JobTally> {
-    let mut queues: HashMap<String, u32> = HashMap::new();
-    let mut kinds: HashMap<String, u32> = HashMap::new();
-    let mut t = JobTally::default();
-    // (queue, kind) index -> counts per state, in `JobState::ALL` order.
-    let mut pairs: HashMap<(u32, u32), [Group; 5]> = HashMap::new();
+    let (mut queues, mut kinds) = (Names::default(), Names::default());
+    // [queue][kind] -> counts per state, in `JobState::ALL` order.
+    let mut pairs: Vec<Vec<Option<[Group; 5]>>> = Vec::new();
+    let mut ids = Vec::new();
     let mut st = conn.prepare_cached(JOB_ROWS)?;
     let mut rows = st.query([])?;
     while let Some(r) = rows.next()? {
         let id: i64 = r.get(0)?;
-        let q = intern(&mut queues, text(r, 1)?);
-        let kind_name = text(r, 2)?;
-        let k = match kinds.get(kind_name) {
-            Some(&k) => k,
-            None => {
-                let k = kinds.len() as u32;
-                kinds.insert(kind_name.to_owned(), k);
-                t.kinds.push(kind_name.to_owned());
-                k
-            }
-        };
-        let Some(s) = state_index(text(r, 3)?) else {
+        let q = queues.index(bytes(r, 1)?)?;
+        let k = kinds.index(bytes(r, 2)?)?;
+        let Some(s) = state_index(bytes(r, 3)?) else {
             continue;
         };
-        let g = &mut pairs.entry((q, k)).or_default()[s];
+        if pairs.len() <= q {
+            pairs.resize_with(q + 1, Vec::new);
+        }
+        if pairs[q].len() <= k {
+            pairs[q].resize_with(k + 1, || None);
+        }
+        let g = &mut pairs[q][k].get_or_insert_with(Default::default)[s];
         g.count += 1;
         g.deliveries += r.get::<_, i64>(4)?;
         if JobState::ALL[s] == JobState::Queued {
@@ -95,27 +97,103 @@ pub(crate) fn jobs(conn: &Connection, now: Millis) -> Result<JobTally> {
                 g.oldest_due_run_at = Some(run_at);
             }
         }
-        t.ids.push(id);
-        t.kind_of.push(k);
+        ids.push((id, k as u32));
     }
-    let queue_names = names(queues);
-    for ((q, k), groups) in pairs {
-        let by_state = JobState::ALL.into_iter().zip(groups).collect();
-        t.groups.insert(
-            (queue_names[q as usize].clone(), t.kinds[k as usize].clone()),
-            by_state,
-        );
+    let mut t = JobTally {
+        kind_of: KindOf::new(ids),
+        ..JobTally::default()
+    };
+    for (q, by_kind) in pairs.into_iter().enumerate() {
+        for (k, groups) in by_kind.into_iter().enumerate() {
+            let Some(groups) = groups else { continue };
+            let by_state = JobState::ALL.into_iter().zip(groups).collect();
+            t.groups
+                .insert((queues.0[q].clone(), kinds.0[k].clone()), by_state);
+        }
     }
+    t.kinds = kinds.0;
     Ok(t)
 }
 
-impl JobTally {
-    /// The kind of job `id`, if the scan saw it.
-    fn kind_of(&self, id: i64) -> Option<&str> {
-        let i = self.ids.binary_search(&id).ok()?;
-        Some(&self.kinds[self.kind_of[i] as usize])
+/// Names seen in a scan, numbered in order of appearance. A scan meets few
+/// distinct queues and kinds: a look at the last one and a walk over the
+/// rest cost less per row than hashing the text.
+#[derive(Debug, Default)]
+struct Names(Vec<String>, usize);
+
+impl Names {
+    fn index(&mut self, s: &[u8]) -> Result<usize> {
+        if self.0.get(self.1).is_some_and(|n| n.as_bytes() == s) {
+            return Ok(self.1);
+        }
+        let i = match self.0.iter().position(|n| n.as_bytes() == s) {
+            Some(i) => i,
+            None => {
+                let name = std::str::from_utf8(s).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        0,
+                        rusqlite::types::Type::Text,
+                        e.into(),
+                    )
+                })?;
+                self.0.push(name.to_owned());
+                self.0.len() - 1
+            }
+        };
+        self.1 = i;
+        Ok(i)
+    }
+}
+
+/// The kind of each id of a scan: indexed directly when the ids are dense
+/// (the usual case: ids are never reused and are pruned oldest first),
+/// else by binary search over the ids, which come sorted from the scan.
+#[derive(Debug, Default)]
+struct KindOf {
+    first: i64,
+    dense: Vec<u32>,
+    sparse: Vec<(i64, u32)>,
+}
+
+impl KindOf {
+    const NONE: u32 = u32::MAX;
+
+    fn new(ids: Vec<(i64, u32)>) -> KindOf {
+        let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
+            return KindOf::default();
+        };
+        let span = (last.0 - first.0 + 1) as usize;
+        if span > 4 * ids.len() + 1024 {
+            return KindOf {
+                first: 0,
+                dense: Vec::new(),
+                sparse: ids,
+            };
+        }
+        let mut dense = vec![KindOf::NONE; span];
+        for (id, k) in &ids {
+            dense[(id - first.0) as usize] = *k;
+        }
+        KindOf {
+            first: first.0,
+            dense,
+            sparse: Vec::new(),
+        }
     }
 
+    fn get(&self, id: i64) -> Option<usize> {
+        let k = if self.sparse.is_empty() {
+            let i = usize::try_from(id - self.first).ok()?;
+            *self.dense.get(i)?
+        } else {
+            let i = self.sparse.binary_search_by_key(&id, |e| e.0).ok()?;
+            self.sparse[i].1
+        };
+        (k != KindOf::NONE).then_some(k as usize)
+    }
+}
+
+impl JobTally {
     /// Every queue's groups, per state, summed over its kinds.
     pub(crate) fn by_queue(&self) -> BTreeMap<&str, BTreeMap<JobState, Group>> {
         let mut out: BTreeMap<&str, BTreeMap<JobState, Group>> = BTreeMap::new();
@@ -135,70 +213,47 @@ impl JobTally {
     }
 }
 
-fn intern(map: &mut HashMap<String, u32>, s: &str) -> u32 {
-    if let Some(&i) = map.get(s) {
-        return i;
-    }
-    let i = map.len() as u32;
-    map.insert(s.to_owned(), i);
-    i
-}
-
-/// The interned names by index.
-fn names(map: HashMap<String, u32>) -> Vec<String> {
-    let mut v: Vec<(u32, String)> = map.into_iter().map(|(s, i)| (i, s)).collect();
-    v.sort();
-    v.into_iter().map(|(_, s)| s).collect()
-}
-
 /// What one scan of `outbox` found.
 #[derive(Debug, Default)]
 pub(crate) struct OutboxTally {
     /// kind -> state -> rows; every state of a kind is present.
     pub groups: BTreeMap<String, BTreeMap<OutboxState, i64>>,
-    ids: Vec<i64>,
-    kind_of: Vec<u32>,
+    kind_of: KindOf,
     kinds: Vec<String>,
 }
 
 /// Counts every outbox row of the file.
 pub(crate) fn outbox(conn: &Connection) -> Result<OutboxTally> {
-    let mut kinds: HashMap<String, u32> = HashMap::new();
-    let mut t = OutboxTally::default();
-    let mut counts: HashMap<u32, [i64; 4]> = HashMap::new();
+    let mut kinds = Names::default();
+    let mut counts: Vec<[i64; 4]> = Vec::new();
+    let mut ids = Vec::new();
     let mut st = conn.prepare_cached(OUTBOX_ROWS)?;
     let mut rows = st.query([])?;
     while let Some(r) = rows.next()? {
         let id: i64 = r.get(0)?;
-        let kind_name = text(r, 1)?;
-        let k = match kinds.get(kind_name) {
-            Some(&k) => k,
-            None => {
-                let k = kinds.len() as u32;
-                kinds.insert(kind_name.to_owned(), k);
-                t.kinds.push(kind_name.to_owned());
-                k
-            }
-        };
-        let state = text(r, 2)?;
-        if let Some(s) = OutboxState::ALL.iter().position(|x| x.as_str() == state) {
-            counts.entry(k).or_default()[s] += 1;
+        let k = kinds.index(bytes(r, 1)?)?;
+        let state = bytes(r, 2)?;
+        if counts.len() <= k {
+            counts.resize(k + 1, [0; 4]);
         }
-        t.ids.push(id);
-        t.kind_of.push(k);
+        if let Some(s) = OutboxState::ALL
+            .iter()
+            .position(|x| x.as_str().as_bytes() == state)
+        {
+            counts[k][s] += 1;
+        }
+        ids.push((id, k as u32));
     }
-    for (k, c) in counts {
+    let mut t = OutboxTally {
+        kind_of: KindOf::new(ids),
+        ..OutboxTally::default()
+    };
+    for (k, c) in counts.into_iter().enumerate() {
         let by_state = OutboxState::ALL.into_iter().zip(c).collect();
-        t.groups.insert(t.kinds[k as usize].clone(), by_state);
+        t.groups.insert(kinds.0[k].clone(), by_state);
     }
+    t.kinds = kinds.0;
     Ok(t)
-}
-
-impl OutboxTally {
-    fn kind_of(&self, id: i64) -> Option<&str> {
-        let i = self.ids.binary_search(&id).ok()?;
-        Some(&self.kinds[self.kind_of[i] as usize])
-    }
 }
 
 /// Every attempt outcome, in the order the metrics list them.
@@ -221,25 +276,35 @@ pub(crate) fn attempts(
     jobs: &JobTally,
     outbox: &OutboxTally,
 ) -> Result<BTreeMap<String, [i64; 7]>> {
-    let mut out: BTreeMap<String, [i64; 7]> = BTreeMap::new();
-    // Per kind name, without a String per row.
-    let mut by_kind: HashMap<&str, [i64; 7]> = HashMap::new();
+    let mut of_jobs = vec![[0i64; 7]; jobs.kinds.len()];
+    let mut of_effects = vec![[0i64; 7]; outbox.kinds.len()];
     let mut st = conn.prepare_cached(ATTEMPT_ROWS)?;
     let mut rows = st.query([])?;
     while let Some(r) = rows.next()? {
-        let kind = match (r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?) {
-            (Some(job), _) => jobs.kind_of(job),
-            (None, Some(row)) => outbox.kind_of(row),
+        let counts = match (r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?) {
+            (Some(job), _) => jobs.kind_of.get(job).map(|k| &mut of_jobs[k]),
+            (None, Some(row)) => outbox.kind_of.get(row).map(|k| &mut of_effects[k]),
             (None, None) => None,
         };
-        let Some(kind) = kind else { continue };
-        let outcome = text(r, 2)?;
-        if let Some(o) = OUTCOMES.iter().position(|x| x.as_str() == outcome) {
-            by_kind.entry(kind).or_default()[o] += 1;
+        let Some(counts) = counts else { continue };
+        let outcome = bytes(r, 2)?;
+        if let Some(o) = OUTCOMES
+            .iter()
+            .position(|x| x.as_str().as_bytes() == outcome)
+        {
+            counts[o] += 1;
         }
     }
-    for (k, c) in by_kind {
-        out.insert(k.to_owned(), c);
+    let mut out: BTreeMap<String, [i64; 7]> = BTreeMap::new();
+    let named = jobs.kinds.iter().zip(of_jobs);
+    for (kind, c) in named.chain(outbox.kinds.iter().zip(of_effects)) {
+        if c.iter().all(|n| *n == 0) {
+            continue;
+        }
+        let sum = out.entry(kind.clone()).or_default();
+        for (s, n) in sum.iter_mut().zip(c) {
+            *s += n;
+        }
     }
     Ok(out)
 }

@@ -9,8 +9,10 @@ use std::io::Read;
 /// The longest request target (path and query) accepted, in bytes.
 pub const MAX_TARGET: usize = 4096;
 
-/// The largest POST body read, in bytes (the forms send a token or two).
-pub const MAX_BODY: usize = 4096;
+/// The largest POST body accepted, in bytes (a form sends a token and a
+/// path). tiny_http reads a body this small with the request head, on the
+/// connection's own thread, so a handler never waits for a slow sender.
+pub const MAX_BODY: usize = 1024;
 
 /// A request method the server knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +163,16 @@ pub fn decode(rq: &mut tiny_http::Request) -> Result<Req, Refused> {
         .collect();
     let mut form = Vec::new();
     if method == Method::Post {
+        match rq.body_length() {
+            Some(n) if n <= MAX_BODY => {}
+            Some(_) => return Err(Refused(413, format!("request body over {MAX_BODY} bytes"))),
+            None => {
+                return Err(Refused(
+                    411,
+                    "a POST needs a Content-Length (no chunked body)".into(),
+                ))
+            }
+        }
         let mut body = Vec::new();
         rq.as_reader()
             .take(MAX_BODY as u64 + 1)

@@ -11,9 +11,12 @@
 //!
 //! Threads: tiny_http reads each connection's request head on a thread of
 //! its own pool (so a slow client holds only its own), and [`HANDLERS`]
-//! threads here answer the requests it hands over. Every connection has a
-//! read and write timeout, so a client that stops reading or writing lets
-//! go of its thread.
+//! threads here answer the requests it hands over, one connection's
+//! requests in order on one thread at a time (a client that pipelines
+//! requests and reads none of the answers holds one handler, not all).
+//! Every connection has a write timeout, so a client that stops reading
+//! lets go of its handler; the few bytes of a form's body are read by
+//! tiny_http with the head (a larger body is refused unread).
 
 mod auth;
 mod html;
@@ -22,6 +25,7 @@ mod pages;
 mod routes;
 mod svg;
 
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +63,7 @@ pub struct ServeArgs {
     /// a queued job). Without it the file is opened read-only.
     #[arg(long)]
     pub allow_actions: bool,
-    /// How long a connection may take to send its request or read its answer.
+    /// How long an answer may wait for a client that does not read it.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DUR")]
     pub timeout: Duration,
 }
@@ -121,17 +125,27 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
         }
     ))?;
     let server = Arc::new(server);
+    let busy = Arc::new(Busy::default());
+    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
     let threads: Vec<_> = (0..HANDLERS)
         .map(|i| {
             let (server, app, stop) = (server.clone(), app.clone(), stop.clone());
+            let (busy, failed) = (busy.clone(), failed.clone());
             std::thread::Builder::new()
                 .name(format!("litejob-http-{i}"))
                 .spawn(move || {
                     while !stop.load(Ordering::SeqCst) {
                         match server.recv_timeout(Duration::from_millis(200)) {
-                            Ok(Some(rq)) => routes::answer(&app, rq),
+                            Ok(Some(rq)) => busy.answer(&app, rq),
                             Ok(None) => {}
-                            Err(e) => log::warn!("serve: {e}"),
+                            // tiny_http stops accepting after any accept
+                            // error: exit, so a supervisor restarts it,
+                            // rather than run on deaf.
+                            Err(e) => {
+                                *failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                                    Some(e.to_string());
+                                stop.store(true, Ordering::SeqCst);
+                            }
                         }
                     }
                 })
@@ -140,7 +154,43 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
     for t in threads {
         let _ = t.join();
     }
+    if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(CliError::Failed(format!(
+            "the server stopped accepting connections: {e}"
+        )));
+    }
     Ok(0)
+}
+
+/// The connections a handler is answering, each with the requests that
+/// came in on it meanwhile: they wait for that handler instead of taking
+/// another one (an HTTP connection answers in order anyway).
+#[derive(Default)]
+struct Busy(std::sync::Mutex<HashMap<SocketAddr, VecDeque<tiny_http::Request>>>);
+
+impl Busy {
+    fn answer(&self, app: &App, rq: tiny_http::Request) {
+        let Some(conn) = rq.remote_addr().copied() else {
+            return routes::answer(app, rq);
+        };
+        {
+            let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(waiting) = busy.get_mut(&conn) {
+                waiting.push_back(rq);
+                return;
+            }
+            busy.insert(conn, VecDeque::new());
+        }
+        let mut next = Some(rq);
+        while let Some(rq) = next {
+            routes::answer(app, rq);
+            let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            next = busy.get_mut(&conn).and_then(VecDeque::pop_front);
+            if next.is_none() {
+                busy.remove(&conn);
+            }
+        }
+    }
 }
 
 /// One line on stdout, flushed at once (stdout is a pipe under a test or
@@ -153,17 +203,14 @@ fn say(line: &str) -> CliResult {
     Ok(())
 }
 
-/// Read and write timeouts on the listening socket: Linux copies them to
-/// every connection it accepts, which tiny_http then reads and writes with
-/// plain blocking calls (it sets no timeout of its own).
+/// A write timeout on the listening socket: Linux copies it to every
+/// connection it accepts, which tiny_http then writes with plain blocking
+/// calls (it sets no timeout of its own). Not a read timeout: accept()
+/// obeys that one, and tiny_http stops accepting at its first error.
 fn set_timeouts(listener: &TcpListener, d: Duration) -> CliResult {
     use nix::sys::socket::{setsockopt, sockopt};
     let tv = nix::sys::time::TimeVal::new(d.as_secs() as _, d.subsec_micros() as _);
-    for r in [
-        setsockopt(listener, sockopt::ReceiveTimeout, &tv),
-        setsockopt(listener, sockopt::SendTimeout, &tv),
-    ] {
-        r.map_err(|e| CliError::Failed(format!("setting the socket timeouts: {e}")))?;
-    }
+    setsockopt(listener, sockopt::SendTimeout, &tv)
+        .map_err(|e| CliError::Failed(format!("setting the socket's write timeout: {e}")))?;
     Ok(())
 }
