@@ -9,3 +9,4 @@ mod file;
 mod outbox;
 mod reliability;
 mod runtime;
+mod serve;
