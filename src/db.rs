@@ -183,7 +183,7 @@ pub(crate) fn open_read_only(path: &Path, cfg: &ConnConfig) -> Result<Connection
     let conn =
         Connection::open_with_flags(path, read_only_flags()).map_err(|e| open_err(path, e))?;
     configure_read_only(&conn, cfg).map_err(|e| open_err(path, e))?;
-    let found = schema::check_not_newer(&conn).map_err(|e| read_only_err(path, e.into()))?;
+    let found = schema::check_not_newer(&conn).map_err(|e| read_only_err(path, e))?;
     if found == 0 {
         return Err(Error::NotADatabase(format!(
             "{}: not a litejob queue file (it has no litejob schema)",
