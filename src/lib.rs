@@ -135,6 +135,7 @@ mod db;
 mod enqueue;
 mod error;
 mod execute;
+mod failures;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
@@ -145,7 +146,9 @@ mod history;
 mod inspect;
 mod job;
 mod ledger;
+mod metrics;
 mod outbox;
+mod overview;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
@@ -154,6 +157,7 @@ mod retry;
 mod runtime;
 mod schedule;
 mod schema;
+mod tally;
 mod time;
 mod writer;
 
@@ -168,6 +172,7 @@ pub use admin::{PruneOptions, PruneReport};
 pub use backend::BackendKind;
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
+pub use failures::{FailureGroup, Failures};
 pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
 pub use history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
 pub use inspect::{
@@ -175,6 +180,7 @@ pub use inspect::{
 };
 pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use outbox::{OutboxRow, OutboxState};
+pub use overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
 #[cfg(feature = "postgres")]
 pub use postgres::tx::{PgJobTx, PgWriteTx};
 pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};

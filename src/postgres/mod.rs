@@ -322,6 +322,16 @@ impl Backend for PgStore {
         self.with_conn(true, |c| reads::outbox(c, state, limit))
     }
 
+    fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.with_conn(true, |c| reads::outbox_page(c, state, before, after, limit))
+    }
+
     fn stats(&self, now: Millis) -> Result<Stats> {
         let version = self.schema_version()?;
         let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;

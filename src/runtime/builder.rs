@@ -327,7 +327,12 @@ impl RuntimeBuilder {
     /// Starts the threads. With schedules, first checks them and writes
     /// their rows, and enqueues what their catch-up policies fire for the
     /// slots missed while no process ran: those jobs exist when it returns.
+    /// A queue opened read-only has no writer to run jobs with:
+    /// [`crate::Error::ReadOnly`], and no thread starts.
     pub fn start(self) -> Result<Runtime> {
+        if let Ok(store) = self.queue.sqlite("") {
+            store.writer()?;
+        }
         Runtime::start(self)
     }
 
