@@ -538,6 +538,22 @@ impl Queue {
         Ok(r)
     }
 
+    /// [`Queue::read`] for a queue on PostgreSQL: runs `f` on a pooled
+    /// connection, for the application's own reads of the queue's tables
+    /// (`SELECT … FROM jobs`) or of its own.
+    #[cfg(feature = "postgres")]
+    pub fn pg_read<R>(&self, f: impl FnOnce(&mut postgres::Client) -> Result<R>) -> Result<R> {
+        let store = self.postgres().ok_or_else(|| {
+            Error::Unsupported(
+                "Queue::pg_read hands out a PostgreSQL connection; this queue is a SQLite file: \
+                 use Queue::read"
+                    .into(),
+            )
+        })?;
+        let mut conn = store.pool.get().map_err(crate::postgres::conn::pool_err)?;
+        f(&mut conn.client)
+    }
+
     /// [`Queue::enqueue_in`] for a queue on PostgreSQL: enqueues inside a
     /// transaction the application opened itself (with the `postgres`
     /// crate) on the same database. The job exists if and only if that

@@ -247,6 +247,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Which backend the queue it runs on has: [`RuntimeBuilder::handler`]
+    /// for a file, [`RuntimeBuilder::pg_handler`] for PostgreSQL.
+    pub fn queue_kind(&self) -> crate::BackendKind {
+        self.queue.backend_kind()
+    }
+
     /// Number of job worker threads (default 4).
     pub fn workers(mut self, n: usize) -> Self {
         self.cfg.workers = n.max(1);
