@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use litejob::{NewJob, Queue, QueueOptions};
 use rusqlite::{Connection, OpenFlags};
 
-use super::states::{Cut, State};
+use super::states::{Cut, Digest, State};
 use super::workloads::{create_app_table, drained, runtime};
 
 /// A broken promise found in a state.
@@ -141,7 +141,10 @@ impl Report {
 pub struct Checker {
     root: tempfile::TempDir,
     deliveries: Vec<NewJob>,
-    n: usize,
+    /// Per disk state: its rows (None if corrupt) and what it broke
+    /// whatever was acknowledged; so a state met again after more
+    /// acknowledgements is only checked against them.
+    seen: HashMap<Digest, (Option<Tables>, Vec<Violation>)>,
     pub report: Report,
 }
 
@@ -164,37 +167,54 @@ impl Checker {
         Checker {
             root: scratch_root(),
             deliveries,
-            n: 0,
+            seen: HashMap::new(),
             report: Report::default(),
         }
     }
 
-    /// Checks one state, noting what it found in the report.
-    pub fn check(&mut self, cut: &Cut, state: &State) {
-        self.n += 1;
-        let dir = self.root.path().join(format!("state-{}", self.n));
+    /// Checks one state against the acknowledgements before its cut,
+    /// noting what it found in the report.
+    pub fn check(&mut self, cut: &Cut, state: &State, digest: Digest) {
+        if !self.seen.contains_key(&digest) {
+            let checked = self.check_files(state);
+            self.seen.insert(digest, checked);
+        }
+        let (tables, fixed) = &self.seen[&digest];
+        let mut v = fixed.clone();
+        if let Some(t) = tables {
+            v.extend(self.acknowledged(t, cut.markers));
+        }
+        self.report.add(v, cut, state);
+    }
+
+    /// What does not depend on the acknowledgements: integrity, the rows'
+    /// invariants, the resumed work.
+    fn check_files(&self, state: &State) -> (Option<Tables>, Vec<Violation>) {
+        let dir = self.root.path().join("state");
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).unwrap();
         for (name, content) in &state.files {
             std::fs::write(dir.join(name), content).unwrap();
         }
         let db = dir.join("test.db");
-        let mut v = if db.exists() {
-            self.invariants(&db, cut.markers)
+        let (tables, mut v) = if db.exists() {
+            self.invariants(&db)
         } else {
-            self.acknowledged(&Tables::default(), cut.markers)
+            (Some(Tables::default()), Vec::new())
         };
         // A corrupt file is not resumed: litejob refuses it, or worse.
-        if !v.iter().any(|v| matches!(v, Violation::Corrupt(_))) {
+        if tables.is_some() {
             v.extend(self.resume(&db));
         }
-        self.report.add(v, cut, state);
         let _ = std::fs::remove_dir_all(&dir);
+        (tables, v)
     }
 
-    fn invariants(&self, db: &Path, markers: &[String]) -> Vec<Violation> {
+    fn invariants(&self, db: &Path) -> (Option<Tables>, Vec<Violation>) {
+        let corrupt = |why: String| (None, vec![Violation::Corrupt(why)]);
         let conn = match Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE) {
             Ok(c) => c,
-            Err(e) => return vec![Violation::Corrupt(format!("open: {e}"))],
+            Err(e) => return corrupt(format!("open: {e}")),
         };
         let integrity = conn
             .prepare("PRAGMA integrity_check")
@@ -205,14 +225,14 @@ impl Checker {
             .map(|rows| rows.join("; "));
         match integrity {
             Ok(s) if s == "ok" => {}
-            Ok(s) => return vec![Violation::Corrupt(s)],
-            Err(e) => return vec![Violation::Corrupt(format!("integrity_check: {e}"))],
+            Ok(s) => return corrupt(s),
+            Err(e) => return corrupt(format!("integrity_check: {e}")),
         }
         let t = match Tables::read(&conn) {
             Ok(t) => t,
-            Err(e) => return vec![Violation::Corrupt(format!("reading the tables: {e}"))],
+            Err(e) => return corrupt(format!("reading the tables: {e}")),
         };
-        let mut v = self.acknowledged(&t, markers);
+        let mut v = Vec::new();
         for (key, state) in &t.jobs {
             let ledger = t.ledger.contains_key(key);
             if !self.deliveries.iter().any(|j| j.key() == key) {
@@ -242,7 +262,7 @@ impl Checker {
                 v.push(Violation::OrphanOutbox(okey.clone()));
             }
         }
-        v
+        (Some(t), v)
     }
 
     /// What the markers before the cut promise.

@@ -77,9 +77,9 @@ fn budget(w: Workload) -> Budget {
         }
     } else if cfg!(debug_assertions) {
         Budget {
-            max_cuts: 40,
-            prefixes: 2,
-            subsets: 2,
+            max_cuts: 50,
+            prefixes: 3,
+            subsets: 3,
         }
     } else {
         Budget {
@@ -136,8 +136,8 @@ fn run(w: Workload, sync: Synchronous, env: &[(&str, &str)]) -> Option<(Stats, R
     }
     let mut checker = Checker::new(w.deliveries());
     let mut rng = Rng::seeded();
-    let stats = states::build(&recs, &initial, &budget(w), &mut rng, |cut, st| {
-        checker.check(cut, st)
+    let stats = states::build(&recs, &initial, &budget(w), &mut rng, |cut, st, d| {
+        checker.check(cut, st, d)
     });
     eprintln!(
         "power loss, {} with {} {env:?}: recorded in {recorded:?}, checked in {:?}; {stats:?}\n{}",

@@ -60,13 +60,22 @@ pub struct Cut<'a> {
     pub markers: &'a [String],
 }
 
+/// A digest of a state's files: equal for equal states.
+pub type Digest = (u64, u64);
+
 /// What the log held and how many states came of it.
 #[derive(Debug, Default)]
 pub struct Stats {
     pub records: usize,
     pub cuts: usize,
     pub generated: usize,
+    /// Distinct disk states.
     pub distinct: usize,
+    /// Distinct (disk state, acknowledgements before the cut) pairs: what
+    /// was checked. The same disk state later in the log, with more
+    /// acknowledged, is checked again (a lost acknowledgement looks just
+    /// like that: nothing new on disk, yet the caller was told).
+    pub checked: usize,
     pub markers: usize,
     pub file_syncs: usize,
     pub dir_syncs: usize,
@@ -554,7 +563,7 @@ fn cut_points(recs: &[Rec], budget: &Budget, rng: &mut Rng) -> Vec<usize> {
     cuts
 }
 
-fn digest(files: &BTreeMap<String, Vec<u8>>) -> (u64, u64) {
+fn digest(files: &BTreeMap<String, Vec<u8>>) -> Digest {
     let mut a = DefaultHasher::new();
     let mut b = DefaultHasher::new();
     0xa5u8.hash(&mut b);
@@ -569,33 +578,36 @@ fn digest(files: &BTreeMap<String, Vec<u8>>) -> (u64, u64) {
 }
 
 /// Builds the states of `recs` (the directory held `initial` before) and
-/// hands each distinct one to `visit` with its cut. Panics on a log the
-/// model cannot follow.
+/// hands each to `visit` with its cut and digest, once per disk state and
+/// number of acknowledgements before the cut. Panics on a log the model
+/// cannot follow.
 pub fn build(
     recs: &[Rec],
     initial: &Initial,
     budget: &Budget,
     rng: &mut Rng,
-    mut visit: impl FnMut(&Cut, &State),
+    mut visit: impl FnMut(&Cut, &State, Digest),
 ) -> Stats {
     let cuts = cut_points(recs, budget, rng);
     let mut model = Model::new(recs, initial);
-    let mut seen = HashSet::new();
+    let mut states = HashSet::new();
+    let mut pairs = HashSet::new();
     let mut next = cuts.iter().peekable();
-    let (mut generated, mut distinct) = (0, 0);
+    let mut generated = 0;
     for p in 0..=recs.len() {
         if next.peek() == Some(&&p) {
             next.next();
             for st in model.states(rng, budget) {
                 generated += 1;
-                if seen.insert(digest(&st.files)) {
-                    distinct += 1;
+                let d = digest(&st.files);
+                states.insert(d);
+                if pairs.insert((d, model.markers.len())) {
                     let cut = Cut {
                         pos: p,
                         of: recs.len(),
                         markers: &model.markers,
                     };
-                    visit(&cut, &st);
+                    visit(&cut, &st, d);
                 }
             }
         }
@@ -607,7 +619,8 @@ pub fn build(
     stats.records = recs.len();
     stats.cuts = cuts.len();
     stats.generated = generated;
-    stats.distinct = distinct;
+    stats.distinct = states.len();
+    stats.checked = pairs.len();
     stats
 }
 
@@ -656,11 +669,17 @@ mod tests {
         };
         let mut out = Vec::new();
         let n = recs.len();
-        build(recs, &Vec::new(), &budget, &mut Rng::new(7), |cut, st| {
-            if cut.pos == n {
-                out.push(st.files.clone());
-            }
-        });
+        build(
+            recs,
+            &Vec::new(),
+            &budget,
+            &mut Rng::new(7),
+            |cut, st, _| {
+                if cut.pos == n {
+                    out.push(st.files.clone());
+                }
+            },
+        );
         out
     }
 
