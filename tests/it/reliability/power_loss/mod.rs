@@ -25,11 +25,15 @@
 //!    prefixes of the pending directory operations.
 //! 3. **Check each state** ([`checks`]): `integrity_check` is ok; every
 //!    enqueue acknowledged before the cut is there (with FULL); every job
-//!    whose completion was acknowledged is complete with its ledger row;
-//!    job success, ledger row and app row go together; an outbox row only
-//!    with its job's commit; and litejob, opened on the state, with every
-//!    event delivered again, resumes to the same final state as a run
-//!    without a cut.
+//!    whose completion was acknowledged is complete with its ledger row,
+//!    and an effect that started has its claim committed; job success,
+//!    ledger row and app row go together; an outbox row only with its
+//!    job's commit; and litejob, opened on the state, with every event
+//!    delivered again (a producer retries), resumes to the same final state
+//!    as a run without a cut: every key once, succeeded, one ledger row,
+//!    one app row, its outbox row sent. A disk state met again at a later
+//!    cut is checked again against the acknowledgements made since (the
+//!    rest, once per disk state).
 //!
 //! With NORMAL the same harness must find acknowledged commits lost (the
 //! README says so) and nothing else. And it must fail when the code is
@@ -38,17 +42,26 @@
 //! lost acknowledged enqueues. By hand, both ways:
 //!
 //! ```text
-//! cargo test --release --test it power_loss                                 # passes
-//! LITEJOB_FAULT_SKIP_WAL_FSYNC=1 cargo test --release --test it power_loss  # FULL tests fail
+//! cargo test --release power_loss                                 # passes
+//! LITEJOB_FAULT_SKIP_WAL_FSYNC=1 cargo test --release power_loss  # the six FULL workloads fail
 //! ```
 //!
 //! `the_harness_finds_the_losses_of_a_wal_fsync_made_a_no_op` runs the
-//! second form for one workload, and asserts the losses are found.
-//! Debug builds check fewer states per workload than release builds;
-//! `LITEJOB_SOAK=1` checks many more. Linux with glibc only (the shim);
-//! under `CI` a missing gcc fails the tests, elsewhere they are skipped
-//! with a warning. `LITEJOB_SEED` replays the states' random choices;
-//! `LITEJOB_POWER_DUMP=1` prints the recorded log.
+//! second form for one workload and asserts the losses are found;
+//! `the_harness_finds_the_losses_of_a_directory_never_synced` has the shim
+//! drop every directory fsync (`LITEJOB_POWER_NO_DIRSYNC=1`), which SQLite
+//! makes on litejob's behalf when a WAL is first synced.
+//!
+//! Debug builds (CI's `cargo test`) check fewer states per workload than
+//! release builds; `LITEJOB_SOAK=1` checks many more. Linux with glibc only
+//! (the shim); under `CI` a missing gcc fails the tests, elsewhere they are
+//! skipped with a warning. `LITEJOB_SEED` replays the states' random
+//! choices; `LITEJOB_POWER_DUMP=1` prints the recorded log. Not modelled:
+//! writes through `mmap` (SQLite maps only the `-shm`), descriptors
+//! duplicated with `fcntl(F_DUPFD)`, and a sector written half (a sector
+//! is the unit of atomicity: a pending write may persist in any subset of
+//! its sectors, the pending writes in any subset, applied in log order).
+//! More in `docs/power-loss.md`.
 
 mod checks;
 mod recorder;
