@@ -311,8 +311,8 @@ fn measure(
     args: &BenchArgs,
 ) -> Result<BenchReport, Error> {
     let _ = epoch();
-    let queue = super::open(path, QueueOptions::default().with_synchronous(sync))
-        .map_err(|e| match e {
+    let queue =
+        super::open(path, QueueOptions::default().with_synchronous(sync)).map_err(|e| match e {
             super::CliError::Lib(e) => e,
             other => Error::Internal(format!("{other:?}")),
         })?;
@@ -382,7 +382,9 @@ fn measure(
         // A PostgreSQL server's disk is its own: the probe measures this
         // machine's temporary directory instead.
         machine_fsync_us: if super::is_url(path) {
-            fsync_probe(&std::env::temp_dir().join(format!("litejob-bench-{}", std::process::id())))?
+            fsync_probe(
+                &std::env::temp_dir().join(format!("litejob-bench-{}", std::process::id())),
+            )?
         } else {
             fsync_probe(path)?
         },

@@ -194,7 +194,10 @@ pub(super) fn count(queue: &Queue, sql: &str, default: i64) -> Result<i64, Error
             Ok(row.get::<_, Option<i64>>(0).unwrap_or(default))
         });
     }
-    queue.read(|c| Ok(c.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?.unwrap_or(default)))
+    queue.read(|c| {
+        Ok(c.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?
+            .unwrap_or(default))
+    })
 }
 
 /// The bench's handler of `kind` on either backend: apply-only, writing
@@ -232,22 +235,22 @@ fn start_runtime(
             .schedule_with(Schedule::new(TICK, cron, TICK, &()).with_priority(1));
     }
     no_op(builder, KIND, move |p: Probe| {
-            match p.t {
-                Some(t) => {
-                    let lat = since_epoch_ns().saturating_sub(t) / 1000;
-                    // Kept apart once the backlog is done: only the probes
-                    // run while the queue processes at full rate count
-                    // (unless there are none, with a tiny --jobs).
-                    let busy = d.load(Ordering::Relaxed) < backlog;
-                    l.lock().unwrap().push((lat, busy));
-                }
-                None => {
-                    d.fetch_add(1, Ordering::Relaxed);
-                }
+        match p.t {
+            Some(t) => {
+                let lat = since_epoch_ns().saturating_sub(t) / 1000;
+                // Kept apart once the backlog is done: only the probes
+                // run while the queue processes at full rate count
+                // (unless there are none, with a tiny --jobs).
+                let busy = d.load(Ordering::Relaxed) < backlog;
+                l.lock().unwrap().push((lat, busy));
             }
-            Outcome::Done
-        })
-        .start()
+            None => {
+                d.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Outcome::Done
+    })
+    .start()
 }
 
 /// Open loop: probe i is enqueued at start + i × PROBE_EVERY by whichever
