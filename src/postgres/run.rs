@@ -49,19 +49,21 @@ att AS (
 SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id
 FROM taken ORDER BY priority, run_at, id";
 
-/// The fence and the ledger, first in the batch's transaction: locks the
-/// rows still held by these attempts (a run whose lease was lost is not
-/// among them), and inserts the ledger row of each that asks for one; a
-/// key already there is a duplicate. The row lock holds until commit, so
-/// nothing takes the job over meanwhile (the reaper and lease renewal skip
-/// locked rows).
+/// The fence and the ledger, first in the batch's transaction: the runs
+/// still held by their attempts (a run whose lease was lost is not among
+/// them: nothing of it runs), and the ledger row of each that asks for
+/// one; a key already there is a duplicate. No row lock: the lease keeps
+/// the job this run's while the batch runs (the keeper renews it), and the
+/// batch's end is fenced again, under the row locks its UPDATE takes — a
+/// lease lost in between (a stall past the lease) makes the end find fewer
+/// rows, and the whole batch is rolled back and given back (see
+/// [`end`]). Locking each row here cost a WAL record per job.
 const FENCE_AND_LEDGER: &str = "\
 WITH held AS (
     SELECT j.id, j.idempotency_key, f.ledger FROM jobs j
     JOIN unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS f(id, attempt_id, ledger)
       ON j.id = f.id AND j.current_attempt = f.attempt_id
     WHERE j.state = 'running'
-    FOR UPDATE OF j
 ),
 led AS (
     INSERT INTO processed_jobs (key, completed_at, job_id)
@@ -235,7 +237,9 @@ pub(crate) struct End {
     pub discard: bool,
 }
 
-/// Records every run's end; returns each job's new state.
+/// Records every run's end; returns each job's new state, for every job
+/// still held by its run. Fewer rows than ends: a lease was lost during the
+/// batch, and the caller must roll the transaction back.
 pub(crate) fn end(
     tx: &mut Transaction<'_>,
     st: &Statements,

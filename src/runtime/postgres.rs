@@ -475,6 +475,19 @@ impl Worker {
         run::unledger(&mut tx, st, &failed_keys)?;
         fault::point("before-complete-commit");
         let states = run::end(&mut tx, st, &ends, now)?;
+        if states.len() != ends.len() {
+            // A run lost its lease after the fence (a stall past the
+            // lease): its work must not commit, and it cannot be told from
+            // the others' in this transaction. All of it is undone.
+            drop(tx);
+            return Err(Error::LeaseLost {
+                job_id: ends
+                    .iter()
+                    .find(|e| !states.iter().any(|(id, _)| *id == e.job_id))
+                    .map_or(0, |e| e.job_id),
+                detail: "its lease was lost during the batch; the batch was rolled back".into(),
+            });
+        }
         tx.commit().map_err(crate::postgres::conn::write_err)?;
         // Retry times only for the jobs that went back to queued.
         for r in runs.iter_mut() {
