@@ -535,14 +535,20 @@ impl Worker {
     /// Gives a batch's runs back uncharged (fenced on their attempts),
     /// retrying while the server is out of reach and the lease lasts.
     fn give_back(&self, runs: &[Run], why: &str) {
+        // One deadline for the batch: with the server out of reach, what is
+        // not given back by then comes back when its lease expires.
+        let give_up = Instant::now() + self.s.cfg.lease;
         for r in runs {
-            self.give_back_one(r.started.id, r.started.attempt_id, why);
+            self.give_back_until(r.started.id, r.started.attempt_id, why, give_up);
         }
     }
 
     fn give_back_one(&self, id: i64, attempt_id: i64, why: &str) {
+        self.give_back_until(id, attempt_id, why, Instant::now() + self.s.cfg.lease);
+    }
+
+    fn give_back_until(&self, id: i64, attempt_id: i64, why: &str, give_up: Instant) {
         let s = &self.s;
-        let give_up = Instant::now() + s.cfg.lease;
         let mut delay = Duration::from_millis(50);
         loop {
             let b = s.queue.backend();
