@@ -474,7 +474,8 @@ impl Worker {
         }
         run::unledger(&mut tx, st, &failed_keys)?;
         fault::point("before-complete-commit");
-        let states = run::end(&mut tx, st, &ends, now)?;
+        let durable = s.queue.options().synchronous == crate::Synchronous::Full;
+        let states = run::end(&mut tx, st, &ends, now, durable)?;
         if states.len() != ends.len() {
             // A run lost its lease after the fence (a stall past the
             // lease): its work must not commit, and it cannot be told from
