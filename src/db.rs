@@ -166,6 +166,74 @@ pub(crate) fn connect(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Opens an existing queue file for reading only ([`crate::Queue::open_read_only`]):
+/// it never creates, migrates or writes the file, and refuses one that is
+/// missing, is not a litejob file, or whose schema is not this binary's.
+///
+/// A reader of a WAL file needs the file's `-shm` (and `-wal`) beside it:
+/// SQLite creates them if the directory is writable, and a read-only
+/// connection writes only its read marks there, never the database.
+pub(crate) fn open_read_only(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
+    if !path.is_file() {
+        return Err(Error::Open(format!(
+            "cannot open {}: no such file (a read-only open never creates one)",
+            path.display()
+        )));
+    }
+    let conn =
+        Connection::open_with_flags(path, read_only_flags()).map_err(|e| open_err(path, e))?;
+    configure_read_only(&conn, cfg).map_err(|e| open_err(path, e))?;
+    let found = schema::check_not_newer(&conn).map_err(|e| read_only_err(path, e))?;
+    if found == 0 {
+        return Err(Error::NotADatabase(format!(
+            "{}: not a litejob queue file (it has no litejob schema)",
+            path.display()
+        )));
+    }
+    if found < schema::SCHEMA_VERSION {
+        return Err(Error::Open(format!(
+            "cannot open {} read-only: its schema is version {found}, older than this \
+             litejob's {}; open it once read-write (`litejob init`) to migrate it",
+            path.display(),
+            schema::SCHEMA_VERSION
+        )));
+    }
+    Ok(conn)
+}
+
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// The pragmas of a read-only connection. Closing it must never checkpoint
+/// (a checkpoint writes the database file), whatever SQLite would do for
+/// the last connection to close.
+fn configure_read_only(conn: &Connection, cfg: &ConnConfig) -> rusqlite::Result<()> {
+    conn.busy_timeout(cfg.busy_timeout)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    conn.pragma_update(None, "query_only", true)?;
+    conn.pragma_update(None, "cache_size", -8192)?;
+    Ok(())
+}
+
+/// A read-only open's error, with the likely cause when SQLite could not
+/// open the `-shm`/`-wal` files beside a WAL file.
+fn read_only_err(path: &Path, e: Error) -> Error {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen)
+        || e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly)
+    {
+        return Error::Open(format!(
+            "cannot read {}: a reader of a WAL file needs its -wal and -shm files, which \
+             exist or can be created beside it (is the directory writable?): {e}",
+            path.display()
+        ));
+    }
+    open_err(path, e)
+}
+
 /// The reader pool's connection manager: r2d2_sqlite's, plus one rule — a
 /// connection given back inside an open transaction is broken and dropped,
 /// so the pool never hands one out mid-transaction.
@@ -207,6 +275,20 @@ pub(crate) fn pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
             configure(c, &cfg)?;
             c.pragma_update(None, "query_only", true)
         });
+    build_pool(manager, size)
+}
+
+/// A pool of connections opened with `SQLITE_OPEN_READONLY`, for a queue
+/// opened read-only: SQLite itself refuses any write on them.
+pub(crate) fn read_only_pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
+    let cfg = cfg.clone();
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(read_only_flags())
+        .with_init(move |c| configure_read_only(c, &cfg));
+    build_pool(manager, size)
+}
+
+fn build_pool(manager: SqliteConnectionManager, size: u32) -> Result<Pool> {
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))

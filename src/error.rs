@@ -64,6 +64,9 @@ pub enum Error {
     /// The database file could not be opened (missing directory, read-only
     /// file or directory, permissions); the message names the path.
     Open(String),
+    /// A write was asked of a queue opened read-only
+    /// ([`crate::Queue::open_read_only`]); nothing was written.
+    ReadOnly(String),
     /// An internal failure (a thread died, a channel closed unexpectedly).
     Internal(String),
     /// The database server could not be reached, or the connection to it
@@ -183,6 +186,7 @@ impl Error {
             Error::Pool(m) => Error::Pool(m.clone()),
             Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
             Error::Open(m) => Error::Open(m.clone()),
+            Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::Unsupported(m) => Error::Unsupported(m.clone()),
             Error::Connection(m) => Error::Connection(m.clone()),
@@ -260,6 +264,7 @@ impl fmt::Display for Error {
             Error::Pool(m) => write!(f, "connection pool: {m}"),
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Open(m) => write!(f, "{m}"),
+            Error::ReadOnly(m) => write!(f, "read-only: {m}"),
             Error::Internal(m) => write!(f, "internal error: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Connection(m) => write!(f, "{m}"),

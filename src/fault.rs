@@ -8,6 +8,10 @@
 //! point costs one relaxed atomic load. Without the feature a point is an
 //! empty function: a normal build never reads the variable, never aborts and
 //! never writes to stderr.
+//!
+//! One switch breaks the code on purpose, so the power-loss tests can show
+//! they catch a missing fsync: `LITEJOB_FAULT_SKIP_WAL_FSYNC=1` turns
+//! litejob's own fsync of the WAL (with `synchronous=FULL`) into a no-op.
 
 /// The points crash tests can name.
 #[cfg(feature = "fault-injection")]
@@ -64,6 +68,29 @@ mod armed {
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub use armed::point;
+
+/// Whether litejob's own fsync of the WAL is to be skipped
+/// (`LITEJOB_FAULT_SKIP_WAL_FSYNC=1`): a durable caller is then answered
+/// with its commit only in the page cache, the bug the power-loss tests
+/// must catch. Read once.
+#[cfg(feature = "fault-injection")]
+pub fn skip_wal_fsync() -> bool {
+    static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SKIP.get_or_init(|| {
+        let skip = std::env::var("LITEJOB_FAULT_SKIP_WAL_FSYNC").as_deref() == Ok("1");
+        if skip {
+            eprintln!("litejob-fault: the WAL fsync is a no-op");
+        }
+        skip
+    })
+}
+
+/// Without the `fault-injection` feature the WAL is always fsynced.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn skip_wal_fsync() -> bool {
+    false
+}
 
 /// A crash point; without the `fault-injection` feature it does nothing.
 #[cfg(not(feature = "fault-injection"))]

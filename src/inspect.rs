@@ -5,7 +5,7 @@
 //! while workers write. Writes no table.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 use serde::Serialize;
@@ -185,6 +185,18 @@ pub(crate) fn in_snapshot<R>(
     r
 }
 
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The sizes in bytes of the database file and of its write-ahead log
+/// (`<file>-wal`; 0 when there is none).
+pub(crate) fn file_sizes(path: &Path) -> (u64, u64) {
+    let mut wal = path.to_path_buf().into_os_string();
+    wal.push("-wal");
+    (file_len(path), file_len(Path::new(&wal)))
+}
+
 /// An empty picture, for a backend to fill in.
 pub(crate) fn empty_stats(schema_version: i64) -> Stats {
     Stats {
@@ -304,6 +316,8 @@ pub struct JobDetail {
     pub attempts: Vec<Attempt>,
     /// The outbox rows it wrote, with their attempts.
     pub outbox: Vec<OutboxEntry>,
+    /// The ledger row of its key, if the key's work committed.
+    pub ledger: Option<LedgerEntry>,
 }
 
 pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
@@ -312,7 +326,18 @@ pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>
     };
     let attempts = history::for_job(conn, id)?;
     let outbox = outbox_entries(conn, id)?;
-    Ok(Some(job_detail_of(job, attempts, outbox)))
+    let ledger = ledger_entry(conn, &job.idempotency_key)?;
+    Ok(Some(job_detail_of(job, attempts, outbox, ledger)))
+}
+
+fn ledger_entry(conn: &Connection, key: &str) -> Result<Option<LedgerEntry>> {
+    Ok(
+        ledger::lookup(conn, key)?.map(|(completed_at, job_id)| LedgerEntry {
+            key: key.to_string(),
+            completed_at,
+            job_id,
+        }),
+    )
 }
 
 /// A [`JobDetail`] from its parts, as any backend reads them.
@@ -320,11 +345,13 @@ pub(crate) fn job_detail_of(
     job: Job,
     attempts: Vec<Attempt>,
     outbox: Vec<OutboxEntry>,
+    ledger: Option<LedgerEntry>,
 ) -> JobDetail {
     JobDetail {
         job,
         attempts,
         outbox,
+        ledger,
     }
 }
 
@@ -383,11 +410,7 @@ pub struct Explanation {
 
 pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
     let job = job::get_job_by_key(conn, key)?;
-    let ledger = ledger::lookup(conn, key)?.map(|(completed_at, job_id)| LedgerEntry {
-        key: key.to_string(),
-        completed_at,
-        job_id,
-    });
+    let ledger = ledger_entry(conn, key)?;
     let (attempts, outbox) = match &job {
         Some(j) => (history::for_job(conn, j.id)?, outbox_entries(conn, j.id)?),
         None => (Vec::new(), Vec::new()),

@@ -136,6 +136,7 @@ mod db;
 mod enqueue;
 mod error;
 mod execute;
+mod failures;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
@@ -146,7 +147,9 @@ mod history;
 mod inspect;
 mod job;
 mod ledger;
+mod metrics;
 mod outbox;
+mod overview;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
@@ -155,6 +158,7 @@ mod retry;
 mod runtime;
 mod schedule;
 mod schema;
+mod tally;
 mod time;
 mod writer;
 
@@ -170,6 +174,7 @@ pub use backend::BackendKind;
 pub use controls::{QueueControl, QueueLimits, Rate};
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
+pub use failures::{FailureGroup, Failures};
 pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
 pub use history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
 pub use inspect::{
@@ -177,6 +182,7 @@ pub use inspect::{
 };
 pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use outbox::{OutboxRow, OutboxState};
+pub use overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
 #[cfg(feature = "postgres")]
 pub use postgres::tx::{PgJobTx, PgWriteTx};
 pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};

@@ -10,7 +10,7 @@ use crate::history::{self, AttemptOutcome};
 use crate::time::Millis;
 
 /// Where an outbox row is. The same words as `outbox.state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OutboxState {
     /// Waiting for its (next) attempt.
@@ -377,6 +377,41 @@ pub(crate) fn list(
     let mut st = conn.prepare_cached(&sql)?;
     let rows = st.query_map(
         rusqlite::params![state.map(|s| s.as_str()), limit],
+        from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Lists rows newest first from a keyset cursor: ids below `before`, or
+/// (without it) the `limit` ids just above `after`; optionally in one state.
+/// `+state`: a walk by id that stops at the limit, never a sort of every
+/// row in the state.
+pub(crate) fn list_page(
+    conn: &Connection,
+    state: Option<OutboxState>,
+    before: Option<i64>,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let (sql, cursor) = match (before, after) {
+        (None, Some(after)) => (
+            format!(
+                "SELECT * FROM (SELECT {COLUMNS} FROM outbox WHERE (?1 IS NULL OR +state = ?1) \
+                 AND id > ?3 ORDER BY id LIMIT ?2) ORDER BY id DESC"
+            ),
+            after,
+        ),
+        (before, _) => (
+            format!(
+                "SELECT {COLUMNS} FROM outbox WHERE (?1 IS NULL OR +state = ?1) AND id < ?3 \
+                 ORDER BY id DESC LIMIT ?2"
+            ),
+            before.unwrap_or(i64::MAX),
+        ),
+    };
+    let mut st = conn.prepare_cached(&sql)?;
+    let rows = st.query_map(
+        rusqlite::params![state.map(|s| s.as_str()), limit, cursor],
         from_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

@@ -284,6 +284,42 @@ impl Queue {
         ))
     }
 
+    /// Opens an existing queue file for reading only, with the default
+    /// options: for a dashboard or a report beside the processes that work
+    /// on the file. It never creates, migrates or writes the file (its
+    /// connections are opened `SQLITE_OPEN_READONLY`, and no writer thread
+    /// starts), and its reads never take the write lock. It refuses a
+    /// missing file, one that is not a litejob file, and one whose schema is
+    /// older or newer than this library's. Every write through it (an
+    /// enqueue, a repair, a runtime) fails with [`Error::ReadOnly`].
+    ///
+    /// A WAL file's reader needs the `-shm` and `-wal` files beside it:
+    /// SQLite creates them when they are missing, so the directory must be
+    /// writable unless another process has the file open.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_read_only_with(path, QueueOptions::default())
+    }
+
+    /// [`Queue::open_read_only`] with `opts` (the busy timeout and the
+    /// reader pool's size apply; the write settings do not).
+    pub fn open_read_only_with(path: impl AsRef<Path>, opts: QueueOptions) -> Result<Queue> {
+        let store = Arc::new(SqliteStore::open_read_only(path.as_ref(), &opts)?);
+        let location = store.path.clone();
+        Ok(Queue::with_backend(
+            store.clone(),
+            Some(store),
+            #[cfg(feature = "postgres")]
+            None,
+            location,
+            opts,
+        ))
+    }
+
+    /// True when the queue was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.sqlite.as_ref().is_some_and(|s| s.is_read_only())
+    }
+
     /// Opens the queue in the PostgreSQL database at `url`
     /// (`postgres://user:password@host:port/database`, in the schema its
     /// `search_path` names), creating its tables if they are missing and
@@ -451,7 +487,7 @@ impl Queue {
     /// and only if that transaction commits. Call [`Queue::notify`] after the
     /// commit to wake workers at once; otherwise they see it at their next poll.
     pub fn enqueue_in(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
-        self.sqlite("enqueue_in")?;
+        self.sqlite("enqueue_in")?.writer()?;
         let now = now_ms();
         let valid = enqueue::validate(job, &self.inner.rules, now)?;
         enqueue::insert(conn, &valid, now)
@@ -470,7 +506,7 @@ impl Queue {
         let rules = self.inner.rules.clone();
         let now = now_ms();
         let (r, enqueued) = store
-            .writer
+            .writer()?
             .run(move |conn| in_write_tx(conn, &rules, now, f))?;
         if enqueued {
             self.notify();
@@ -500,6 +536,22 @@ impl Queue {
             self.notify();
         }
         Ok(r)
+    }
+
+    /// [`Queue::read`] for a queue on PostgreSQL: runs `f` on a pooled
+    /// connection, for the application's own reads of the queue's tables
+    /// (`SELECT … FROM jobs`) or of its own.
+    #[cfg(feature = "postgres")]
+    pub fn pg_read<R>(&self, f: impl FnOnce(&mut postgres::Client) -> Result<R>) -> Result<R> {
+        let store = self.postgres().ok_or_else(|| {
+            Error::Unsupported(
+                "Queue::pg_read hands out a PostgreSQL connection; this queue is a SQLite file: \
+                 use Queue::read"
+                    .into(),
+            )
+        })?;
+        let mut conn = store.pool.get().map_err(crate::postgres::conn::pool_err)?;
+        f(&mut conn.client)
     }
 
     /// [`Queue::enqueue_in`] for a queue on PostgreSQL: enqueues inside a
@@ -548,12 +600,11 @@ impl Queue {
     /// The SQLite writer. Only the SQLite engine's code calls it, and only
     /// on a queue it was started for (a file).
     pub(crate) fn writer(&self) -> &Writer {
-        &self
-            .inner
+        self.inner
             .sqlite
             .as_ref()
-            .expect("the SQLite engine runs only on a file")
-            .writer
+            .and_then(|s| s.writer().ok())
+            .expect("the SQLite engine runs only on a file opened for writing")
     }
 
     /// Wakes this process's idle workers (after an [`Queue::enqueue_in`] commit).
@@ -571,6 +622,7 @@ impl Queue {
     /// ([`crate::immediate`]).
     pub fn connect(&self) -> Result<Connection> {
         let store = self.sqlite("Queue::connect")?;
+        store.writer()?;
         db::connect(&store.path, &store.conn_cfg)
     }
 
@@ -614,6 +666,19 @@ impl Queue {
     /// Outbox rows, newest first.
     pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
         self.backend().outbox(state, limit)
+    }
+
+    /// A page of outbox rows, newest first, optionally in one state: ids
+    /// below `before` (the next, older page), or the `limit` ids just above
+    /// `after` (the page before); the newest without either.
+    pub fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.backend().outbox_page(state, before, after, limit)
     }
 
     /// Starts building a runtime (workers and effect dispatchers) on this queue.

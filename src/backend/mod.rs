@@ -84,6 +84,14 @@ pub(crate) trait Backend: Send + Sync {
     fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>>;
     /// Outbox rows, newest first.
     fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>>;
+    /// A page of outbox rows, newest first, from a keyset cursor.
+    fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>>;
     /// Counts, in one snapshot.
     fn stats(&self, now: Millis) -> Result<Stats>;
     /// One job with its runs and outbox rows, in one snapshot.

@@ -32,7 +32,8 @@ pub(crate) struct SqliteStore {
     pub path: PathBuf,
     pub conn_cfg: ConnConfig,
     pub pool: Pool,
-    pub writer: Writer,
+    /// `None` for a file opened read-only: no write connection, no thread.
+    writer: Option<Writer>,
 }
 
 impl SqliteStore {
@@ -56,8 +57,44 @@ impl SqliteStore {
             path: path.to_path_buf(),
             conn_cfg,
             pool,
-            writer,
+            writer: Some(writer),
         })
+    }
+
+    /// Opens an existing file for reading only (see
+    /// [`crate::Queue::open_read_only`]): no writer, a pool of read-only
+    /// connections.
+    pub(crate) fn open_read_only(path: &Path, opts: &QueueOptions) -> Result<SqliteStore> {
+        let conn_cfg = ConnConfig {
+            synchronous: opts.synchronous,
+            busy_timeout: opts.busy_timeout,
+        };
+        // One connection first, so a missing or foreign file is refused
+        // here and not at the first read.
+        drop(db::open_read_only(path, &conn_cfg)?);
+        let pool = db::read_only_pool(path, &conn_cfg, opts.pool_size.max(1))?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            conn_cfg,
+            pool,
+            writer: None,
+        })
+    }
+
+    /// The writer, or [`Error::ReadOnly`] for a file opened read-only:
+    /// every write asks this first, so nothing is sent anywhere.
+    pub(crate) fn writer(&self) -> Result<&Writer> {
+        self.writer.as_ref().ok_or_else(|| {
+            Error::ReadOnly(format!(
+                "{} was opened read-only: nothing was written",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// True when the file was opened read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.writer.is_none()
     }
 
     /// Runs `f` on a pooled, read-only connection.
@@ -77,7 +114,7 @@ impl SqliteStore {
         let mut tries = 0;
         loop {
             let g = f.clone();
-            match self.writer.run(move |c| g(c)) {
+            match self.writer()?.run(move |c| g(c)) {
                 Err(Error::Aborted(_)) if tries < 5 => tries += 1,
                 other => return other,
             }
@@ -140,12 +177,19 @@ impl Backend for SqliteStore {
         self.read(|c| outbox::list(c, state, limit))
     }
 
+    fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::list_page(c, state, before, after, limit))
+    }
+
     fn stats(&self, now: Millis) -> Result<Stats> {
         let mut stats = self.read(|c| inspect::in_snapshot(c, |c| inspect::stats(c, now)))?;
-        stats.file_bytes = file_len(&self.path);
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        stats.wal_bytes = file_len(Path::new(&wal));
+        (stats.file_bytes, stats.wal_bytes) = inspect::file_sizes(&self.path);
         stats.path = self.path.clone();
         Ok(stats)
     }
@@ -179,12 +223,13 @@ impl Backend for SqliteStore {
     ) -> Result<()> {
         controls::check_change(queue, limits)?;
         let (queue, limits) = (queue.to_string(), limits.clone());
-        self.writer
+        self.writer()?
             .run(move |conn| controls::change(conn, &queue, paused, &limits, now).map(|_| ()))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
-        self.writer.run(move |conn| admin::retry_job(conn, id, now))
+        self.writer()?
+            .run(move |conn| admin::retry_job(conn, id, now))
     }
 
     fn retry_dead_batch(
@@ -195,22 +240,22 @@ impl Backend for SqliteStore {
         now: Millis,
     ) -> Result<Vec<i64>> {
         let kind = kind.map(str::to_owned);
-        self.writer
+        self.writer()?
             .run(move |conn| admin::retry_dead_batch(conn, kind.as_deref(), after, limit, now))
     }
 
     fn cancel_job(&self, id: i64, now: Millis) -> Result<()> {
-        self.writer
+        self.writer()?
             .run(move |conn| admin::cancel_job(conn, id, now))
     }
 
     fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()> {
-        self.writer
+        self.writer()?
             .run(move |conn| outbox::retry_dead(conn, outbox_id, now))
     }
 
     fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)> {
-        self.writer.run(move |conn| match what {
+        self.writer()?.run(move |conn| match what {
             PruneWhat::Jobs => admin::prune_jobs(conn, before, limit),
             PruneWhat::Outbox => admin::prune_outbox(conn, before, limit),
             PruneWhat::Ledger => Ok((ledger::prune(conn, before, limit)?, 0)),
@@ -238,7 +283,7 @@ impl Backend for SqliteStore {
         let jobs = (!jobs.is_empty()).then(|| serde_json::to_string(jobs).unwrap_or_default());
         let effects =
             (!effects.is_empty()).then(|| serde_json::to_string(effects).unwrap_or_default());
-        self.writer.run_light(move |conn| {
+        self.writer()?.run_light(move |conn| {
             if let Some(ids) = &jobs {
                 claim::heartbeat(conn, &owner, ids, until)?;
             }
@@ -253,7 +298,7 @@ impl Backend for SqliteStore {
         if !self.read(|c| claim::any_expired(c, now))? {
             return Ok((0, 0));
         }
-        self.writer.run_light(move |conn| {
+        self.writer()?.run_light(move |conn| {
             Ok((
                 claim::reap_expired(conn, now, max_abandoned)?,
                 outbox::reap_expired(conn, now)?,
@@ -270,7 +315,7 @@ impl Backend for SqliteStore {
         now: Millis,
     ) -> Result<bool> {
         let (owner, why) = (owner.to_string(), why.to_string());
-        self.writer
+        self.writer()?
             .run(move |conn| claim::release(conn, id, &owner, attempt, &why, now))
     }
 
@@ -283,7 +328,7 @@ impl Backend for SqliteStore {
         now: Millis,
     ) -> Result<Option<ClaimedEffect>> {
         let (kinds, owner, worker) = (json_list(kinds), owner.to_string(), worker.to_string());
-        self.writer
+        self.writer()?
             .run(move |conn| outbox::claim_one(conn, &kinds, &owner, &worker, lease_until, now))
     }
 
@@ -295,16 +340,12 @@ impl Backend for SqliteStore {
         now: Millis,
     ) -> Result<Option<OutboxState>> {
         let result = result.clone();
-        self.writer
+        self.writer()?
             .run(move |conn| outbox::ack(conn, outbox_id, attempt_id, &result, now))
     }
 
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
-        self.writer
+        self.writer()?
             .run(move |conn| outbox::release(conn, outbox_id, attempt_id, now))
     }
-}
-
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }

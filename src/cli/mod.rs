@@ -17,6 +17,7 @@ pub mod outbox_cmd;
 pub mod queues;
 pub mod rng;
 pub mod schedules;
+pub mod serve;
 pub mod time;
 
 // The library's clock, time formatting and random source, compiled into the
@@ -96,6 +97,8 @@ pub enum Command {
     /// work, an outbox for the mail.
     #[command(after_help = "Example:\n  litejob --db demo.db demo --events 1000 --redeliver 3")]
     Demo(demo::DemoArgs),
+    /// Serve a dashboard, Prometheus metrics and a health check over HTTP.
+    Serve(serve::ServeArgs),
     /// Measure enqueue and processing rates on this machine's disk.
     #[command(after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json")]
     Bench(bench::BenchArgs),
@@ -233,6 +236,10 @@ fn run(cli: &Cli) -> CliResult<i32> {
             let status = demo::run(&db, a, json)?;
             out.flush()?;
             return Ok(status);
+        }
+        Command::Serve(a) => {
+            out.flush()?;
+            return serve::run(&db, a);
         }
         Command::Bench(a) => {
             let status = bench::run(cli.db.as_deref(), a, json)?;

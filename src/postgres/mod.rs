@@ -330,6 +330,16 @@ impl Backend for PgStore {
         self.with_conn(true, |c| reads::outbox(c, state, limit))
     }
 
+    fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.with_conn(true, |c| reads::outbox_page(c, state, before, after, limit))
+    }
+
     fn stats(&self, now: Millis) -> Result<Stats> {
         let version = self.schema_version()?;
         let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;
@@ -483,5 +493,72 @@ impl Backend for PgStore {
 
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
+    }
+}
+
+#[cfg(test)]
+pub(crate) use testing::test_schema;
+
+/// Test support: a fresh schema for the PostgreSQL unit tests.
+#[cfg(test)]
+mod testing {
+    use super::{schema, PgConn};
+
+    /// A fresh schema with litejob's tables on the server `LITEJOB_TEST_PG`
+    /// names, for unit tests; dropped with the guard. None when the variable is
+    /// not set (outside CI, where it must be).
+    pub(crate) fn test_schema() -> Option<TestSchema> {
+        let Some(base) = std::env::var("LITEJOB_TEST_PG")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+            );
+            eprintln!("LITEJOB_TEST_PG is not set: this PostgreSQL test did not run");
+            return None;
+        };
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "unit_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+            ))
+            .unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{name}");
+        let t = TestSchema { base, name, url };
+        schema::migrate(&mut t.connect().client).unwrap();
+        Some(t)
+    }
+
+    /// See [`test_schema`].
+    pub(crate) struct TestSchema {
+        base: String,
+        name: String,
+        /// A URL whose search path is the schema.
+        pub url: String,
+    }
+
+    impl TestSchema {
+        /// A new connection in the schema.
+        pub(crate) fn connect(&self) -> PgConn {
+            PgConn::new(postgres::Client::connect(&self.url, postgres::NoTls).unwrap())
+        }
+    }
+
+    impl Drop for TestSchema {
+        fn drop(&mut self) {
+            if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
+                let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+            }
+        }
     }
 }

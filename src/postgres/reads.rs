@@ -18,11 +18,24 @@ const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state
 const JOB_BY_KEY: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
      lease_owner, lease_expires_at, current_attempt FROM jobs WHERE idempotency_key = $1";
-const JOBS: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+/// A page of jobs below a cursor (ids under `$6`), newest first: a walk
+/// down the primary key that stops at the limit, filtered on the way.
+const JOBS_BEFORE: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
      lease_owner, lease_expires_at, current_attempt FROM jobs \
      WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
-     AND ($3::text IS NULL OR queue = $3) ORDER BY id DESC LIMIT $4";
+     AND ($3::text IS NULL OR queue = $3) \
+     AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id < $6 \
+     ORDER BY id DESC LIMIT $4";
+/// The page of jobs above a cursor (the `$4` ids just over `$6`), newest
+/// first.
+const JOBS_AFTER: &str = "SELECT * FROM (SELECT id, queue, kind, idempotency_key, payload, \
+     state, priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, \
+     created_at, finished_at, lease_owner, lease_expires_at, current_attempt FROM jobs \
+     WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
+     AND ($3::text IS NULL OR queue = $3) \
+     AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id > $6 \
+     ORDER BY id LIMIT $4) p ORDER BY id DESC";
 const ATTEMPTS_OF_JOB: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
      finished_at, outcome, error FROM attempts WHERE job_id = $1 ORDER BY id";
 const ATTEMPTS_OF_OUTBOX: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, \
@@ -33,6 +46,14 @@ const OUTBOX_OF_JOB: &str = "SELECT id, key, kind, payload, state, attempts, max
 const OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
      next_attempt_at, last_error, created_at, sent_at FROM outbox \
      WHERE ($1::text IS NULL OR state = $1) ORDER BY id DESC LIMIT $2";
+/// A page below a cursor (ids under `$3`), newest first.
+const OUTBOX_BEFORE: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
+     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
+     WHERE ($1::text IS NULL OR state = $1) AND id < $3 ORDER BY id DESC LIMIT $2";
+/// The page above a cursor (the `$2` ids just over `$3`), newest first.
+const OUTBOX_AFTER: &str = "SELECT * FROM (SELECT id, key, kind, payload, state, attempts, \
+     max_attempts, job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
+     WHERE ($1::text IS NULL OR state = $1) AND id > $3 ORDER BY id LIMIT $2) p ORDER BY id DESC";
 const LEDGER: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = $1";
 
 fn bad(what: &str, v: &str) -> Error {
@@ -120,8 +141,15 @@ pub(crate) fn job_by_key(c: &mut PgConn, key: &str) -> Result<Option<Job>> {
 pub(crate) fn jobs(c: &mut PgConn, f: &JobFilter) -> Result<Vec<Job>> {
     let limit = i64::from(f.limit.unwrap_or(100));
     let state = f.state.map(|s| s.as_str());
+    let (sql, cursor) = match (f.before, f.after) {
+        (None, Some(after)) => (JOBS_AFTER, after),
+        (before, _) => (JOBS_BEFORE, before.unwrap_or(i64::MAX)),
+    };
     all(
-        c.query(JOBS, &[&state, &f.kind, &f.queue, &limit])?,
+        c.query(
+            sql,
+            &[&state, &f.kind, &f.queue, &limit, &f.key_prefix, &cursor],
+        )?,
         job_from_row,
     )
 }
@@ -149,6 +177,24 @@ pub(crate) fn outbox(
     let state = state.map(|s| s.as_str());
     all(
         c.query(OUTBOX, &[&state, &i64::from(limit)])?,
+        outbox_from_row,
+    )
+}
+
+pub(crate) fn outbox_page(
+    c: &mut PgConn,
+    state: Option<OutboxState>,
+    before: Option<i64>,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let state = state.map(|s| s.as_str());
+    let (sql, cursor) = match (before, after) {
+        (None, Some(after)) => (OUTBOX_AFTER, after),
+        (before, _) => (OUTBOX_BEFORE, before.unwrap_or(i64::MAX)),
+    };
+    all(
+        c.query(sql, &[&state, &i64::from(limit), &cursor])?,
         outbox_from_row,
     )
 }
@@ -250,7 +296,13 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
         };
         let attempts = all(q(tx, ATTEMPTS_OF_JOB, &[&id])?, attempt_from_row)?;
         let outbox = outbox_entries(tx, id)?;
-        Ok(Some(inspect::job_detail_of(job, attempts, outbox)))
+        let key = job.idempotency_key.clone();
+        let ledger = q(tx, LEDGER, &[&key])?.first().map(|r| LedgerEntry {
+            key,
+            completed_at: r.get(0),
+            job_id: r.get(1),
+        });
+        Ok(Some(inspect::job_detail_of(job, attempts, outbox, ledger)))
     })
 }
 

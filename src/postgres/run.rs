@@ -51,19 +51,21 @@ att AS (
 SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id
 FROM taken ORDER BY priority, run_at, id";
 
-/// The fence and the ledger, first in the batch's transaction: locks the
-/// rows still held by these attempts (a run whose lease was lost is not
-/// among them), and inserts the ledger row of each that asks for one; a
-/// key already there is a duplicate. The row lock holds until commit, so
-/// nothing takes the job over meanwhile (the reaper and lease renewal skip
-/// locked rows).
+/// The fence and the ledger, first in the batch's transaction: the runs
+/// still held by their attempts (a run whose lease was lost is not among
+/// them: nothing of it runs), and the ledger row of each that asks for
+/// one; a key already there is a duplicate. No row lock: the lease keeps
+/// the job this run's while the batch runs (the keeper renews it), and the
+/// batch's end is fenced again, under the row locks its UPDATE takes — a
+/// lease lost in between (a stall past the lease) makes the end find fewer
+/// rows, and the whole batch is rolled back and given back (see
+/// [`end`]). Locking each row here cost a WAL record per job.
 const FENCE_AND_LEDGER: &str = "\
 WITH held AS (
     SELECT j.id, j.idempotency_key, f.ledger FROM jobs j
     JOIN unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS f(id, attempt_id, ledger)
       ON j.id = f.id AND j.current_attempt = f.attempt_id
     WHERE j.state = 'running'
-    FOR UPDATE OF j
 ),
 led AS (
     INSERT INTO processed_jobs (key, completed_at, job_id)
@@ -78,7 +80,10 @@ const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
 /// Every run's end in one statement: the job succeeded (done, or a
 /// duplicate), or failed and is requeued at its retry time or dead (out of
 /// attempts, or discarded); its attempt row records the outcome. Fenced on
-/// the attempt like the rest.
+/// the attempt like the rest. It also sets the transaction's
+/// `synchronous_commit` to the queue's (`$8`: on for FULL): the worker's
+/// session claims with it off — a claim lost to a server crash just runs
+/// again — but the batch's commit is as durable as the queue says.
 const END: &str = "\
 WITH ends AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
@@ -103,8 +108,9 @@ j AS (
 a AS (
     UPDATE attempts SET outcome = e.outcome, error = e.error, finished_at = $7::bigint
     FROM ends e WHERE attempts.id = e.attempt_id AND attempts.outcome = 'running'
-)
-SELECT id, state FROM j";
+),
+durable AS (SELECT set_config('synchronous_commit', $8::text, true))
+SELECT id, state FROM j, durable";
 
 /// A job a claim took and started.
 #[derive(Debug, Clone)]
@@ -250,12 +256,15 @@ pub(crate) struct End {
     pub discard: bool,
 }
 
-/// Records every run's end; returns each job's new state.
+/// Records every run's end; returns each job's new state, for every job
+/// still held by its run. Fewer rows than ends: a lease was lost during the
+/// batch, and the caller must roll the transaction back.
 pub(crate) fn end(
     tx: &mut Transaction<'_>,
     st: &Statements,
     ends: &[End],
     now: Millis,
+    durable: bool,
 ) -> Result<Vec<(i64, String)>> {
     if ends.is_empty() {
         return Ok(Vec::new());
@@ -269,10 +278,62 @@ pub(crate) fn end(
     Ok(tx
         .query(
             &st.end,
-            &[&ids, &attempts, &outcomes, &errors, &retry, &discard, &now],
+            &[
+                &ids,
+                &attempts,
+                &outcomes,
+                &errors,
+                &retry,
+                &discard,
+                &now,
+                &if durable { "on" } else { "off" },
+            ],
         )
         .map_err(read_err)?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch's end makes its commit as durable as the queue says, on a
+    /// worker's session that claims with `synchronous_commit` off.
+    #[test]
+    fn the_batch_end_sets_the_queues_durability_for_its_commit() {
+        let Some(schema) = crate::postgres::test_schema() else {
+            return;
+        };
+        let mut c = schema.connect();
+        c.client
+            .batch_execute(
+                "SET synchronous_commit = off; \
+                 INSERT INTO jobs (id, kind, idempotency_key, payload, state, run_at, attempts, \
+                                   created_at, lease_owner, lease_expires_at, current_attempt) \
+                 VALUES (1, 'k', 'a', '{}', 'running', 0, 1, 0, 'me', 9e12, 7); \
+                 INSERT INTO attempts (id, job_id, attempt, key, worker, started_at) \
+                 VALUES (7, 1, 1, 'a', 'w', 0)",
+            )
+            .unwrap();
+        let st = Statements::prepare(&mut c).unwrap();
+        for (durable, expect) in [(true, "on"), (false, "off")] {
+            let mut tx = c.client.transaction().unwrap();
+            let end = End {
+                job_id: 1,
+                attempt_id: 7,
+                outcome: "succeeded",
+                error: None,
+                retry_at: 0,
+                discard: false,
+            };
+            let states = super::end(&mut tx, &st, &[end], 5, durable).unwrap();
+            assert_eq!(states, [(1, "succeeded".to_string())]);
+            let shown: String = tx.query_one("SHOW synchronous_commit", &[]).unwrap().get(0);
+            assert_eq!(shown, expect);
+            // Rolled back: the job is running again for the next round.
+            tx.rollback().unwrap();
+        }
+    }
 }

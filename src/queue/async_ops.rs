@@ -142,7 +142,11 @@ impl Queue {
         let rules = self.inner.rules.clone();
         let now = now_ms();
         let (fut, tx) = WriteFuture::channel();
-        store.writer.submit_to(
+        let writer = match store.writer() {
+            Ok(w) => w,
+            Err(e) => return WriteFuture::ready(Err(e)),
+        };
+        writer.submit_to(
             move |conn: &Connection| in_write_tx(conn, &rules, now, f),
             self.deliver(tx),
         );

@@ -247,6 +247,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Which backend the queue it runs on has: [`RuntimeBuilder::handler`]
+    /// for a file, [`RuntimeBuilder::pg_handler`] for PostgreSQL.
+    pub fn queue_kind(&self) -> crate::BackendKind {
+        self.queue.backend_kind()
+    }
+
     /// Number of job worker threads (default 4).
     pub fn workers(mut self, n: usize) -> Self {
         self.cfg.workers = n.max(1);
@@ -327,7 +333,12 @@ impl RuntimeBuilder {
     /// Starts the threads. With schedules, first checks them and writes
     /// their rows, and enqueues what their catch-up policies fire for the
     /// slots missed while no process ran: those jobs exist when it returns.
+    /// A queue opened read-only has no writer to run jobs with:
+    /// [`crate::Error::ReadOnly`], and no thread starts.
     pub fn start(self) -> Result<Runtime> {
+        if let Ok(store) = self.queue.sqlite("") {
+            store.writer()?;
+        }
         Runtime::start(self)
     }
 

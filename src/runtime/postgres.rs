@@ -545,7 +545,21 @@ impl Worker {
         }
         run::unledger(&mut tx, st, &failed_keys)?;
         fault::point("before-complete-commit");
-        let states = run::end(&mut tx, st, &ends, now)?;
+        let durable = s.queue.options().synchronous == crate::Synchronous::Full;
+        let states = run::end(&mut tx, st, &ends, now, durable)?;
+        if states.len() != ends.len() {
+            // A run lost its lease after the fence (a stall past the
+            // lease): its work must not commit, and it cannot be told from
+            // the others' in this transaction. All of it is undone.
+            drop(tx);
+            return Err(Error::LeaseLost {
+                job_id: ends
+                    .iter()
+                    .find(|e| !states.iter().any(|(id, _)| *id == e.job_id))
+                    .map_or(0, |e| e.job_id),
+                detail: "its lease was lost during the batch; the batch was rolled back".into(),
+            });
+        }
         tx.commit().map_err(crate::postgres::conn::write_err)?;
         // Retry times only for the jobs that went back to queued.
         for r in runs.iter_mut() {
@@ -593,14 +607,20 @@ impl Worker {
     /// Gives a batch's runs back uncharged (fenced on their attempts),
     /// retrying while the server is out of reach and the lease lasts.
     fn give_back(&self, runs: &[Run], why: &str) {
+        // One deadline for the batch: with the server out of reach, what is
+        // not given back by then comes back when its lease expires.
+        let give_up = Instant::now() + self.s.cfg.lease;
         for r in runs {
-            self.give_back_one(r.started.id, r.started.attempt_id, why);
+            self.give_back_until(r.started.id, r.started.attempt_id, why, give_up);
         }
     }
 
     fn give_back_one(&self, id: i64, attempt_id: i64, why: &str) {
+        self.give_back_until(id, attempt_id, why, Instant::now() + self.s.cfg.lease);
+    }
+
+    fn give_back_until(&self, id: i64, attempt_id: i64, why: &str, give_up: Instant) {
         let s = &self.s;
-        let give_up = Instant::now() + s.cfg.lease;
         let mut delay = Duration::from_millis(50);
         loop {
             let b = s.queue.backend();

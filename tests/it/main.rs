@@ -12,3 +12,4 @@ mod outbox;
 mod reliability;
 mod runtime;
 mod schedules;
+mod serve;

@@ -10,6 +10,9 @@
 //! (`LITEJOB_FAULT=point:n`), then run a last clean child to completion and
 //! check the invariants with plain SQL ([`harness::check_invariants`]).
 //!
+//! Power cuts are simulated in `power_loss`: children recorded under an
+//! `LD_PRELOAD` shim, and the disk states a cut may leave, each checked.
+//!
 //! The CI form of every test is short; `LITEJOB_SOAK=1` runs the heavy ones
 //! longer.
 
@@ -20,6 +23,7 @@ pub(crate) mod harness;
 mod input;
 mod locks;
 mod model;
+mod power_loss;
 
 /// Entry point of the child processes. Returns at once in a normal test run.
 #[test]

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, Queue, QueueOptions, Schedule, Synchronous};
+use litejob::{Error, QueueOptions, Schedule, Synchronous};
 use serde::{Deserialize, Serialize};
 
 mod executor;
@@ -207,6 +207,13 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
     if let Some(cron) = &args.schedule {
         Schedule::new("bench.tick", cron, "bench.tick", &()).check()?;
     }
+    if super::is_url(db.unwrap_or(Path::new(""))) && (args.preload > 0 || args.prune_check) {
+        return Err(Error::InvalidInput(
+            "--preload and --prune-check write their rows with SQLite's SQL: they measure a file, \
+             not a PostgreSQL database"
+                .into(),
+        ));
+    }
     let (path, kept): (PathBuf, bool) = match db {
         Some(p) => (p.to_path_buf(), true),
         None => (
@@ -304,7 +311,11 @@ fn measure(
     args: &BenchArgs,
 ) -> Result<BenchReport, Error> {
     let _ = epoch();
-    let queue = Queue::open_with(path, QueueOptions::default().with_synchronous(sync))?;
+    let queue =
+        super::open(path, QueueOptions::default().with_synchronous(sync)).map_err(|e| match e {
+            super::CliError::Lib(e) => e,
+            other => Error::Internal(format!("{other:?}")),
+        })?;
     let run_id = format!("{:x}", super::rng::Rng::from_entropy().next_u64());
     let keys = phases::Keys(run_id.clone());
 
@@ -315,8 +326,7 @@ fn measure(
     let preload_secs = t0.elapsed().as_secs_f64();
     // The measured jobs come after every row already in the file: counting
     // them reads only their id range, not a million preloaded rows.
-    let base_id: i64 = queue
-        .read(|c| Ok(c.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?))?;
+    let base_id: i64 = phases::count(&queue, "SELECT coalesce(max(id), 0) FROM jobs", 0)?;
 
     // As many as fit in ~1 s at PROBE_EVERY, and a tenth of the jobs at most.
     let probes = (args.jobs / 10).min(250);
@@ -369,13 +379,21 @@ fn measure(
         preload: args.preload,
         preload_secs,
         max_rss_kb: peak_rss_kb(),
-        machine_fsync_us: fsync_probe(path)?,
+        // A PostgreSQL server's disk is its own: the probe measures this
+        // machine's temporary directory instead.
+        machine_fsync_us: if super::is_url(path) {
+            fsync_probe(
+                &std::env::temp_dir().join(format!("litejob-bench-{}", std::process::id())),
+            )?
+        } else {
+            fsync_probe(path)?
+        },
         machine_wake_round_trip_us: wake_probe(),
         prune_jobs: prune.as_ref().map(|p| p.jobs),
         prune_secs: prune.as_ref().map(|p| p.secs),
         prune_max_enqueue_block_ms: prune.as_ref().map(|p| p.max_enqueue_ms),
         prune_enqueues: prune.as_ref().map(|p| p.enqueues),
-        db: path.display().to_string(),
+        db: queue.location(),
         kept,
     })
 }

@@ -154,9 +154,11 @@ pub(super) fn process(
         Ok(done.load(Ordering::Relaxed) >= backlog.jobs)
     })?;
     let succeeded = |filter: &str| -> Result<i64, Error> {
-        let sql =
-            format!("SELECT count(*) FROM jobs WHERE id > ?1 AND kind = ?2 AND state = 'succeeded' {filter}");
-        queue.read(|c| Ok(c.query_row(&sql, (backlog.base_id, KIND), |r| r.get(0))?))
+        let sql = format!(
+            "SELECT count(*) FROM jobs WHERE id > {} AND kind = '{KIND}' AND state = 'succeeded' {filter}",
+            backlog.base_id
+        );
+        count(queue, &sql, 0)
     };
     // Counted in the apply step, before the commit: confirm the commits.
     wait_for(deadline, 1, || {
@@ -182,6 +184,36 @@ pub(super) fn process(
     })
 }
 
+/// One integer from `sql` (`default` for a NULL), on either backend.
+pub(super) fn count(queue: &Queue, sql: &str, default: i64) -> Result<i64, Error> {
+    if queue.backend_kind() == litejob::BackendKind::Postgres {
+        return queue.pg_read(|c| {
+            let row = c
+                .query_one(sql, &[])
+                .map_err(|e| Error::Internal(format!("{sql}: {e}")))?;
+            Ok(row.get::<_, Option<i64>>(0).unwrap_or(default))
+        });
+    }
+    queue.read(|c| {
+        Ok(c.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?
+            .unwrap_or(default))
+    })
+}
+
+/// The bench's handler of `kind` on either backend: apply-only, writing
+/// nothing of its own, so a run is the queue's own path and nothing else.
+fn no_op<T, F>(b: litejob::RuntimeBuilder, kind: &str, f: F) -> litejob::RuntimeBuilder
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(T) -> Outcome + Send + Sync + 'static,
+{
+    if b.queue_kind() == litejob::BackendKind::Postgres {
+        b.pg_handler(kind, move |_tx, p: T| Ok(f(p)))
+    } else {
+        b.handler(kind, move |_tx, p: T| Ok(f(p)))
+    }
+}
+
 /// The runtime with the bench's handler: apply-only, like most handlers,
 /// so the latency is to the start of the handler inside its transaction.
 fn start_runtime(
@@ -199,28 +231,26 @@ fn start_runtime(
     if let Some(cron) = &args.schedule {
         // Priority 1: behind the backlog and the probes, like a periodic
         // job among urgent work.
-        builder = builder
-            .handler(TICK, |_tx, _p: serde_json::Value| Ok(Outcome::Done))
+        builder = no_op(builder, TICK, |_p: serde_json::Value| Outcome::Done)
             .schedule_with(Schedule::new(TICK, cron, TICK, &()).with_priority(1));
     }
-    builder
-        .handler(KIND, move |_tx, p: Probe| {
-            match p.t {
-                Some(t) => {
-                    let lat = since_epoch_ns().saturating_sub(t) / 1000;
-                    // Kept apart once the backlog is done: only the probes
-                    // run while the queue processes at full rate count
-                    // (unless there are none, with a tiny --jobs).
-                    let busy = d.load(Ordering::Relaxed) < backlog;
-                    l.lock().unwrap().push((lat, busy));
-                }
-                None => {
-                    d.fetch_add(1, Ordering::Relaxed);
-                }
+    no_op(builder, KIND, move |p: Probe| {
+        match p.t {
+            Some(t) => {
+                let lat = since_epoch_ns().saturating_sub(t) / 1000;
+                // Kept apart once the backlog is done: only the probes
+                // run while the queue processes at full rate count
+                // (unless there are none, with a tiny --jobs).
+                let busy = d.load(Ordering::Relaxed) < backlog;
+                l.lock().unwrap().push((lat, busy));
             }
-            Ok(Outcome::Done)
-        })
-        .start()
+            None => {
+                d.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Outcome::Done
+    })
+    .start()
 }
 
 /// Open loop: probe i is enqueued at start + i × PROBE_EVERY by whichever

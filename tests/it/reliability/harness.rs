@@ -164,6 +164,11 @@ pub fn child_main() {
     let Ok(db) = std::env::var("LITEJOB_CHILD_DB") else {
         return;
     };
+    if std::env::var("LITEJOB_CHILD_MODE").as_deref() == Ok("power-loss") {
+        // Before any logger: it installs its own, which acknowledges runs.
+        super::power_loss::workloads::child(Path::new(&db));
+        return;
+    }
     let _ = env_logger::builder()
         .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
         .try_init();

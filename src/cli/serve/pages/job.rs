@@ -1,0 +1,238 @@
+//! `/jobs/<id>`: one job — its facts, payload, the attempts on a time line
+//! and in a table with their errors, the ledger row, the outbox rows it
+//! wrote with their attempts — and the actions that apply to it. The key
+//! page shows the same detail under its sentence.
+
+use litejob::{Attempt, Job, JobState, LedgerEntry, OutboxEntry, OutboxState};
+
+use super::super::html::{human_span, pct, url, Html};
+use super::super::http::{Req, Resp};
+use super::super::routes::App;
+use super::super::svg;
+use super::{action, badge, error, flash, layout};
+
+/// The job page.
+pub fn page(app: &App, req: &Req, id: i64) -> litejob::Result<Resp> {
+    let now = super::super::super::time::now_ms();
+    let Some(d) = app.queue.job_detail(id)? else {
+        return Ok(error(404, &format!("no job with id {id}")));
+    };
+    let mut h = Html::new();
+    h.open("h1", &[]);
+    h.text(&format!("Job {id} · {} ", d.job.kind));
+    badge(&mut h, d.job.state.as_str());
+    h.close("h1");
+    flash(&mut h, req.param("done"));
+    let back = format!("/jobs/{id}");
+    detail(
+        &mut h,
+        app,
+        &d.job,
+        &d.attempts,
+        &d.outbox,
+        d.ledger.as_ref(),
+        now,
+        &back,
+    );
+    Ok(layout(app, &format!("Job {id}"), "/jobs", now, h))
+}
+
+/// A job's whole story; `back` is the page its action forms return to.
+#[allow(clippy::too_many_arguments)]
+pub fn detail(
+    h: &mut Html,
+    app: &App,
+    j: &Job,
+    attempts: &[Attempt],
+    outbox: &[OutboxEntry],
+    ledger: Option<&LedgerEntry>,
+    now: i64,
+    back: &str,
+) {
+    h.raw("<section id=\"facts\"><h2>The job</h2><dl class=\"facts\">");
+    let id = j.id.to_string();
+    fact(h, "id", |h| {
+        h.link(&format!("/jobs/{id}"), &id);
+    });
+    fact(h, "key", |h| {
+        h.open("span", &[("class", "key")]);
+        h.link(
+            &format!("/keys/{}", pct(&j.idempotency_key)),
+            &j.idempotency_key,
+        );
+        h.close("span");
+    });
+    fact(h, "kind", |h| {
+        h.link(&url("/jobs", &[("kind", Some(&j.kind))]), &j.kind);
+    });
+    fact(h, "queue", |h| {
+        h.link(&url("/jobs", &[("queue", Some(&j.queue))]), &j.queue);
+    });
+    fact(h, "state", |h| badge(h, j.state.as_str()));
+    fact(h, "attempts", |h| {
+        h.text(&format!(
+            "{} of {} charged, {} abandoned",
+            j.attempts, j.max_attempts, j.abandoned
+        ));
+    });
+    fact(h, "deliveries", |h| {
+        h.num(j.deliveries);
+    });
+    fact(h, "priority", |h| {
+        h.num(j.priority);
+    });
+    fact(h, "created", |h| {
+        h.time(Some(j.created_at), now);
+    });
+    fact(h, "run at", |h| {
+        h.time(Some(j.run_at), now);
+    });
+    fact(h, "finished", |h| {
+        h.time(j.finished_at, now);
+    });
+    if let Some(owner) = &j.lease_owner {
+        fact(h, "lease", |h| {
+            h.text(owner).raw(" until ");
+            h.time(j.lease_expires_at, now);
+        });
+    }
+    if let Some(e) = &j.last_error {
+        fact(h, "last error", |h| {
+            h.tag("pre", &[("id", "last-error")], e);
+        });
+    }
+    h.raw("</dl>");
+    let path = format!("/jobs/{id}");
+    match j.state {
+        JobState::Dead => action(h, app, &format!("{path}/retry"), back, "Retry", false),
+        JobState::Queued => action(h, app, &format!("{path}/cancel"), back, "Cancel", true),
+        _ => {}
+    }
+    h.raw("</section>");
+
+    h.raw("<section id=\"payload\"><h2>Payload</h2>");
+    h.tag("pre", &[], &pretty(&j.payload));
+    h.raw("</section>");
+
+    h.raw("<section id=\"attempts\"><h2>Attempts</h2>");
+    attempt_table(h, attempts, now);
+    h.raw("</section>");
+
+    h.raw("<section id=\"ledger\"><h2>Ledger</h2>");
+    match ledger {
+        Some(l) => {
+            h.raw("<p>Work committed ");
+            h.time(Some(l.completed_at), now);
+            if let Some(by) = l.job_id {
+                h.raw(" by job ").num(by);
+            }
+            h.raw(": a run of this key again is a duplicate.</p>");
+        }
+        None => {
+            h.raw("<p class=\"none\">No row: the work of this key has not committed.</p>");
+        }
+    }
+    h.raw("</section>");
+
+    h.raw("<section id=\"outbox-rows\"><h2>Outbox rows it wrote</h2>");
+    if outbox.is_empty() {
+        h.raw("<p class=\"none\">None.</p>");
+    }
+    for o in outbox {
+        let r = &o.row;
+        let oid = r.id.to_string();
+        h.open("div", &[("class", "outbox-row"), ("data-id", &oid)]);
+        h.open("h3", &[]);
+        h.text(&format!("outbox {oid} · {} ", r.kind));
+        badge(h, r.state.as_str());
+        h.close("h3");
+        h.raw("<dl class=\"facts\">");
+        fact(h, "key", |h| {
+            h.tag("span", &[("class", "key")], &r.key);
+        });
+        fact(h, "attempts", |h| {
+            h.text(&format!("{} of {}", r.attempts, r.max_attempts));
+        });
+        fact(h, "created", |h| {
+            h.time(Some(r.created_at), now);
+        });
+        match r.state {
+            OutboxState::Sent => fact(h, "sent", |h| {
+                h.time(r.sent_at, now);
+            }),
+            OutboxState::Pending => fact(h, "next attempt", |h| {
+                h.time(Some(r.next_attempt_at), now);
+            }),
+            _ => {}
+        }
+        if let Some(e) = &r.last_error {
+            fact(h, "last error", |h| {
+                h.tag("pre", &[], e);
+            });
+        }
+        h.raw("</dl>");
+        h.tag("pre", &[], &pretty(&r.payload));
+        if r.state == OutboxState::Dead {
+            action(
+                h,
+                app,
+                &format!("/outbox/{oid}/retry"),
+                back,
+                "Retry effect",
+                false,
+            );
+        }
+        attempt_table(h, &o.attempts, now);
+        h.raw("</div>");
+    }
+    h.raw("</section>");
+}
+
+fn fact(h: &mut Html, name: &str, value: impl FnOnce(&mut Html)) {
+    h.tag("dt", &[], name);
+    h.el("dd", &[], value);
+}
+
+/// The attempts on a time line, then one row each with its error.
+fn attempt_table(h: &mut Html, attempts: &[Attempt], now: i64) {
+    if attempts.is_empty() {
+        h.raw("<p class=\"none\">No run yet.</p>");
+        return;
+    }
+    let runs: Vec<(i64, Option<i64>, &str)> = attempts
+        .iter()
+        .map(|a| (a.started_at, a.finished_at, a.outcome.as_str()))
+        .collect();
+    svg::attempts_line(h, &runs, now);
+    h.raw("<table class=\"attempts\"><thead><tr><th class=\"num\">#</th><th>outcome</th>")
+        .raw("<th>started</th><th class=\"num\">took</th><th>worker</th><th>error</th></tr>")
+        .raw("</thead><tbody>");
+    for a in attempts {
+        h.raw("<tr><td class=\"num\">")
+            .num(a.attempt)
+            .raw("</td><td>");
+        badge(h, a.outcome.as_str());
+        h.raw("</td><td>");
+        h.time(Some(a.started_at), now);
+        h.raw("</td><td class=\"num\">");
+        match a.finished_at {
+            Some(f) => h.text(&human_span((f - a.started_at).max(0) as u64)),
+            None => h.raw("<span class=\"none\">-</span>"),
+        };
+        h.raw("</td>");
+        h.tag("td", &[], &a.worker);
+        h.raw("<td>");
+        if let Some(e) = &a.error {
+            h.tag("pre", &[("class", "error")], e);
+        }
+        h.raw("</td></tr>");
+    }
+    h.raw("</tbody></table>");
+}
+
+/// JSON text indented for reading; as stored when it does not parse.
+fn pretty(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| json.to_string())
+}

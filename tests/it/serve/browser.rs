@@ -1,0 +1,194 @@
+//! Every page in a real browser (headless Chromium, Debian's `chromium`):
+//! it loads with no message on the console (no script, no blocked
+//! resource, no broken markup), the elements a person looks for are
+//! there, and a screenshot of each is saved under the target directory
+//! (`<target>/tmp/serve-screenshots/`). Under `CI` a missing browser fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use litejob::{NewJob, Outcome};
+use serde_json::Value;
+
+use super::Server;
+use crate::support::{tiny_backoff, wait_until, TestDb, LONG};
+
+/// The browser, if installed (`LITEJOB_CHROMIUM` names another one). Under
+/// `CI` it must be: `.ci/run` installs it.
+fn chromium() -> Option<PathBuf> {
+    let name = std::env::var("LITEJOB_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let found = Command::new(&name)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found || std::env::var_os("CI").is_none(),
+        "chromium is missing in CI: .ci/run should have installed it"
+    );
+    if !found {
+        eprintln!("chromium not installed: the browser test did not run");
+    }
+    found.then(|| PathBuf::from(name))
+}
+
+/// Runs headless Chromium on `url` with `what` (`--dump-dom` or
+/// `--screenshot=…`); returns (stdout, stderr).
+fn browse(browser: &Path, url: &str, what: &str) -> (String, String) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1200,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(what)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Where the screenshots go.
+fn shots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
+    let Some(browser) = chromium() else { return };
+    let db = TestDb::new();
+    let q = db.open();
+    let jobs: Vec<NewJob> = (0..60)
+        .map(|i| {
+            let kind = ["payment.succeeded", "send_digest", "thumbnail"][i % 3];
+            NewJob::new(
+                kind,
+                format!("evt_{i:04}"),
+                &serde_json::json!({"n": i, "note": "<script>x</script>"}),
+            )
+            .with_queue(["default", "mail"][i % 2])
+            .with_max_retries(0)
+        })
+        .collect();
+    q.enqueue_many(jobs).unwrap();
+    let mut rt = q
+        .runtime()
+        .backoff(tiny_backoff())
+        .poll_interval(Duration::from_millis(10))
+        .handler("payment.succeeded", |tx, v: Value| {
+            tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
+            Ok(Outcome::Done)
+        })
+        .handler("send_digest", |_tx, v: Value| {
+            if v["n"].as_i64().unwrap() % 4 == 1 {
+                return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
+            }
+            Ok(Outcome::Done)
+        })
+        .effect("send_receipt", |_e, n: i64| {
+            if n % 2 == 0 {
+                Err("provider 503".into())
+            } else {
+                Ok(())
+            }
+        })
+        .outbox_max_retries(0)
+        .start()
+        .unwrap();
+    wait_until("the runnable jobs and effects are done", LONG, || {
+        db.count("SELECT count(*) FROM jobs WHERE state = 'queued' AND kind <> 'thumbnail'") == 0
+            && db.count("SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')") == 0
+    });
+    rt.stop();
+    let dead = db.count("SELECT min(id) FROM jobs WHERE state = 'dead'");
+    let s = Server::start(&db, &["--allow-actions"]);
+    let base = format!("http://{}", s.addr);
+    let pages = [
+        (
+            "overview",
+            "/".to_string(),
+            vec![
+                "id=\"queues\"",
+                "<svg class=\"chart\"",
+                "id=\"card-dead\"",
+                "id=\"outbox\"",
+            ],
+        ),
+        (
+            "jobs",
+            "/jobs?limit=20".into(),
+            vec!["id=\"filters\"", "id=\"jobs\"", "id=\"older\""],
+        ),
+        (
+            "job",
+            format!("/jobs/{dead}"),
+            vec![
+                "id=\"attempts\"",
+                "<svg class=\"timeline\"",
+                "name=\"csrf\"",
+                "id=\"ledger\"",
+            ],
+        ),
+        (
+            "key",
+            "/keys/evt_0000".into(),
+            vec!["id=\"sentence\"", "id=\"outbox-rows\""],
+        ),
+        (
+            "failures",
+            "/failures".into(),
+            vec![
+                "id=\"dead-jobs\"",
+                "smtp 451: mailbox &lt;busy&gt;",
+                "provider 503",
+            ],
+        ),
+        ("outbox", "/outbox".into(), vec!["id=\"outbox\"", "Retry"]),
+    ];
+    let dir = shots();
+    for (name, path, parts) in &pages {
+        let url = format!("{base}{path}");
+        let (dom, log) = browse(&browser, &url, "--dump-dom");
+        let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+        assert!(
+            console.is_empty(),
+            "{name}: console messages:\n{}",
+            console.join("\n")
+        );
+        assert!(!log.contains("Page load failed"), "{name}: {log}");
+        for part in parts {
+            assert!(
+                dom.contains(part),
+                "{name}: {part:?} missing from the page the browser built:\n{dom}"
+            );
+        }
+        assert!(
+            !dom.contains("<script"),
+            "{name}: a script element in the page"
+        );
+        let png = dir.join(format!("{name}.png"));
+        let _ = std::fs::remove_file(&png);
+        let (_, log) = browse(&browser, &url, &format!("--screenshot={}", png.display()));
+        let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            size > 5_000,
+            "{name}: no screenshot at {} ({size} bytes):\n{log}",
+            png.display()
+        );
+    }
+}
