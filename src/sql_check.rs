@@ -65,6 +65,10 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
             "filter",
             vec![String::new(), "AND priority = 0".into()],
         ),
+        // The bench's first job id, after which its backlog's ids come, and
+        // its kind (a constant of `cli/bench/mod.rs`).
+        ("cli/bench/phases.rs", "", vec!["0".into()]),
+        ("cli/bench/phases.rs", "KIND", vec!["bench.noop".into()]),
     ]
 }
 
