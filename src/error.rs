@@ -70,6 +70,10 @@ pub enum Error {
     /// broke before the call's write was sent; nothing was written. Retry
     /// later.
     Connection(String),
+    /// The destination of a copy already holds queue rows (a copy goes
+    /// only into an empty database, so it never mixes two queues' ids);
+    /// nothing was written.
+    NotEmpty(String),
     /// Any other error from the PostgreSQL server or its client.
     #[cfg(feature = "postgres")]
     Postgres(postgres::Error),
@@ -186,6 +190,7 @@ impl Error {
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::Unsupported(m) => Error::Unsupported(m.clone()),
             Error::Connection(m) => Error::Connection(m.clone()),
+            Error::NotEmpty(m) => Error::NotEmpty(m.clone()),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => Error::Internal(format!("postgres: {e}")),
         }
@@ -263,6 +268,7 @@ impl fmt::Display for Error {
             Error::Internal(m) => write!(f, "internal error: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Connection(m) => write!(f, "{m}"),
+            Error::NotEmpty(m) => write!(f, "{m}"),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => match e.as_db_error() {
                 Some(d) => write!(f, "postgres: {}: {}", d.code().code(), d.message()),
@@ -287,6 +293,17 @@ impl std::error::Error for Error {
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         Error::from_sqlite(e)
+    }
+}
+
+/// A PostgreSQL error in the application's own SQL (a [`crate::Queue::pg_write`]
+/// body, say), classified like litejob's: a broken connection is
+/// [`Error::Connection`] (the transaction had not committed), a CHECK or
+/// NOT NULL violation [`Error::InvalidInput`], the rest [`Error::Postgres`].
+#[cfg(feature = "postgres")]
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Self {
+        crate::postgres::conn::read_err(e)
     }
 }
 

@@ -10,12 +10,14 @@
 //! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
 //! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
 //! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
-//! clock). This file: [`PgStore`], which owns the pool and the notifier
-//! thread, and its implementation of the boundary. Writes every queue
-//! table, only through those modules.
+//! clock), [`copy`] (a queue file's rows moved in). This file:
+//! [`PgStore`], which owns the pool and the notifier thread, and its
+//! implementation of the boundary. Writes every queue table, only through
+//! those modules.
 
 pub(crate) mod admin;
 pub(crate) mod conn;
+pub(crate) mod copy;
 pub(crate) mod enqueue;
 pub(crate) mod leases;
 pub(crate) mod notify;
