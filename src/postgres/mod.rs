@@ -453,4 +453,12 @@ impl Backend for PgStore {
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
     }
+
+    fn release_lost_effect_claims(&self, owner: &str, worker: &str, now: Millis) -> Result<usize> {
+        let n = self.with_conn(true, |c| outbox::release_lost_claims(c, owner, worker, now))?;
+        if n > 0 {
+            self.notifier.outbox();
+        }
+        Ok(n as usize)
+    }
 }

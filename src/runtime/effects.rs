@@ -22,9 +22,28 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
     let wake = s.outbox_wake.clone();
+    // Set by a failed claim: one that may have committed without its
+    // answer reaching us holds a row nobody performs.
+    let mut unsure = false;
     loop {
         if s.stopping.load(Ordering::SeqCst) {
             return;
+        }
+        if unsure {
+            let b = s.queue.backend();
+            match b.release_lost_effect_claims(&s.owner, &worker, b.now()) {
+                Ok(n) => {
+                    unsure = false;
+                    if n > 0 {
+                        log::info!(target: "litejob", "gave back {n} outbox rows whose claim's answer was lost");
+                    }
+                }
+                Err(e) => {
+                    log::warn!(target: "litejob", "outbox claim failed: {e}");
+                    sleep_or_stop(&stop, Duration::from_millis(200));
+                    continue;
+                }
+            }
         }
         let c = match claim(&s, &worker) {
             Ok(Some(c)) => c,
@@ -38,6 +57,7 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
             }
             Err(e) => {
                 log::warn!(target: "litejob", "outbox claim failed: {e}");
+                unsure = e.is_outcome_unknown();
                 sleep_or_stop(&stop, Duration::from_millis(200));
                 continue;
             }
