@@ -57,9 +57,12 @@ DELETE FROM jobs WHERE id = 500;
 DELETE FROM outbox WHERE id = 50;
 "#;
 
-/// Every column of every table, and the order rows are compared in;
-/// `i`: an integer column, `t`: text.
-const TABLES: &[(&str, &str, &[(&str, char)])] = &[
+/// A table: its name, the order its rows are compared in, and every
+/// column (`i`: integer, `t`: text).
+type Table = (&'static str, &'static str, &'static [(&'static str, char)]);
+
+/// Every column of every table.
+const TABLES: &[Table] = &[
     (
         "jobs",
         "id",
