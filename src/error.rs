@@ -26,8 +26,10 @@ pub enum Error {
     /// The disk (or `max_page_count`) is full; the transaction was rolled back
     /// and nothing was written.
     StorageFull(String),
-    /// The commit failed with an I/O error: the write may or may not be on
-    /// disk. Retrying with the same idempotency key is always safe.
+    /// The commit failed with an I/O error, or the connection to the
+    /// database server broke during the write: the write may or may not
+    /// have been committed. Retrying with the same idempotency key is
+    /// always safe.
     OutcomeUnknown(String),
     /// No such row.
     NotFound(RowId),
@@ -237,8 +239,9 @@ impl fmt::Display for Error {
             Error::StorageFull(m) => write!(f, "{m}"),
             Error::OutcomeUnknown(m) => write!(
                 f,
-                "outcome unknown: the commit failed with an I/O error, the write may or may not \
-                 be on disk; retrying with the same key is safe: {m}"
+                "outcome unknown: the commit failed (an I/O error, or the connection to the \
+                 database server broke), the write may or may not have been committed; retrying \
+                 with the same key is safe: {m}"
             ),
             Error::NotFound(RowId::Job(id)) => write!(f, "not found: no job with id {id}"),
             Error::NotFound(RowId::OutboxRow(id)) => {

@@ -104,7 +104,10 @@ impl PgHandle {
         now: Millis,
         f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
     ) -> Result<(R, bool)> {
-        let mut conn = self.pool.get().map_err(pool_err)?;
+        let mut conn = self
+            .pool
+            .get()
+            .map_err(|e| pool_err(e, self.pool.connection_timeout()))?;
         let insert = conn.stmt(enqueue::INSERT_ONE)?;
         let mut t = conn.client.transaction().map_err(conn::read_err)?;
         let mut w = tx::PgWriteTx {
@@ -140,7 +143,9 @@ fn with_conn<R>(
 ) -> Result<R> {
     let mut tries = 0;
     loop {
-        let mut conn = pool.get().map_err(pool_err)?;
+        let mut conn = pool
+            .get()
+            .map_err(|e| pool_err(e, pool.connection_timeout()))?;
         match f(&mut conn) {
             Err(Error::Connection(_) | Error::OutcomeUnknown(_))
                 if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>

@@ -174,6 +174,7 @@ fn the_server_going_away_mid_run_pauses_the_workers_and_loses_nothing() {
         "work went on while the server was away"
     );
     assert!(!p.errors.is_empty(), "no enqueue failed during the outage");
+    eprintln!("outage: the first failed enqueue said: {}", p.errors[0].1);
     for (transient, msg) in &p.errors {
         assert!(
             *transient,
