@@ -459,8 +459,16 @@ impl Backend for PgStore {
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
     }
 
-    fn release_lost_effect_claims(&self, owner: &str, worker: &str, now: Millis) -> Result<usize> {
-        let n = self.with_conn(true, |c| outbox::release_lost_claims(c, owner, worker, now))?;
+    fn release_lost_effect_claims(
+        &self,
+        owner: &str,
+        worker: &str,
+        performed: &[i64],
+        now: Millis,
+    ) -> Result<usize> {
+        let n = self.with_conn(true, |c| {
+            outbox::release_lost_claims(c, owner, worker, performed, now)
+        })?;
         if n > 0 {
             self.notifier.outbox();
         }

@@ -83,11 +83,13 @@ SELECT count(*) FROM back";
 /// after the server committed it): their effect was never called, so the
 /// attempt is not counted. The thread claims one row at a time and only
 /// when it performs none, so any row still recorded under its name is not
-/// being performed.
+/// being performed; those whose effect it did perform without recording
+/// the ack (`$4`) are left to their lease.
 const RELEASE_LOST_CLAIMS: &str = "\
 WITH lost AS (
     SELECT o.id, o.current_attempt FROM outbox o JOIN attempts a ON a.id = o.current_attempt
     WHERE o.state = 'sending' AND o.lease_owner = $1 AND a.worker = $2 AND a.outcome = 'running'
+      AND NOT (a.id = ANY($4::bigint[]))
     FOR UPDATE OF o SKIP LOCKED
 ),
 back AS (
@@ -109,9 +111,10 @@ pub(crate) fn release_lost_claims(
     c: &mut PgConn,
     owner: &str,
     worker: &str,
+    performed: &[i64],
     now: Millis,
 ) -> Result<i64> {
-    Ok(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &now])?[0].get(0))
+    Ok(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &now, &performed])?[0].get(0))
 }
 
 /// Adds a row inside the job's transaction; `(id, is_new)`.
