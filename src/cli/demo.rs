@@ -26,9 +26,9 @@ use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 
 use super::rng::{below, Rng};
+use super::time::parse_duration;
 
 mod postgres;
-use super::time::parse_duration;
 
 /// The job kind the provider's webhook enqueues.
 const JOB_KIND: &str = "payment.succeeded";
