@@ -415,3 +415,60 @@ fn a_copy_from_a_missing_file_or_to_a_bad_url_is_refused_with_nothing_written() 
     );
     assert!(!has_tables(&dest));
 }
+
+/// A file still in use while it is copied (a runtime completing jobs, a
+/// producer enqueueing): the copy is one moment of it, read in one
+/// snapshot — each job copied succeeded exactly when its ledger row, its
+/// outbox row and its succeeded run were copied too.
+#[test]
+fn a_copy_of_a_file_in_use_is_one_moment_of_it() {
+    let Some(dest) = pg() else { return };
+    let file = TestQueue::new(Engine::Sqlite).unwrap();
+    let src = file.open();
+    let jobs: Vec<NewJob> = (0..3000)
+        .map(|i| NewJob::new("work", format!("k-{i}"), &json!({})))
+        .collect();
+    src.enqueue_many(jobs).unwrap();
+    let mut rt = src
+        .runtime()
+        .workers(2)
+        .handler_with_prepare(
+            "work",
+            |ctx, _: Value| {
+                // Slow enough that the copy lands in the middle.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                Ok(ctx.key.clone())
+            },
+            |tx, key: String| {
+                tx.outbox("mail", &format!("mail:{key}"), &key)?;
+                Ok(Outcome::Done)
+            },
+        )
+        .start()
+        .unwrap();
+    wait_until("the runtime is under way", LONG, || {
+        file.count("SELECT count(*) FROM processed_jobs") >= 100
+    });
+    let report = src.copy_to(&dest.open()).unwrap();
+    rt.stop();
+    let done = file.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+    assert!(
+        (report.processed_jobs as i64) < done,
+        "the runtime finished before the copy: {report:?}, {done} done"
+    );
+    let q = |sql: &str| dest.count(sql);
+    let succeeded = q("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+    assert!(succeeded > 0);
+    assert_eq!(q("SELECT count(*) FROM processed_jobs"), succeeded);
+    assert_eq!(
+        q("SELECT count(*) FROM processed_jobs p JOIN jobs j ON j.idempotency_key = p.key \
+           WHERE j.state = 'succeeded'"),
+        succeeded,
+        "a ledger row of a job the copy did not see succeed"
+    );
+    assert_eq!(q("SELECT count(*) FROM outbox"), succeeded);
+    assert_eq!(
+        q("SELECT count(*) FROM attempts WHERE job_id IS NOT NULL AND outcome = 'succeeded'"),
+        succeeded
+    );
+}
