@@ -461,8 +461,10 @@ fn a_copy_of_a_file_in_use_is_one_moment_of_it() {
     assert!(succeeded > 0);
     assert_eq!(q("SELECT count(*) FROM processed_jobs"), succeeded);
     assert_eq!(
-        q("SELECT count(*) FROM processed_jobs p JOIN jobs j ON j.idempotency_key = p.key \
-           WHERE j.state = 'succeeded'"),
+        q(
+            "SELECT count(*) FROM processed_jobs p JOIN jobs j ON j.idempotency_key = p.key \
+           WHERE j.state = 'succeeded'"
+        ),
         succeeded,
         "a ledger row of a job the copy did not see succeed"
     );
