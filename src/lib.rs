@@ -131,6 +131,8 @@ mod admin;
 mod backend;
 mod checkpoint;
 mod claim;
+#[cfg(feature = "postgres")]
+mod copy;
 mod db;
 mod enqueue;
 mod error;
@@ -170,6 +172,8 @@ mod sql_check;
 pub use ::postgres as pg;
 pub use admin::{PruneOptions, PruneReport};
 pub use backend::BackendKind;
+#[cfg(feature = "postgres")]
+pub use copy::CopyReport;
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
 pub use failures::{FailureGroup, Failures};
