@@ -132,6 +132,8 @@ mod backend;
 mod checkpoint;
 mod claim;
 mod controls;
+#[cfg(feature = "postgres")]
+mod copy;
 mod db;
 mod enqueue;
 mod error;
@@ -172,6 +174,8 @@ pub use ::postgres as pg;
 pub use admin::{PruneOptions, PruneReport};
 pub use backend::BackendKind;
 pub use controls::{QueueControl, QueueLimits, Rate};
+#[cfg(feature = "postgres")]
+pub use copy::CopyReport;
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
 pub use failures::{FailureGroup, Failures};

@@ -186,4 +186,20 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<Option<OutboxState>>;
     /// Gives an outbox row back at shutdown.
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool>;
+    /// Gives back, uncharged, the outbox rows claimed for the effect
+    /// thread `worker` of `owner` and not being performed, except the
+    /// attempts `performed` (whose effect ran, unacknowledged): a claim
+    /// whose answer was lost (the connection broke after the server
+    /// committed it). Called by that thread before its next claim after a
+    /// failed one; returns how many went back. A file's claims never lose
+    /// their answer: nothing to do.
+    fn release_lost_effect_claims(
+        &self,
+        _owner: &str,
+        _worker: &str,
+        _performed: &[i64],
+        _now: Millis,
+    ) -> Result<usize> {
+        Ok(0)
+    }
 }

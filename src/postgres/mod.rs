@@ -11,14 +11,15 @@
 //! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
 //! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
 //! clock), [`controls`] (queue controls: the operator's changes, the copy
-//! claims consult, the claim of a limited queue under its row's lock).
-//! This file: [`PgStore`], which owns the pool and the notifier
-//! thread, and its implementation of the boundary. Writes every queue
-//! table, only through those modules.
+//! claims consult, the claim of a limited queue under its row's lock),
+//! [`copy`] (a queue file's rows moved in). This file: [`PgStore`], which
+//! owns the pool and the notifier thread, and its implementation of the
+//! boundary. Writes every queue table, only through those modules.
 
 pub(crate) mod admin;
 pub(crate) mod conn;
 pub(crate) mod controls;
+pub(crate) mod copy;
 pub(crate) mod enqueue;
 pub(crate) mod leases;
 pub(crate) mod notify;
@@ -109,7 +110,10 @@ impl PgHandle {
         now: Millis,
         f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
     ) -> Result<(R, bool)> {
-        let mut conn = self.pool.get().map_err(pool_err)?;
+        let mut conn = self
+            .pool
+            .get()
+            .map_err(|e| pool_err(e, self.pool.connection_timeout()))?;
         let insert = conn.stmt(enqueue::INSERT_ONE)?;
         let mut t = conn.client.transaction().map_err(conn::read_err)?;
         let mut w = tx::PgWriteTx {
@@ -145,7 +149,9 @@ fn with_conn<R>(
 ) -> Result<R> {
     let mut tries = 0;
     loop {
-        let mut conn = pool.get().map_err(pool_err)?;
+        let mut conn = pool
+            .get()
+            .map_err(|e| pool_err(e, pool.connection_timeout()))?;
         match f(&mut conn) {
             Err(Error::Connection(_) | Error::OutcomeUnknown(_))
                 if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>
@@ -493,6 +499,22 @@ impl Backend for PgStore {
 
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
+    }
+
+    fn release_lost_effect_claims(
+        &self,
+        owner: &str,
+        worker: &str,
+        performed: &[i64],
+        now: Millis,
+    ) -> Result<usize> {
+        let n = self.with_conn(true, |c| {
+            outbox::release_lost_claims(c, owner, worker, performed, now)
+        })?;
+        if n > 0 {
+            self.notifier.outbox();
+        }
+        Ok(n as usize)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::postgres::conn::{PgConn, Session};
 use crate::postgres::controls as pg_controls;
 use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
 use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
-use crate::postgres::{notify, PgStore};
+use crate::postgres::{leases, notify, PgStore};
 use crate::retry::Rng;
 use crate::time::Millis;
 
@@ -67,6 +67,7 @@ pub(super) fn start(
                         alone,
                         batch,
                         conn: None,
+                        unsure: false,
                         rng: Rng::from_entropy(),
                         frees_at: None,
                     }
@@ -189,6 +190,10 @@ struct Worker {
     batch: usize,
     name: String,
     conn: Option<(PgConn, Statements)>,
+    /// Set when a write failed: a claim of ours may have committed without
+    /// its answer reaching us, or runs given back may not have gone back.
+    /// Cleared by the next claim, which first gives back what we hold.
+    unsure: bool,
     rng: Rng,
     /// When a full rate frees a start, as the last claim found.
     frees_at: Option<Millis>,
@@ -213,6 +218,7 @@ impl Worker {
                 Err(e) => {
                     log::warn!(target: "litejob", "worker {}: {e}; retrying", self.name);
                     self.conn = None;
+                    self.unsure = true;
                     sleep_or_stop(&self.stop, Duration::from_millis(500));
                 }
             }
@@ -287,6 +293,18 @@ impl Worker {
         let store = s.queue.postgres().expect("a PostgreSQL runtime").clone();
         let now = s.queue.backend().now();
         let name = self.name.clone();
+        let unsure = self.unsure;
+        let (c, _) = self.connection()?;
+        if unsure {
+            // This worker runs nothing between its batches: a run still
+            // recorded under its name is one nobody runs.
+            let n = leases::release_lost_claims(c, &s.owner, &name, now)?;
+            if n > 0 {
+                log::info!(target: "litejob", "worker {name}: gave back {n} jobs whose claim's answer was lost");
+                s.queue.notify();
+            }
+            self.unsure = false;
+        }
         let (c, st) = self.connection()?;
         let controls = store.controls.get(c, s.cfg.poll_interval)?;
         let ask = ClaimAsk {
@@ -380,6 +398,7 @@ impl Worker {
             Err(e) => {
                 log::warn!(target: "litejob", "a batch of {} runs was not recorded ({e}); giving it back", runs.len());
                 self.conn = None;
+                self.unsure = true;
                 self.give_back(
                     &runs,
                     &format!("released uncharged: the run's write failed ({e})"),

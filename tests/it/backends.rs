@@ -10,6 +10,7 @@
 
 mod admin;
 mod asynchronous;
+pub(crate) mod child;
 mod cli;
 mod controls;
 mod enqueue;
@@ -30,6 +31,16 @@ use serde_json::Value;
 pub enum Engine {
     Sqlite,
     Postgres,
+}
+
+impl Engine {
+    /// The backend a queue is on.
+    pub fn of(q: &Queue) -> Engine {
+        match q.backend_kind() {
+            litejob::BackendKind::Postgres => Engine::Postgres,
+            _ => Engine::Sqlite,
+        }
+    }
 }
 
 /// The server the PostgreSQL tests use, if one is configured.
