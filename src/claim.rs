@@ -243,11 +243,12 @@ impl<'c> Starter<'c> {
         now: Millis,
     ) -> Result<Option<Started>> {
         let job_id = c.id;
-        let Some(st) = begin_run(
+        let Begun::Started(st) = begin_run(
             &mut self.read,
             &mut self.attempt,
             self.conn,
             rusqlite::params![job_id, now, c.abandoned],
+            None,
             job_id,
             worker,
             now,
@@ -277,18 +278,31 @@ impl<'c> Starter<'c> {
     }
 }
 
+/// What [`begin_run`] found.
+enum Begun {
+    Started(Started),
+    /// The read found no job (the claim or the job changed meanwhile).
+    Missing,
+    /// The job's queue is paused: nothing written.
+    Paused,
+}
+
 /// The part of a start both kinds share: reads the job by `read` (fenced
 /// as the caller needs, with `params`), writes its attempt row. The caller
-/// then fences the job on the attempt; None if the read found nothing.
+/// then fences the job on the attempt. With `paused_col`, the read's
+/// column of that index says whether the job's queue is paused, and a
+/// paused one is not started.
+#[allow(clippy::too_many_arguments)]
 fn begin_run(
     read: &mut CachedStatement<'_>,
     attempt_row: &mut CachedStatement<'_>,
     conn: &Connection,
     params: impl rusqlite::Params,
+    paused_col: Option<usize>,
     job_id: i64,
     worker: &str,
     now: Millis,
-) -> Result<Option<Started>> {
+) -> Result<Begun> {
     // Text read leniently: a row written by hand with bytes that are not
     // UTF-8 must not make every start fail (a failing light operation
     // undoes the light operations of its transaction: a claim and every
@@ -299,16 +313,29 @@ fn begin_run(
                 .into_owned(),
         )
     };
-    let row: Option<(i64, i64, String, String, String)> = {
+    let row: Option<(i64, i64, String, String, String, bool)> = {
         let mut rows = read.query(params)?;
         match rows.next()? {
-            Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
+            Some(r) => Some((
+                r.get(0)?,
+                r.get(1)?,
+                text(r, 2)?,
+                text(r, 3)?,
+                text(r, 4)?,
+                match paused_col {
+                    Some(i) => r.get(i)?,
+                    None => false,
+                },
+            )),
             None => None,
         }
     };
-    let Some((charged, max_attempts, key, queue, payload)) = row else {
-        return Ok(None);
+    let Some((charged, max_attempts, key, queue, payload, paused)) = row else {
+        return Ok(Begun::Missing);
     };
+    if paused {
+        return Ok(Begun::Paused);
+    }
     let attempt = charged + 1;
     let attempt_id = history::start(
         attempt_row,
@@ -319,7 +346,7 @@ fn begin_run(
         worker,
         now,
     )?;
-    Ok(Some(Started {
+    Ok(Begun::Started(Started {
         attempt_id,
         attempt,
         max_attempts,
@@ -360,24 +387,28 @@ pub(crate) fn start(
     // running under `owner`, not started), write the attempt row, fence the
     // job on it. Not `INSERT … SELECT` (a statement journal for one row)
     // nor `UPDATE … RETURNING` (a temporary b-tree per start).
-    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
+    // Its queue's pause read in the same statement: one key lookup in a
+    // table that holds only the controlled queues.
+    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload, \
+         EXISTS (SELECT 1 FROM queues q WHERE q.name = jobs.queue AND q.paused = 1) FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
-    if controls::job_paused(conn, job_id)? {
-        release(conn, job_id, owner, None, "its queue was paused", now)?;
-        return Ok(None);
-    }
-    let Some(st) = begin_run(
+    let st = match begin_run(
         &mut conn.prepare_cached(READ)?,
         &mut history::start_statement(conn)?,
         conn,
         rusqlite::params![job_id, owner],
+        Some(5),
         job_id,
         worker,
         now,
-    )?
-    else {
-        return Ok(None);
+    )? {
+        Begun::Started(st) => st,
+        Begun::Missing => return Ok(None),
+        Begun::Paused => {
+            release(conn, job_id, owner, None, "its queue was paused", now)?;
+            return Ok(None);
+        }
     };
     conn.prepare_cached(FENCE)?
         .execute(rusqlite::params![job_id, st.attempt, st.attempt_id])?;

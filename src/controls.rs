@@ -473,16 +473,6 @@ pub(crate) fn change(
     Ok(next)
 }
 
-/// Whether the job's queue is paused: a claimed job's start looks, one
-/// key lookup in a table that holds only the queues with controls.
-pub(crate) fn job_paused(conn: &Connection, job_id: i64) -> Result<bool> {
-    const SQL: &str = "SELECT EXISTS (SELECT 1 FROM jobs j JOIN queues q ON q.name = j.queue \
-         WHERE j.id = ?1 AND q.paused = 1)";
-    Ok(conn
-        .prepare_cached(SQL)?
-        .query_row([job_id], |r| r.get(0))?)
-}
-
 /// Records a start of a rate-limited queue, in the start's transaction.
 pub(crate) fn record_start(conn: &Connection, queue: &str, now: Millis) -> Result<()> {
     conn.prepare_cached(RECORD_START)?

@@ -321,7 +321,7 @@ impl Worker {
         let mut started = Vec::new();
         let skipped: Vec<String> = controls.iter().map(|(q, _)| q.clone()).collect();
         let mut frees_at: Option<Millis> = None;
-        let mut alone = false;
+        let mut capped_batch = false;
         for (q, limits) in controls.iter() {
             let ours = s.cfg.queues.as_ref().map_or(true, |qs| qs.contains(q));
             if started.len() >= limit || limits.paused || !limits.limited() || !ours {
@@ -352,11 +352,11 @@ impl Worker {
             if capped {
                 // A capped queue's slot is held until its batch commits:
                 // a batch of its own, not one behind other runs.
-                alone = true;
+                capped_batch = true;
                 break;
             }
         }
-        if started.len() < limit && !alone {
+        if started.len() < limit && !capped_batch {
             started.extend(run::claim(
                 c,
                 st,
