@@ -212,7 +212,7 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
 }
 
 /// The controls in force as a process last read them: every claim
-/// consults this copy, and it is read again once it is a poll interval
+/// consults this cache, and it is read again once it is a poll interval
 /// old, so a change made anywhere is honoured within one poll interval.
 #[derive(Default)]
 pub(crate) struct Cache {
@@ -244,7 +244,7 @@ impl Cache {
         Ok(rows)
     }
 
-    /// Forgets the copy (this process changed a control): the next claim
+    /// Forgets the cache (this process changed a control): the next claim
     /// reads the table again.
     pub(crate) fn forget(&self) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = None;

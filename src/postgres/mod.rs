@@ -10,7 +10,7 @@
 //! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
 //! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
 //! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
-//! clock), [`controls`] (queue controls: the operator's changes, the copy
+//! clock), [`controls`] (queue controls: the operator's changes, the cache
 //! claims consult, the claim of a limited queue under its row's lock),
 //! [`copy`] (a queue file's rows moved in). This file: [`PgStore`], which
 //! owns the pool and the notifier thread, and its implementation of the
@@ -386,7 +386,7 @@ impl Backend for PgStore {
         self.with_conn(true, |c| controls::change(c, queue, paused, limits, now))?;
         self.controls.forget();
         // Other processes' workers look again (a resumed queue's jobs are
-        // theirs to take once their copy of the controls is read again).
+        // theirs to take once their cache of the controls is read again).
         self.notifier.jobs();
         Ok(())
     }
