@@ -398,10 +398,12 @@ both! {
         let mut rt = slow_runtime(q.engine, &queue, 2, Duration::from_millis(60), Duration::from_secs(5))
             .start()
             .unwrap();
-        enqueue(&queue, "p", 30);
+        enqueue(&queue, "p", 40);
         wait_succeeded(q, "p", 4, None);
         litejob(q, &["queue", "pause", "p"], 0);
-        let in_effect = now_ms() + POLL.as_millis() as i64 + 20;
+        // One poll interval, and a margin for the clocks (on PostgreSQL a
+        // run's start is the server's time as its process estimates it).
+        let in_effect = now_ms() + POLL.as_millis() as i64 + 100;
         std::thread::sleep(Duration::from_millis(800));
         let late = q.count(&format!(
             "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id \
@@ -418,7 +420,7 @@ both! {
         queue.enqueue(NewJob::new("nobody", "p-late", &0).with_queue("p")).unwrap();
         let resumed_at = now_ms();
         litejob(q, &["queue", "resume", "p"], 0);
-        wait_succeeded(q, "p", 30, None);
+        wait_succeeded(q, "p", 40, None);
         let after = q.count(&format!(
             "SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id \
              WHERE j.queue = 'p' AND a.started_at >= {resumed_at}"
