@@ -201,7 +201,7 @@ pub(crate) fn outbox_page(
 
 /// Runs `f` in one read-only snapshot (REPEATABLE READ), so several
 /// queries agree with each other while workers write.
-fn in_snapshot<R>(
+pub(crate) fn in_snapshot<R>(
     c: &mut PgConn,
     f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R>,
 ) -> Result<R> {
@@ -258,13 +258,7 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
         s.queued_due = due;
         s.ledger_rows = q(tx, "SELECT count(*) FROM processed_jobs", &[])?[0].get(0);
         // The tables' size on disk stands for the file's.
-        s.file_bytes = q(
-            tx,
-            "SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint FROM \
-             unnest(ARRAY['jobs', 'processed_jobs', 'outbox', 'attempts']) AS t(name), \
-             LATERAL (SELECT to_regclass(t.name) AS c) x WHERE c IS NOT NULL",
-            &[],
-        )?[0]
+        s.file_bytes = q(tx, super::tally::TABLE_BYTES, &[])?[0]
             .get::<_, i64>(0)
             .max(0) as u64;
         Ok(s)
