@@ -598,3 +598,59 @@ impl Backend for PgStore {
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_only_stores_sessions_have_the_server_refuse_any_write() {
+        let Some(base) = std::env::var("LITEJOB_TEST_PG")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+            );
+            eprintln!("LITEJOB_TEST_PG is not set: the read-only session was not checked");
+            return;
+        };
+        let schema = format!("read_only_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
+        drop(PgStore::open(&url, &QueueOptions::default()).unwrap());
+        let store = PgStore::open_read_only(&url, &QueueOptions::default()).unwrap();
+        // Past the library's own checks, straight to a pooled connection:
+        // the session refuses, and the refusal reads as ReadOnly.
+        let insert = store.with_conn(false, |c| {
+            c.execute(
+                "INSERT INTO litejob_schema (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )
+        });
+        assert!(matches!(&insert, Err(Error::ReadOnly(_))), "{insert:?}");
+        let in_tx = store.with_conn(false, |c| {
+            let mut tx = c.client.transaction().map_err(conn::read_err)?;
+            tx.batch_execute("DELETE FROM litejob_schema")
+                .map_err(conn::write_err)?;
+            tx.commit().map_err(conn::write_err)
+        });
+        assert!(matches!(&in_tx, Err(Error::ReadOnly(_))), "{in_tx:?}");
+        let rows: i64 = admin
+            .query_one(
+                &format!("SELECT count(*) FROM {schema}.litejob_schema"),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, 1);
+        let _ = admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
+    }
+}

@@ -81,7 +81,7 @@ fn slot(h: &mut Html, r: &ScheduleRow, at: Option<i64>, which: &str, now: i64) {
         let href = format!("/keys/{}", pct(&r.slot_key(ms)));
         let class = format!("slot {which}");
         h.open("a", &[("href", &href), ("class", &class)]);
-        h.time(Some(ms), now);
+        h.time_s(Some(ms), now);
         h.close("a");
     } else {
         h.time(None, now);
