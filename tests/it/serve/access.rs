@@ -375,6 +375,27 @@ fn by_default_a_database_is_served_read_only_and_its_tables_never_change() {
     assert!(threads(s.pid()).iter().any(|n| n == "litejob-pg-noti"));
 }
 
+/// Runs `litejob --db <location> <args>`, which must exit on its own: a
+/// server that starts serving instead is killed after a while, and its
+/// output shows it.
+fn exits_within(location: &str, args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(crate::support::bin())
+        .arg("--db")
+        .arg(location)
+        .args(args)
+        .env_remove("LITEJOB_DB")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run litejob");
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && t0.elapsed() < crate::support::LONG {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn serving_a_database_without_litejobs_tables_is_refused_and_creates_none() {
     let Some(q) = TestQueue::new(Engine::Postgres) else {
@@ -385,7 +406,7 @@ fn serving_a_database_without_litejobs_tables_is_refused_and_creates_none() {
         &["serve", "--bind", "127.0.0.1:0"][..],
         &["serve", "--bind", "127.0.0.1:0", "--allow-actions"],
     ] {
-        let out = litejob(Path::new(&q.location), args);
+        let out = exits_within(&q.location, args);
         assert_eq!(out.status.code(), Some(1), "{}", show(args, &out));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("no litejob tables"), "{err}");
@@ -479,6 +500,11 @@ fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
         .schedule("every-second", "* * * * * *", "k", &1)
         .start();
     refused("runtime", started.map(drop));
+    let started = ro
+        .runtime()
+        .pg_handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+        .start();
+    refused("runtime without schedules", started.map(drop));
     assert_eq!(
         fingerprint(&q),
         before,
