@@ -5,8 +5,6 @@
 //! file stays byte for byte the same, a database's tables row for row,
 //! and a write through the read-only queue is refused before it is sent.
 
-use std::path::Path;
-
 use litejob::{Error, NewJob, Queue, QueueOptions};
 
 use super::{between, Server};
