@@ -16,8 +16,10 @@
 //! requests in order on one thread at a time (a client that pipelines
 //! requests and reads none of the answers holds one handler, not all).
 //! Every connection has a write timeout, so a client that stops reading
-//! lets go of its handler; the few bytes of a form's body are read by
-//! tiny_http with the head (a larger body is refused unread).
+//! lets go of its handler, and its connection is then dead: what it
+//! pipelined is dropped unanswered, without waiting the timeout again for
+//! each. The few bytes of a form's body are read by tiny_http with the
+//! head (a larger body is refused unread).
 
 mod auth;
 mod html;
@@ -31,7 +33,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use litejob::{Error, Queue, QueueOptions};
 
@@ -193,28 +195,66 @@ fn open(db: &Path, actions: bool) -> CliResult<Queue> {
 
 /// The connections a handler is answering, each with the requests that
 /// came in on it meanwhile: they wait for that handler instead of taking
-/// another one (an HTTP connection answers in order anyway).
+/// another one (an HTTP connection answers in order anyway). A connection
+/// whose client stopped reading (an answer hit the write timeout) is dead:
+/// its waiting requests and the ones it sends after are let go unanswered,
+/// at once, rather than each holding a handler for another write timeout
+/// while other clients wait.
 #[derive(Default)]
-struct Busy(std::sync::Mutex<HashMap<SocketAddr, VecDeque<tiny_http::Request>>>);
+struct Busy(std::sync::Mutex<HashMap<SocketAddr, Conn>>);
+
+/// A connection a handler is on, or one found dead (and when it last sent
+/// a request).
+enum Conn {
+    Answering(VecDeque<tiny_http::Request>),
+    Dead(Instant),
+}
+
+/// How long a dead connection's mark outlives its last request (a closed
+/// client's port is not reused for a new connection that soon).
+const DEAD_FOR: Duration = Duration::from_secs(60);
 
 impl Busy {
     fn answer(&self, app: &App, rq: tiny_http::Request) {
         let Some(conn) = rq.remote_addr().copied() else {
-            return routes::answer(app, rq);
+            routes::answer(app, rq);
+            return;
         };
         {
             let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(waiting) = busy.get_mut(&conn) {
-                waiting.push_back(rq);
-                return;
+            busy.retain(|_, c| !matches!(c, Conn::Dead(at) if at.elapsed() > DEAD_FOR));
+            match busy.get_mut(&conn) {
+                Some(Conn::Answering(waiting)) => {
+                    waiting.push_back(rq);
+                    return;
+                }
+                Some(Conn::Dead(at)) => {
+                    *at = Instant::now();
+                    drop(busy);
+                    http::discard(rq);
+                    return;
+                }
+                None => {
+                    busy.insert(conn, Conn::Answering(VecDeque::new()));
+                }
             }
-            busy.insert(conn, VecDeque::new());
         }
         let mut next = Some(rq);
         while let Some(rq) = next {
-            routes::answer(app, rq);
+            let taken = routes::answer(app, rq);
             let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            next = busy.get_mut(&conn).and_then(VecDeque::pop_front);
+            if !taken {
+                let dead = busy.insert(conn, Conn::Dead(Instant::now()));
+                drop(busy);
+                if let Some(Conn::Answering(waiting)) = dead {
+                    waiting.into_iter().for_each(http::discard);
+                }
+                return;
+            }
+            next = match busy.get_mut(&conn) {
+                Some(Conn::Answering(waiting)) => waiting.pop_front(),
+                _ => None,
+            };
             if next.is_none() {
                 busy.remove(&conn);
             }

@@ -34,13 +34,14 @@ impl App {
     }
 }
 
-/// Decodes, answers and sends one request.
-pub fn answer(app: &App, mut rq: tiny_http::Request) {
+/// Decodes, answers and sends one request; false when the client did not
+/// take the answer.
+pub fn answer(app: &App, mut rq: tiny_http::Request) -> bool {
     let resp = match http::decode(&mut rq) {
         Ok(req) => route(app, &req),
         Err(Refused(status, msg)) => pages::error(status, &msg),
     };
-    http::send(rq, resp);
+    http::send(rq, resp)
 }
 
 /// The answer to a decoded request.
