@@ -623,6 +623,16 @@ mod tests {
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
             .unwrap();
+        // Dropped however the test ends.
+        struct Cleanup(String, String);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                if let Ok(mut c) = postgres::Client::connect(&self.0, postgres::NoTls) {
+                    let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.1));
+                }
+            }
+        }
+        let _cleanup = Cleanup(base.clone(), schema.clone());
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
         drop(PgStore::open(&url, &QueueOptions::default()).unwrap());
@@ -651,6 +661,5 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(rows, 1);
-        let _ = admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
     }
 }
