@@ -216,6 +216,11 @@ pub struct QueueControl {
 }
 
 impl QueueControl {
+    /// True when a control is in force: paused, capped or rate-limited.
+    pub fn in_force(&self) -> bool {
+        self.paused || self.concurrency.is_some() || self.rate.is_some()
+    }
+
     /// A queue with no control and no jobs counted yet.
     pub(crate) fn named(name: &str) -> QueueControl {
         QueueControl {

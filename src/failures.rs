@@ -1,12 +1,13 @@
 //! What failed, grouped by why ([`Queue::failures`]): dead jobs and dead
 //! outbox rows, grouped by their last error and kind, the largest group
-//! first. One read transaction. Writes no table.
+//! first, read by the backend in one snapshot. The file's statements are
+//! here ([`read`]); PostgreSQL's twins in `postgres::failures`. Writes no
+//! table.
 
 use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::inspect::in_snapshot;
 use crate::queue::Queue;
 use crate::time::Millis;
 
@@ -55,15 +56,16 @@ impl Queue {
     /// Dead jobs and dead outbox rows grouped by last error and kind, the
     /// largest groups first, at most `limit` groups of each.
     pub fn failures(&self, limit: u32) -> Result<Failures> {
-        self.read(|conn| {
-            in_snapshot(conn, |c| {
-                Ok(Failures {
-                    jobs: groups(c, DEAD_JOBS, limit)?,
-                    outbox: groups(c, DEAD_OUTBOX, limit)?,
-                })
-            })
-        })
+        self.backend().failures(limit)
     }
+}
+
+/// The groups of a file (the caller holds one read transaction).
+pub(crate) fn read(conn: &Connection, limit: u32) -> Result<Failures> {
+    Ok(Failures {
+        jobs: groups(conn, DEAD_JOBS, limit)?,
+        outbox: groups(conn, DEAD_OUTBOX, limit)?,
+    })
 }
 
 fn groups(conn: &Connection, sql: &str, limit: u32) -> Result<Vec<FailureGroup>> {

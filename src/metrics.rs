@@ -1,27 +1,22 @@
 //! The queue's metrics in the Prometheus text format ([`Queue::metrics`]),
-//! computed from the file when asked, so they cover every process that works
-//! on it: jobs per queue, kind and state; outbox rows per kind and state;
-//! the backlog's age per queue; deliveries and duplicates; runs per kind and
-//! outcome; the ledger; the file's size. Writes no table.
+//! computed from the database when asked, so they cover every process that
+//! works on it: jobs per queue, kind and state; outbox rows per kind and
+//! state; the backlog's age per queue; deliveries and duplicates; runs per
+//! kind and outcome; the ledger; the storage's size. Writes no table.
 //!
-//! All of it is read in one read transaction, so the figures agree with
-//! each other; the counting itself is [`crate::tally`]'s (one scan per
-//! table, no sort).
+//! The backend counts it all in one snapshot, so the figures agree with
+//! each other ([`crate::tally`]: one scan per table of the file, `GROUP BY`
+//! queries on PostgreSQL); the text is written here, the same for both.
 
 use std::fmt::Write as _;
 
-use rusqlite::Connection;
-
+use crate::backend::BackendKind;
 use crate::error::Result;
-use crate::inspect::{file_sizes, in_snapshot};
 use crate::job::JobState;
 use crate::outbox::OutboxState;
 use crate::queue::Queue;
-use crate::tally::{self, OUTCOMES};
-use crate::time::{now_ms, Millis};
-
-/// The number of ledger rows (SQLite counts them from its smallest index).
-const LEDGER_ROWS: &str = "SELECT count(*) FROM processed_jobs";
+use crate::tally::{Tally, OUTCOMES};
+use crate::time::Millis;
 
 impl Queue {
     /// The queue's metrics as Prometheus text (exposition format 0.0.4),
@@ -35,35 +30,25 @@ impl Queue {
     ///   longest-waiting runnable job of the queue has been due (since its
     ///   `run_at`: a job scheduled for later is not late), 0 when none is;
     /// - `litejob_deliveries_total` and `litejob_duplicate_deliveries_total`
-    ///   (counters): enqueues seen over the job rows in the file, and those
+    ///   (counters): enqueues seen over the job rows in the queue, and those
     ///   that were duplicates (a prune lowers them: Prometheus reads that as
     ///   a counter reset);
     /// - `litejob_attempts{kind,outcome}` (gauge): runs in the attempt
     ///   history, by the job's or the effect's kind;
     /// - `litejob_ledger_rows`, `litejob_file_bytes`, `litejob_wal_bytes`
-    ///   (gauges).
+    ///   (gauges). On PostgreSQL `litejob_file_bytes` is the size of
+    ///   litejob's tables on the server (`pg_total_relation_size`: rows,
+    ///   indexes, TOAST) and `litejob_wal_bytes` is 0 (the server's log is
+    ///   the whole cluster's, not the queue's).
     ///
-    /// It reads every row of `jobs`, `outbox` and `attempts` once (about
-    /// half a second for a million jobs with their runs on a small VPS).
+    /// It reads every row of `jobs`, `outbox` and `attempts` once: about
+    /// half a second for a million jobs with their runs in a file on a
+    /// small VPS, about a second on PostgreSQL on the same machine (where
+    /// joining each run to its job's kind is most of it).
     pub fn metrics(&self) -> Result<String> {
-        let now = now_ms();
-        let mut text = self.read(|conn| in_snapshot(conn, |c| render(c, now)))?;
-        let (file, wal) = file_sizes(self.path());
-        family(
-            &mut text,
-            "litejob_file_bytes",
-            "gauge",
-            "Size of the queue file in bytes.",
-        );
-        let _ = writeln!(text, "litejob_file_bytes {file}");
-        family(
-            &mut text,
-            "litejob_wal_bytes",
-            "gauge",
-            "Size of the queue file's write-ahead log (<file>-wal) in bytes.",
-        );
-        let _ = writeln!(text, "litejob_wal_bytes {wal}");
-        Ok(text)
+        let now = self.backend().now();
+        let t = self.backend().tally(now)?;
+        Ok(render(&t, now, self.backend_kind()))
     }
 }
 
@@ -92,22 +77,15 @@ fn seconds(ms: Millis) -> String {
     format!("{:.3}", ms.max(0) as f64 / 1000.0)
 }
 
-fn render(conn: &Connection, now: Millis) -> Result<String> {
-    let jobs = tally::jobs(conn, now)?;
-    let outbox = tally::outbox(conn)?;
-    let runs = tally::attempts(conn, &jobs, &outbox)?;
-    let ledger: i64 = conn
-        .prepare_cached(LEDGER_ROWS)?
-        .query_row([], |r| r.get(0))?;
-
+fn render(t: &Tally, now: Millis, backend: BackendKind) -> String {
     let mut o = String::new();
     family(
         &mut o,
         "litejob_jobs",
         "gauge",
-        "Jobs in the file, by queue, kind and state.",
+        "Jobs in the queue, by queue, kind and state.",
     );
-    for ((queue, kind), states) in &jobs.groups {
+    for ((queue, kind), states) in &t.jobs {
         for state in JobState::ALL {
             let n = states.get(&state).map_or(0, |g| g.count);
             let _ = writeln!(
@@ -122,9 +100,9 @@ fn render(conn: &Connection, now: Millis) -> Result<String> {
         &mut o,
         "litejob_outbox",
         "gauge",
-        "Outbox rows in the file, by kind and state.",
+        "Outbox rows in the queue, by kind and state.",
     );
-    for (kind, states) in &outbox.groups {
+    for (kind, states) in &t.outbox {
         for state in OutboxState::ALL {
             let n = states.get(&state).copied().unwrap_or(0);
             let _ = writeln!(
@@ -140,7 +118,7 @@ fn render(conn: &Connection, now: Millis) -> Result<String> {
         "gauge",
         "How long the longest-waiting runnable job of the queue has been due (0: none is).",
     );
-    let by_queue = jobs.by_queue();
+    let by_queue = t.by_queue();
     for (queue, states) in &by_queue {
         let due = states
             .get(&JobState::Queued)
@@ -160,7 +138,7 @@ fn render(conn: &Connection, now: Millis) -> Result<String> {
         &mut o,
         "litejob_deliveries_total",
         "counter",
-        "Enqueues seen for the job rows in the file (first deliveries and duplicates).",
+        "Enqueues seen for the job rows in the queue (first deliveries and duplicates).",
     );
     let _ = writeln!(o, "litejob_deliveries_total {deliveries}");
     family(
@@ -180,7 +158,7 @@ fn render(conn: &Connection, now: Millis) -> Result<String> {
         "gauge",
         "Runs in the attempt history, by the job's or effect's kind and outcome.",
     );
-    for (kind, counts) in &runs {
+    for (kind, counts) in &t.runs {
         for (outcome, n) in OUTCOMES.iter().zip(counts) {
             let _ = writeln!(
                 o,
@@ -195,8 +173,22 @@ fn render(conn: &Connection, now: Millis) -> Result<String> {
         "gauge",
         "Keys in the processed_jobs ledger: work that committed.",
     );
-    let _ = writeln!(o, "litejob_ledger_rows {ledger}");
-    Ok(o)
+    let _ = writeln!(o, "litejob_ledger_rows {}", t.ledger_rows);
+    let (file_help, wal_help) = match backend {
+        BackendKind::Sqlite => (
+            "Size of the queue file in bytes.",
+            "Size of the queue file's write-ahead log (<file>-wal) in bytes.",
+        ),
+        BackendKind::Postgres => (
+            "Size of litejob's tables on the PostgreSQL server (rows, indexes, TOAST) in bytes.",
+            "0 on PostgreSQL: the server's write-ahead log belongs to the whole cluster.",
+        ),
+    };
+    family(&mut o, "litejob_file_bytes", "gauge", file_help);
+    let _ = writeln!(o, "litejob_file_bytes {}", t.file_bytes);
+    family(&mut o, "litejob_wal_bytes", "gauge", wal_help);
+    let _ = writeln!(o, "litejob_wal_bytes {}", t.wal_bytes);
+    o
 }
 
 #[cfg(test)]

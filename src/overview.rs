@@ -1,19 +1,22 @@
 //! The picture of a queue an operator looks at first ([`Queue::overview`]):
-//! jobs per queue and state with each queue's backlog age and controls, the runs that
+//! jobs per queue and state with each queue's backlog age, the queues'
+//! controls, the runs that
 //! succeeded and failed minute by minute over the last hour, the outbox's
-//! backlog, the ledger and the file. One read transaction. Writes no table.
+//! backlog, the schedules, the ledger and the storage's size. Read by the
+//! backend in one snapshot; put together here, the same way for both.
+//! Writes no table.
 
 use std::collections::BTreeMap;
 
-use rusqlite::Connection;
 use serde::Serialize;
 
-use crate::controls::{self, QueueControl};
+use crate::controls::QueueControl;
 use crate::error::Result;
-use crate::inspect::{file_sizes, in_snapshot, JobCounts, OutboxCounts};
+use crate::inspect::{JobCounts, OutboxCounts};
 use crate::queue::Queue;
-use crate::tally;
-use crate::time::{now_ms, Millis};
+use crate::schedule::ScheduleRow;
+use crate::tally::Tally;
+use crate::time::Millis;
 
 /// One minute, in the unit of the `*_at` columns.
 const MINUTE: Millis = 60_000;
@@ -25,15 +28,6 @@ pub const ACTIVITY_MINUTES: usize = 60;
 /// million runs in the hour) the oldest minutes are left short, and
 /// [`Activity::truncated`] says so.
 const ACTIVITY_MAX_ROWS: usize = 1_000_000;
-
-/// Attempts newest first, to read back only as far as the last hour: ids
-/// grow with `started_at` (an attempt row is written when its run starts).
-const RECENT_ATTEMPTS: &str =
-    "SELECT started_at, finished_at, outcome FROM attempts WHERE job_id IS NOT NULL \
-     ORDER BY id DESC";
-
-/// The count of ledger rows.
-const LEDGER_ROWS: &str = "SELECT count(*) FROM processed_jobs";
 
 /// One queue in the [`Overview`].
 #[derive(Debug, Clone, Default, Serialize)]
@@ -82,31 +76,46 @@ pub struct Overview {
     pub outbox: OutboxCounts,
     /// Outbox rows per kind, per state.
     pub outbox_by_kind: BTreeMap<String, OutboxCounts>,
+    /// Every schedule's row, by name.
+    pub schedules: Vec<ScheduleRow>,
     /// Rows in the `processed_jobs` ledger.
     pub ledger_rows: i64,
-    /// Size of the database file in bytes.
+    /// Size of the database file in bytes (PostgreSQL: of litejob's tables
+    /// on the server, indexes and TOAST included).
     pub file_bytes: u64,
-    /// Size of its write-ahead log in bytes.
+    /// Size of its write-ahead log in bytes (PostgreSQL: 0, the server's
+    /// log is the whole cluster's).
     pub wal_bytes: u64,
 }
 
 impl Queue {
     /// Jobs per queue and state with each queue's backlog age, the last
-    /// hour's runs per minute, the outbox, the ledger and the file's size,
-    /// in one read transaction. Reads every job and outbox row once.
+    /// hour's runs per minute, the outbox, the schedules, the ledger and the
+    /// storage's size, in one read snapshot. Reads every job and outbox row
+    /// once.
     pub fn overview(&self) -> Result<Overview> {
-        let now = now_ms();
-        let mut o = self.read(|conn| in_snapshot(conn, |c| overview(c, now)))?;
-        (o.file_bytes, o.wal_bytes) = file_sizes(self.path());
+        let now = self.backend().now();
+        let mut o = self.backend().overview(now)?;
+        o.controls = self
+            .backend()
+            .queue_controls(now)?
+            .into_iter()
+            .filter(QueueControl::in_force)
+            .collect();
         Ok(o)
     }
 }
 
-fn overview(conn: &Connection, now: Millis) -> Result<Overview> {
-    let jobs = tally::jobs(conn, now)?;
+/// The overview of a queue from what a backend read in one snapshot.
+pub(crate) fn assemble(
+    now: Millis,
+    t: Tally,
+    activity: Activity,
+    schedules: Vec<ScheduleRow>,
+) -> Overview {
     let mut all = JobCounts::default();
     let mut queues: BTreeMap<String, QueueOverview> = BTreeMap::new();
-    for ((queue, kind), states) in &jobs.groups {
+    for ((queue, kind), states) in &t.jobs {
         let q = queues.entry(queue.clone()).or_default();
         let k = q.by_kind.entry(kind.clone()).or_default();
         for (state, g) in states {
@@ -119,78 +128,86 @@ fn overview(conn: &Connection, now: Millis) -> Result<Overview> {
             }
         }
     }
-    let out = tally::outbox(conn)?;
     let mut outbox = OutboxCounts::default();
     let mut outbox_by_kind = BTreeMap::new();
-    for (kind, states) in &out.groups {
+    for (kind, states) in &t.outbox {
         let k: &mut OutboxCounts = outbox_by_kind.entry(kind.clone()).or_default();
         for (state, n) in states {
             outbox.add(state.as_str(), *n);
             k.add(state.as_str(), *n);
         }
     }
-    let ledger_rows = conn
-        .prepare_cached(LEDGER_ROWS)?
-        .query_row([], |r| r.get(0))?;
-    let mut controls = controls::controlled(conn, now)?;
-    for c in &mut controls {
-        if let Some(q) = queues.get(&c.name) {
-            (c.queued, c.running) = (q.jobs.queued, q.jobs.running);
-        }
-    }
-    Ok(Overview {
+    Overview {
         now,
         jobs: all,
         queues,
-        controls,
-        activity: activity(conn, now)?,
+        controls: Vec::new(),
+        activity,
         outbox,
         outbox_by_kind,
-        ledger_rows,
-        file_bytes: 0,
-        wal_bytes: 0,
-    })
+        schedules,
+        ledger_rows: t.ledger_rows,
+        file_bytes: t.file_bytes,
+        wal_bytes: t.wal_bytes,
+    }
 }
 
-/// The last [`ACTIVITY_MINUTES`] whole minutes and the current one, read
-/// from the newest attempt back. The walk stops at the first run that
-/// started a minute before the window (ids follow start times up to the
-/// clock differences between processes; a run that started before the
-/// window and finished inside it is not counted).
-fn activity(conn: &Connection, now: Millis) -> Result<Activity> {
-    let end = (now.div_euclid(MINUTE) + 1) * MINUTE;
-    let start = end - ACTIVITY_MINUTES as Millis * MINUTE;
-    let mut a = Activity {
-        start,
-        succeeded: vec![0; ACTIVITY_MINUTES],
-        failed: vec![0; ACTIVITY_MINUTES],
-        truncated: false,
-    };
-    let mut st = conn.prepare_cached(RECENT_ATTEMPTS)?;
-    let mut rows = st.query([])?;
-    let mut read = 0;
-    while let Some(r) = rows.next()? {
-        let started: Millis = r.get(0)?;
-        if started < start - MINUTE {
-            break;
-        }
-        read += 1;
-        if read > ACTIVITY_MAX_ROWS {
-            a.truncated = true;
-            break;
-        }
-        let Some(finished) = r.get::<_, Option<Millis>>(1)? else {
-            continue;
-        };
-        if finished < start || finished >= end {
-            continue;
-        }
-        let minute = ((finished - start) / MINUTE) as usize;
-        match tally::text(r, 2)? {
-            "succeeded" => a.succeeded[minute] += 1,
-            "failed" | "panicked" => a.failed[minute] += 1,
-            _ => {}
+/// [`Activity`] counted from job attempts read newest first: the last
+/// [`ACTIVITY_MINUTES`] whole minutes and the current one. The walk stops
+/// at the first run that started a minute before the window (ids follow
+/// start times up to the clock differences between processes; a run that
+/// started before the window and finished inside it is not counted).
+pub(crate) struct ActivityCount {
+    a: Activity,
+    end: Millis,
+    read: usize,
+}
+
+impl ActivityCount {
+    /// The window that ends with the minute of `now`.
+    pub(crate) fn new(now: Millis) -> ActivityCount {
+        let end = (now.div_euclid(MINUTE) + 1) * MINUTE;
+        ActivityCount {
+            a: Activity {
+                start: end - ACTIVITY_MINUTES as Millis * MINUTE,
+                succeeded: vec![0; ACTIVITY_MINUTES],
+                failed: vec![0; ACTIVITY_MINUTES],
+                truncated: false,
+            },
+            end,
+            read: 0,
         }
     }
-    Ok(a)
+
+    /// Counts the next (older) run; false when the walk is over and this
+    /// row was not counted.
+    pub(crate) fn add(&mut self, started: Millis, finished: Option<Millis>, outcome: &str) -> bool {
+        let start = self.a.start;
+        if started < start - MINUTE {
+            return false;
+        }
+        self.read += 1;
+        if self.read > ACTIVITY_MAX_ROWS {
+            self.a.truncated = true;
+            return false;
+        }
+        let Some(finished) = finished else {
+            return true;
+        };
+        if finished < start || finished >= self.end {
+            return true;
+        }
+        let minute = ((finished - start) / MINUTE) as usize;
+        match outcome {
+            "succeeded" => self.a.succeeded[minute] += 1,
+            "failed" | "panicked" => self.a.failed[minute] += 1,
+            _ => {}
+        }
+        true
+    }
+
+    /// The counts.
+    pub(crate) fn finish(self) -> Activity {
+        self.a
+    }
 }

@@ -317,6 +317,10 @@ impl Queue {
 
     /// True when the queue was opened read-only.
     pub fn is_read_only(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.is_read_only();
+        }
         self.inner.sqlite.as_ref().is_some_and(|s| s.is_read_only())
     }
 
@@ -345,6 +349,51 @@ impl Queue {
             location,
             opts,
         ))
+    }
+
+    /// Opens the queue in the PostgreSQL database at `url` for reading
+    /// only, with the default options: for a dashboard or a report beside
+    /// the processes that work on it. Every connection's session is
+    /// `default_transaction_read_only = on`, so the server refuses any
+    /// write; it never creates or migrates the tables (a database without
+    /// litejob's tables, or with an older or newer version of them, is
+    /// refused); it starts no thread (no `LISTEN/NOTIFY`). Every write
+    /// through it (an enqueue, a repair, a runtime, `pg_write`) fails with
+    /// [`Error::ReadOnly`] before anything is sent.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres_read_only(url: &str) -> Result<Queue> {
+        Queue::open_postgres_read_only_with(url, QueueOptions::default())
+    }
+
+    /// [`Queue::open_postgres_read_only`] with `opts` (the busy timeout,
+    /// which bounds the wait for a connection, and the pool's size apply;
+    /// the write settings do not).
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres_read_only_with(url: &str, opts: QueueOptions) -> Result<Queue> {
+        let store = Arc::new(crate::postgres::PgStore::open_read_only(url, &opts)?);
+        let location = PathBuf::from(&store.location);
+        Ok(Queue::with_backend(
+            store.clone(),
+            None,
+            Some(store),
+            location,
+            opts,
+        ))
+    }
+
+    /// Opens `location` for reading only: a PostgreSQL URL with
+    /// [`Queue::open_postgres_read_only_with`], anything else as a file with
+    /// [`Queue::open_read_only_with`].
+    pub fn open_location_read_only(location: &str, opts: QueueOptions) -> Result<Queue> {
+        if is_postgres_url(location) {
+            #[cfg(feature = "postgres")]
+            return Queue::open_postgres_read_only_with(location, opts);
+            #[cfg(not(feature = "postgres"))]
+            return Err(Error::Unsupported(
+                "this build of litejob has no PostgreSQL backend (the `postgres` feature)".into(),
+            ));
+        }
+        Queue::open_read_only_with(location, opts)
     }
 
     /// Opens `location`: a PostgreSQL URL (`postgres://` or
@@ -530,6 +579,7 @@ impl Queue {
                     .into(),
             )
         })?;
+        store.writable()?;
         let now = self.backend().now();
         let (r, enqueued) = store.handle().write(&self.inner.rules, now, f)?;
         if enqueued {
@@ -569,13 +619,16 @@ impl Queue {
         client: &mut impl postgres::GenericClient,
         job: &NewJob,
     ) -> Result<Enqueued> {
-        if self.postgres().is_none() {
+        let Some(store) = self.postgres() else {
             return Err(Error::Unsupported(
                 "Queue::pg_enqueue_in takes a PostgreSQL transaction; this queue is a SQLite \
                  file: use Queue::enqueue_in"
                     .into(),
             ));
-        }
+        };
+        // The application's own transaction is not read-only: only this
+        // check keeps a read-only queue from writing through it.
+        store.writable()?;
         let now = self.backend().now();
         let valid = enqueue::validate(job, &self.inner.rules, now)?;
         let st = client

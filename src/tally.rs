@@ -1,14 +1,17 @@
-//! Counting a whole file fast: jobs per queue, kind and state (with their
-//! deliveries and the oldest runnable job's due time), outbox rows per kind
-//! and state, and runs per kind and outcome, each in one plain scan of its
-//! table aggregated here. Used by the metrics and the dashboard's overview.
-//! Writes no table.
+//! Counting a whole queue for the metrics and the dashboard's overview:
+//! [`Tally`], the figures both backends fill (jobs per queue, kind and
+//! state with their deliveries and the oldest runnable job's due time,
+//! outbox rows per kind and state, runs per kind and outcome, the ledger,
+//! the storage's size), and how the SQLite file fills it: one plain scan of
+//! each table aggregated here, and the last hour's runs read from the
+//! newest attempt back. PostgreSQL fills the same figures with `GROUP BY`
+//! queries (`postgres::tally`). Writes no table.
 //!
-//! Why not `GROUP BY` in SQL: SQLite has no hash aggregate, so grouping a
-//! million rows sorts them all first (about 0.7 s on a million jobs), where
-//! the scan alone takes about 0.1 s. And runs are counted per kind with the
-//! kinds of the job ids the same scan saw (an array indexed by id) instead
-//! of a join that looks every attempt's job up in the table.
+//! Why not `GROUP BY` in SQL on the file: SQLite has no hash aggregate, so
+//! grouping a million rows sorts them all first (about 0.7 s on a million
+//! jobs), where the scan alone takes about 0.1 s. And runs are counted per
+//! kind with the kinds of the job ids the same scan saw (an array indexed
+//! by id) instead of a join that looks every attempt's job up in the table.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +21,7 @@ use crate::error::Result;
 use crate::history::AttemptOutcome;
 use crate::job::JobState;
 use crate::outbox::OutboxState;
+use crate::overview::{Activity, ActivityCount};
 use crate::time::Millis;
 
 /// Jobs of one queue and kind in one state.
@@ -31,14 +35,144 @@ pub(crate) struct Group {
     pub oldest_due_run_at: Option<Millis>,
 }
 
-/// What one scan of `jobs` found.
+/// What a tally of the queue found, in one snapshot.
 #[derive(Debug, Default)]
-pub(crate) struct JobTally {
+pub(crate) struct Tally {
     /// `(queue, kind) -> state -> group`; every state of a pair is present.
-    pub groups: BTreeMap<(String, String), BTreeMap<JobState, Group>>,
-    /// Which kind (an index into `kinds`) each job id has.
+    pub jobs: BTreeMap<(String, String), BTreeMap<JobState, Group>>,
+    /// kind -> state -> rows; every state of a kind is present.
+    pub outbox: BTreeMap<String, BTreeMap<OutboxState, i64>>,
+    /// Runs per kind (a job's kind, or an effect's), by outcome in
+    /// [`OUTCOMES`] order; a kind with no run is left out. Empty when the
+    /// tally was not asked to count runs.
+    pub runs: BTreeMap<String, [i64; 7]>,
+    /// Rows in the `processed_jobs` ledger.
+    pub ledger_rows: i64,
+    /// The storage's size: the file's (PostgreSQL: the tables' on the
+    /// server).
+    pub file_bytes: u64,
+    /// The file's write-ahead log (PostgreSQL: 0).
+    pub wal_bytes: u64,
+}
+
+impl Tally {
+    /// Adds the jobs of one queue, kind and state; the pair gets every
+    /// state.
+    pub(crate) fn add_jobs(&mut self, queue: &str, kind: &str, state: JobState, g: Group) {
+        let states = self
+            .jobs
+            .entry((queue.to_string(), kind.to_string()))
+            .or_insert_with(|| {
+                JobState::ALL
+                    .into_iter()
+                    .map(|s| (s, Group::default()))
+                    .collect()
+            });
+        let sum = states.entry(state).or_default();
+        sum.count += g.count;
+        sum.deliveries += g.deliveries;
+        sum.oldest_due_run_at = earliest(sum.oldest_due_run_at, g.oldest_due_run_at);
+    }
+
+    /// Adds the outbox rows of one kind and state; the kind gets every
+    /// state.
+    pub(crate) fn add_outbox(&mut self, kind: &str, state: OutboxState, n: i64) {
+        *self
+            .outbox
+            .entry(kind.to_string())
+            .or_insert_with(|| OutboxState::ALL.into_iter().map(|s| (s, 0)).collect())
+            .entry(state)
+            .or_default() += n;
+    }
+
+    /// Adds runs of one kind and outcome.
+    pub(crate) fn add_runs(&mut self, kind: &str, outcome: AttemptOutcome, n: i64) {
+        if n == 0 {
+            return;
+        }
+        let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) else {
+            return;
+        };
+        self.runs.entry(kind.to_string()).or_default()[i] += n;
+    }
+
+    /// Every queue's groups, per state, summed over its kinds.
+    pub(crate) fn by_queue(&self) -> BTreeMap<&str, BTreeMap<JobState, Group>> {
+        let mut out: BTreeMap<&str, BTreeMap<JobState, Group>> = BTreeMap::new();
+        for ((queue, _), states) in &self.jobs {
+            let q = out.entry(queue.as_str()).or_default();
+            for (state, g) in states {
+                let sum = q.entry(*state).or_default();
+                sum.count += g.count;
+                sum.deliveries += g.deliveries;
+                sum.oldest_due_run_at = earliest(sum.oldest_due_run_at, g.oldest_due_run_at);
+            }
+        }
+        out
+    }
+}
+
+fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether a tally counts runs per kind too (the metrics do; the overview,
+/// which has no use for them, skips the scan of `attempts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runs {
+    /// Count them.
+    Counted,
+    /// Leave [`Tally::runs`] empty.
+    Skipped,
+}
+
+/// The kind of every row a scan of `jobs` or `outbox` saw, by id, for the
+/// scan of `attempts`.
+#[derive(Debug, Default)]
+struct Kinds {
     kind_of: KindOf,
     kinds: Vec<String>,
+}
+
+/// The number of ledger rows (SQLite counts them from its smallest index).
+const LEDGER_ROWS: &str = "SELECT count(*) FROM processed_jobs";
+
+/// Attempts newest first, to read back only as far as the last hour: ids
+/// grow with `started_at` (an attempt row is written when its run starts).
+const RECENT_ATTEMPTS: &str =
+    "SELECT started_at, finished_at, outcome FROM attempts WHERE job_id IS NOT NULL \
+     ORDER BY id DESC";
+
+/// Counts the whole file (the caller holds one read transaction), runs
+/// too when asked; the sizes are the caller's to fill.
+pub(crate) fn count(conn: &Connection, now: Millis, runs: Runs) -> Result<Tally> {
+    let mut t = Tally::default();
+    let job_kinds = jobs(conn, now, &mut t)?;
+    let outbox_kinds = outbox(conn, &mut t)?;
+    if runs == Runs::Counted {
+        attempts(conn, &job_kinds, &outbox_kinds, &mut t)?;
+    }
+    t.ledger_rows = conn
+        .prepare_cached(LEDGER_ROWS)?
+        .query_row([], |r| r.get(0))?;
+    Ok(t)
+}
+
+/// The last hour's runs per minute (see [`ActivityCount`]), read from the
+/// newest attempt back.
+pub(crate) fn activity(conn: &Connection, now: Millis) -> Result<Activity> {
+    let mut a = ActivityCount::new(now);
+    let mut st = conn.prepare_cached(RECENT_ATTEMPTS)?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        if !a.add(r.get(0)?, r.get(1)?, text(r, 2)?) {
+            break;
+        }
+    }
+    Ok(a.finish())
 }
 
 /// Every job row, in rowid order: a table scan with no sort.
@@ -67,8 +201,9 @@ fn state_index(s: &[u8]) -> Option<usize> {
         .position(|st| st.as_str().as_bytes() == s)
 }
 
-/// Counts every job of the file. `now` decides which queued jobs are due.
-pub(crate) fn jobs(conn: &Connection, now: Millis) -> Result<JobTally> {
+/// Counts every job of the file into `t`. `now` decides which queued jobs
+/// are due.
+fn jobs(conn: &Connection, now: Millis, t: &mut Tally) -> Result<Kinds> {
     let (mut queues, mut kinds) = (Names::default(), Names::default());
     // [queue][kind] -> counts per state, in `JobState::ALL` order.
     let mut pairs: Vec<Vec<Option<[Group; 5]>>> = Vec::new();
@@ -99,20 +234,18 @@ pub(crate) fn jobs(conn: &Connection, now: Millis) -> Result<JobTally> {
         }
         ids.push((id, k as u32));
     }
-    let mut t = JobTally {
-        kind_of: KindOf::new(ids),
-        ..JobTally::default()
-    };
     for (q, by_kind) in pairs.into_iter().enumerate() {
         for (k, groups) in by_kind.into_iter().enumerate() {
             let Some(groups) = groups else { continue };
-            let by_state = JobState::ALL.into_iter().zip(groups).collect();
-            t.groups
-                .insert((queues.0[q].clone(), kinds.0[k].clone()), by_state);
+            for (state, g) in JobState::ALL.into_iter().zip(groups) {
+                t.add_jobs(&queues.0[q], &kinds.0[k], state, g);
+            }
         }
     }
-    t.kinds = kinds.0;
-    Ok(t)
+    Ok(Kinds {
+        kind_of: KindOf::new(ids),
+        kinds: kinds.0,
+    })
 }
 
 /// Names seen in a scan, numbered in order of appearance. A scan meets few
@@ -193,37 +326,8 @@ impl KindOf {
     }
 }
 
-impl JobTally {
-    /// Every queue's groups, per state, summed over its kinds.
-    pub(crate) fn by_queue(&self) -> BTreeMap<&str, BTreeMap<JobState, Group>> {
-        let mut out: BTreeMap<&str, BTreeMap<JobState, Group>> = BTreeMap::new();
-        for ((queue, _), states) in &self.groups {
-            let q = out.entry(queue.as_str()).or_default();
-            for (state, g) in states {
-                let sum = q.entry(*state).or_default();
-                sum.count += g.count;
-                sum.deliveries += g.deliveries;
-                sum.oldest_due_run_at = match (sum.oldest_due_run_at, g.oldest_due_run_at) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
-        }
-        out
-    }
-}
-
-/// What one scan of `outbox` found.
-#[derive(Debug, Default)]
-pub(crate) struct OutboxTally {
-    /// kind -> state -> rows; every state of a kind is present.
-    pub groups: BTreeMap<String, BTreeMap<OutboxState, i64>>,
-    kind_of: KindOf,
-    kinds: Vec<String>,
-}
-
-/// Counts every outbox row of the file.
-pub(crate) fn outbox(conn: &Connection) -> Result<OutboxTally> {
+/// Counts every outbox row of the file into `t`.
+fn outbox(conn: &Connection, t: &mut Tally) -> Result<Kinds> {
     let mut kinds = Names::default();
     let mut counts: Vec<[i64; 4]> = Vec::new();
     let mut ids = Vec::new();
@@ -244,16 +348,15 @@ pub(crate) fn outbox(conn: &Connection) -> Result<OutboxTally> {
         }
         ids.push((id, k as u32));
     }
-    let mut t = OutboxTally {
-        kind_of: KindOf::new(ids),
-        ..OutboxTally::default()
-    };
     for (k, c) in counts.into_iter().enumerate() {
-        let by_state = OutboxState::ALL.into_iter().zip(c).collect();
-        t.groups.insert(kinds.0[k].clone(), by_state);
+        for (state, n) in OutboxState::ALL.into_iter().zip(c) {
+            t.add_outbox(&kinds.0[k], state, n);
+        }
     }
-    t.kinds = kinds.0;
-    Ok(t)
+    Ok(Kinds {
+        kind_of: KindOf::new(ids),
+        kinds: kinds.0,
+    })
 }
 
 /// Every attempt outcome, in the order the metrics list them.
@@ -268,14 +371,10 @@ pub(crate) const OUTCOMES: [AttemptOutcome; 7] = [
 ];
 
 /// Runs per kind (a job's kind, or an effect's outbox kind) and outcome,
-/// with the kinds of `jobs` and `outbox`, tallied in the same snapshot. An
-/// attempt whose row the scans did not see (written after them: the
+/// with the kinds of `jobs` and `outbox`, tallied in the same snapshot, into
+/// `t`. An attempt whose row the scans did not see (written after them: the
 /// caller's read transaction prevents that) is left out.
-pub(crate) fn attempts(
-    conn: &Connection,
-    jobs: &JobTally,
-    outbox: &OutboxTally,
-) -> Result<BTreeMap<String, [i64; 7]>> {
+fn attempts(conn: &Connection, jobs: &Kinds, outbox: &Kinds, t: &mut Tally) -> Result<()> {
     let mut of_jobs = vec![[0i64; 7]; jobs.kinds.len()];
     let mut of_effects = vec![[0i64; 7]; outbox.kinds.len()];
     let mut st = conn.prepare_cached(ATTEMPT_ROWS)?;
@@ -295,16 +394,11 @@ pub(crate) fn attempts(
             counts[o] += 1;
         }
     }
-    let mut out: BTreeMap<String, [i64; 7]> = BTreeMap::new();
     let named = jobs.kinds.iter().zip(of_jobs);
     for (kind, c) in named.chain(outbox.kinds.iter().zip(of_effects)) {
-        if c.iter().all(|n| *n == 0) {
-            continue;
-        }
-        let sum = out.entry(kind.clone()).or_default();
-        for (s, n) in sum.iter_mut().zip(c) {
-            *s += n;
+        for (outcome, n) in OUTCOMES.into_iter().zip(c) {
+            t.add_runs(kind, outcome, n);
         }
     }
-    Ok(out)
+    Ok(())
 }

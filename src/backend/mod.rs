@@ -16,10 +16,13 @@ pub(crate) mod sqlite;
 use crate::controls::{QueueControl, QueueLimits};
 use crate::enqueue::ValidJob;
 use crate::error::Result;
+use crate::failures::Failures;
 use crate::history::Attempt;
 use crate::inspect::{Explanation, JobDetail, Stats};
 use crate::job::{Enqueued, Job, JobFilter};
 use crate::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::overview::Overview;
+use crate::tally::Tally;
 use crate::time::Millis;
 
 /// Which engine holds a queue.
@@ -117,6 +120,18 @@ pub(crate) trait Backend: Send + Sync {
         limits: &QueueLimits,
         now: Millis,
     ) -> Result<()>;
+    // The dashboard's and the metrics' reads, each in one snapshot.
+
+    /// The metrics' figures: jobs per queue, kind and state, outbox rows per
+    /// kind and state, runs per kind and outcome, the ledger's rows and the
+    /// storage's size. `now` decides which queued jobs are due.
+    fn tally(&self, now: Millis) -> Result<Tally>;
+    /// The overview: the same counts without the runs per kind, the last
+    /// hour's runs per minute, and the schedules.
+    fn overview(&self, now: Millis) -> Result<Overview>;
+    /// Dead jobs and dead outbox rows grouped by last error and kind, the
+    /// largest groups first, at most `limit` of each.
+    fn failures(&self, limit: u32) -> Result<Failures>;
 
     // The operator's repairs.
 

@@ -16,13 +16,16 @@ use crate::controls::{self, QueueControl, QueueLimits};
 use crate::db::{self, ConnConfig, Pool, Synchronous};
 use crate::enqueue::{self, ValidJob};
 use crate::error::{Error, Result};
+use crate::failures::{self, Failures};
 use crate::history::{self, Attempt};
 use crate::inspect::{self, Explanation, JobDetail, Stats};
 use crate::job::{self, Enqueued, Job, JobFilter};
 use crate::ledger;
 use crate::outbox::{self, ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::overview::{self, Overview};
 use crate::queue::QueueOptions;
 use crate::schema;
+use crate::tally::{self, Runs, Tally};
 use crate::time::{now_ms, Millis};
 use crate::writer::{Writer, WriterConfig};
 
@@ -225,6 +228,31 @@ impl Backend for SqliteStore {
         let (queue, limits) = (queue.to_string(), limits.clone());
         self.writer()?
             .run(move |conn| controls::change(conn, &queue, paused, &limits, now).map(|_| ()))
+    }
+
+    fn tally(&self, now: Millis) -> Result<Tally> {
+        let mut t =
+            self.read(|c| inspect::in_snapshot(c, |c| tally::count(c, now, Runs::Counted)))?;
+        (t.file_bytes, t.wal_bytes) = inspect::file_sizes(&self.path);
+        Ok(t)
+    }
+
+    fn overview(&self, now: Millis) -> Result<Overview> {
+        let (mut t, activity, schedules) = self.read(|c| {
+            inspect::in_snapshot(c, |c| {
+                Ok((
+                    tally::count(c, now, Runs::Skipped)?,
+                    tally::activity(c, now)?,
+                    crate::schedule::store::list(c)?,
+                ))
+            })
+        })?;
+        (t.file_bytes, t.wal_bytes) = inspect::file_sizes(&self.path);
+        Ok(overview::assemble(now, t, activity, schedules))
+    }
+
+    fn failures(&self, limit: u32) -> Result<Failures> {
+        self.read(|c| inspect::in_snapshot(c, |c| failures::read(c, limit)))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {

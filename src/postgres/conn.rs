@@ -198,6 +198,11 @@ fn classify(e: postgres::Error) -> Error {
         c if c == SqlState::QUERY_CANCELED => Error::Interrupted(format!(
             "the write ran past its time budget (statement_timeout) and was rolled back: {msg}"
         )),
+        // A session opened read-only (`default_transaction_read_only`):
+        // the statement was refused and rolled back, nothing was written.
+        c if c == SqlState::READ_ONLY_SQL_TRANSACTION => Error::ReadOnly(format!(
+            "the database session is read-only, nothing was written: {msg}"
+        )),
         c if c == SqlState::LOCK_NOT_AVAILABLE => Error::Busy(format!(
             "database busy: a lock was held by another session past the timeout: {msg}"
         )),

@@ -14,13 +14,16 @@
 //! claims consult, the claim of a limited queue under its row's lock),
 //! [`copy`] (a queue file's rows moved in). This file: [`PgStore`], which
 //! owns the pool and the notifier thread, and its implementation of the
-//! boundary. Writes every queue table, only through those modules.
+//! boundary; opened read-only, it has neither the notifier nor a write.
+//! [`tally`] and [`failures`] read the dashboard's and the metrics'
+//! reports. Writes every queue table, only through those modules.
 
 pub(crate) mod admin;
 pub(crate) mod conn;
 pub(crate) mod controls;
 pub(crate) mod copy;
 pub(crate) mod enqueue;
+pub(crate) mod failures;
 pub(crate) mod leases;
 pub(crate) mod notify;
 pub(crate) mod outbox;
@@ -28,6 +31,7 @@ pub(crate) mod reads;
 pub(crate) mod run;
 pub(crate) mod schedules;
 pub(crate) mod schema;
+pub(crate) mod tally;
 pub(crate) mod tx;
 
 use std::sync::Arc;
@@ -38,11 +42,15 @@ use crate::controls::{QueueControl, QueueLimits};
 use crate::db::Synchronous;
 use crate::enqueue::ValidJob;
 use crate::error::{Error, Result};
+use crate::failures::Failures;
 use crate::history::Attempt;
 use crate::inspect::{Explanation, JobDetail, Stats};
 use crate::job::{Enqueued, Job, JobFilter};
 use crate::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::overview::Overview;
 use crate::queue::QueueOptions;
+use crate::schema::SCHEMA_VERSION;
+use crate::tally::Tally;
 use crate::time::Millis;
 
 use conn::{pool_err, PgConn, Pool, Session};
@@ -73,6 +81,10 @@ pub(crate) struct PgStore {
     offload: Option<crossbeam_channel::Sender<Box<dyn FnOnce() + Send>>>,
     offload_threads: Vec<std::thread::JoinHandle<()>>,
     schema_version: i64,
+    /// Opened read-only ([`PgStore::open_read_only`]): every session is
+    /// `default_transaction_read_only`, and every write is refused here
+    /// before anything is sent.
+    read_only: bool,
 }
 
 /// What an async write needs of the store, lent to the thread that runs
@@ -168,39 +180,51 @@ fn with_conn<R>(
 /// fails is dropped).
 const CONNECTION_TRIES: usize = 3;
 
+/// The URL without its password, and how each connection to it is opened:
+/// the client's settings from the URL, then `setup` and the lock timeout.
+fn session(url: &str, opts: &QueueOptions, setup: String) -> Result<(String, Session)> {
+    let mut config: postgres::Config = url.parse().map_err(|e| {
+        Error::invalid(format!(
+            "not a PostgreSQL URL ({e}): expected postgres://user:password@host:port/database"
+        ))
+    })?;
+    let location = conn::redact(url);
+    if config.get_application_name().is_none() {
+        config.application_name("litejob");
+    }
+    config.connect_timeout(opts.busy_timeout.min(Duration::from_secs(10)));
+    let session = Session {
+        config,
+        setup: format!(
+            "{setup}; SET lock_timeout = '{}ms'",
+            opts.busy_timeout.as_millis()
+        ),
+    };
+    Ok((location, session))
+}
+
+/// An error of opening `location`, naming it.
+fn located(location: String) -> impl Fn(Error) -> Error {
+    move |e| match e {
+        Error::Open(m) => Error::Open(format!("cannot open {location}: {m}")),
+        Error::Connection(m) => Error::Connection(format!("{location}: {m}")),
+        other => other,
+    }
+}
+
 impl PgStore {
     /// Connects to `url`, creates or migrates the schema (refusing a newer
     /// one untouched) and starts the notifier.
     pub(crate) fn open(url: &str, opts: &QueueOptions) -> Result<PgStore> {
-        let config: postgres::Config = url.parse().map_err(|e| {
-            Error::invalid(format!(
-                "not a PostgreSQL URL ({e}): expected postgres://user:password@host:port/database"
-            ))
-        })?;
-        let location = conn::redact(url);
-        let mut config = config;
-        if config.get_application_name().is_none() {
-            config.application_name("litejob");
-        }
-        config.connect_timeout(opts.busy_timeout.min(Duration::from_secs(10)));
         let synchronous = match opts.synchronous {
             Synchronous::Full => "on",
             Synchronous::Normal => "off",
         };
-        let session = Session {
-            config,
-            setup: format!(
-                "SET synchronous_commit = {synchronous}; SET lock_timeout = '{}ms'",
-                opts.busy_timeout.as_millis()
-            ),
-        };
-        let at = |e: Error| match e {
-            Error::Open(m) => Error::Open(format!("cannot open {location}: {m}")),
-            Error::Connection(m) => Error::Connection(format!("{location}: {m}")),
-            other => other,
-        };
-        let mut first = session.connect().map_err(at)?;
-        let schema_version = schema::migrate(&mut first.client).map_err(at)?;
+        let (location, session) =
+            session(url, opts, format!("SET synchronous_commit = {synchronous}"))?;
+        let at = located(location.clone());
+        let mut first = session.connect().map_err(&at)?;
+        let schema_version = schema::migrate(&mut first.client).map_err(&at)?;
         let clock = Arc::new(Clock::default());
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
@@ -225,7 +249,86 @@ impl PgStore {
             offload: Some(offload),
             offload_threads,
             schema_version,
+            read_only: false,
         })
+    }
+
+    /// Connects to `url` for reading only (see
+    /// [`crate::Queue::open_postgres_read_only`]): every connection's
+    /// session is `default_transaction_read_only`, so the server itself
+    /// refuses a write; the schema is never created or migrated (a database
+    /// without litejob's tables, or with another version of them, is
+    /// refused); no notifier and no async thread start.
+    pub(crate) fn open_read_only(url: &str, opts: &QueueOptions) -> Result<PgStore> {
+        let (location, session) = session(
+            url,
+            opts,
+            "SET default_transaction_read_only = on".to_string(),
+        )?;
+        let at = located(location.clone());
+        let mut first = session.connect().map_err(&at)?;
+        let found = schema::read_version(&mut first.client).map_err(&at)?;
+        if found == 0 {
+            return Err(Error::NotADatabase(format!(
+                "{location}: no litejob tables in this database (in the schema its search_path \
+                 names); create them with `litejob --db URL init`, or name the schema that \
+                 holds them (options=-csearch_path%3DSCHEMA in the URL)"
+            )));
+        }
+        if found > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if found < SCHEMA_VERSION {
+            return Err(Error::Open(format!(
+                "cannot open {location} read-only: its schema is version {found}, older than \
+                 this litejob's {SCHEMA_VERSION}; open it once read-write (`litejob init`) to \
+                 migrate it"
+            )));
+        }
+        let clock = Arc::new(Clock::default());
+        clock.measure(&mut first)?;
+        let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
+        Ok(PgStore {
+            location,
+            session,
+            pool,
+            clock,
+            notifier: Notifier::none(),
+            controls: controls::Cache::default(),
+            offload: None,
+            offload_threads: Vec::new(),
+            schema_version: found,
+            read_only: true,
+        })
+    }
+
+    /// A read-only store has no notifier to keep the server's clock: its
+    /// reports measure it again when it is due.
+    fn refresh_clock(&self, c: &mut PgConn) -> Result<()> {
+        if self.read_only {
+            self.clock.refresh(c)?;
+        }
+        Ok(())
+    }
+
+    /// True when the store was opened read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// [`Error::ReadOnly`] for a store opened read-only: every write asks
+    /// this first, so nothing is sent to the server.
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(format!(
+                "{} was opened read-only: nothing was sent to the server",
+                self.location
+            )));
+        }
+        Ok(())
     }
 
     /// Runs `f` on a pooled connection (see [`with_conn`]).
@@ -255,6 +358,9 @@ impl PgStore {
         R: Send + 'static,
         S: crate::writer::Sink<Result<R>>,
     {
+        if let Err(e) = self.writable() {
+            return sink.put(Err(e));
+        }
         let h = self.handle();
         let job: Box<dyn FnOnce() + Send> = Box::new(move || sink.put(f(&h)));
         if let Some(tx) = &self.offload {
@@ -293,6 +399,7 @@ impl Backend for PgStore {
     }
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
+        self.writable()?;
         let r = self.with_conn(true, |c| enqueue::insert_one(c, &job, now))?;
         if !r.is_duplicate() {
             self.notifier.jobs();
@@ -301,6 +408,7 @@ impl Backend for PgStore {
     }
 
     fn enqueue_many(&self, jobs: Vec<ValidJob>, now: Millis) -> Result<Vec<Enqueued>> {
+        self.writable()?;
         let r = self.with_conn(true, |c| enqueue::insert_many(c, &jobs, now))?;
         if r.iter().any(|e| !e.is_duplicate()) {
             self.notifier.jobs();
@@ -391,7 +499,26 @@ impl Backend for PgStore {
         Ok(())
     }
 
+    fn tally(&self, now: Millis) -> Result<Tally> {
+        self.with_conn(true, |c| {
+            self.refresh_clock(c)?;
+            tally::tally(c, now)
+        })
+    }
+
+    fn overview(&self, now: Millis) -> Result<Overview> {
+        self.with_conn(true, |c| {
+            self.refresh_clock(c)?;
+            tally::overview(c, now)
+        })
+    }
+
+    fn failures(&self, limit: u32) -> Result<Failures> {
+        self.with_conn(true, |c| failures::read(c, limit))
+    }
+
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
+        self.writable()?;
         self.with_conn(false, |c| admin::retry_job(c, id, now))?;
         self.notifier.jobs();
         Ok(())
@@ -404,6 +531,7 @@ impl Backend for PgStore {
         limit: i64,
         now: Millis,
     ) -> Result<Vec<i64>> {
+        self.writable()?;
         let ids = self.with_conn(false, |c| {
             admin::retry_dead_batch(c, kind, after, limit, now)
         })?;
@@ -414,16 +542,19 @@ impl Backend for PgStore {
     }
 
     fn cancel_job(&self, id: i64, now: Millis) -> Result<()> {
+        self.writable()?;
         self.with_conn(false, |c| admin::cancel_job(c, id, now))
     }
 
     fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()> {
+        self.writable()?;
         self.with_conn(false, |c| admin::retry_outbox(c, outbox_id, now))?;
         self.notifier.outbox();
         Ok(())
     }
 
     fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)> {
+        self.writable()?;
         self.with_conn(false, |c| admin::prune_batch(c, what, before, limit))
     }
 
@@ -443,10 +574,12 @@ impl Backend for PgStore {
         effects: &[i64],
         until: Millis,
     ) -> Result<()> {
+        self.writable()?;
         self.with_conn(true, |c| leases::renew(c, owner, jobs, effects, until))
     }
 
     fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
+        self.writable()?;
         let r = self.with_conn(false, |c| leases::reap(c, now, max_abandoned))?;
         if r.0 > 0 {
             self.notifier.jobs();
@@ -465,6 +598,7 @@ impl Backend for PgStore {
         why: &str,
         now: Millis,
     ) -> Result<bool> {
+        self.writable()?;
         let r = self.with_conn(true, |c| leases::release(c, id, owner, attempt, why, now))?;
         if r {
             self.notifier.jobs();
@@ -480,6 +614,7 @@ impl Backend for PgStore {
         lease_until: Millis,
         now: Millis,
     ) -> Result<Option<ClaimedEffect>> {
+        self.writable()?;
         self.with_conn(false, |c| {
             outbox::claim(c, kinds, owner, worker, lease_until, now)
         })
@@ -492,12 +627,14 @@ impl Backend for PgStore {
         result: &EffectResult,
         now: Millis,
     ) -> Result<Option<OutboxState>> {
+        self.writable()?;
         // Fenced on the attempt: repeating an ack that committed changes
         // nothing more.
         self.with_conn(true, |c| outbox::ack(c, outbox_id, attempt_id, result, now))
     }
 
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
+        self.writable()?;
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
     }
 
@@ -582,5 +719,70 @@ mod testing {
                 let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_only_stores_sessions_have_the_server_refuse_any_write() {
+        let Some(base) = std::env::var("LITEJOB_TEST_PG")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+            );
+            eprintln!("LITEJOB_TEST_PG is not set: the read-only session was not checked");
+            return;
+        };
+        let schema = format!("read_only_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .unwrap();
+        // Dropped however the test ends.
+        struct Cleanup(String, String);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                if let Ok(mut c) = postgres::Client::connect(&self.0, postgres::NoTls) {
+                    let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.1));
+                }
+            }
+        }
+        let _cleanup = Cleanup(base.clone(), schema.clone());
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
+        drop(PgStore::open(&url, &QueueOptions::default()).unwrap());
+        let store = PgStore::open_read_only(&url, &QueueOptions::default()).unwrap();
+        // Past the library's own checks, straight to a pooled connection:
+        // the session refuses, and the refusal reads as ReadOnly.
+        let insert = store.with_conn(false, |c| {
+            c.execute(
+                "INSERT INTO litejob_schema (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )
+        });
+        assert!(matches!(&insert, Err(Error::ReadOnly(_))), "{insert:?}");
+        let in_tx = store.with_conn(false, |c| {
+            let mut tx = c.client.transaction().map_err(conn::read_err)?;
+            tx.batch_execute("DELETE FROM litejob_schema")
+                .map_err(conn::write_err)?;
+            tx.commit().map_err(conn::write_err)
+        });
+        assert!(matches!(&in_tx, Err(Error::ReadOnly(_))), "{in_tx:?}");
+        let rows: i64 = admin
+            .query_one(
+                &format!("SELECT count(*) FROM {schema}.litejob_schema"),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, 1);
     }
 }

@@ -42,6 +42,8 @@ const NOTIFY_EVERY: Duration = Duration::from_millis(10);
 #[derive(Default)]
 pub(crate) struct Clock {
     offset_ms: AtomicI64,
+    /// When it was last measured, on this machine's clock.
+    measured_at: AtomicI64,
 }
 
 impl Clock {
@@ -65,6 +67,17 @@ impl Clock {
         let t1 = now_ms();
         self.offset_ms
             .store(server - (t0 + t1) / 2, Ordering::Relaxed);
+        self.measured_at.store(t1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Measures the offset again if the last measure is older than
+    /// [`CLOCK_EVERY`]: for a store with no notifier thread to do it.
+    pub(crate) fn refresh(&self, c: &mut PgConn) -> Result<()> {
+        let age = now_ms() - self.measured_at.load(Ordering::Relaxed);
+        if age.unsigned_abs() >= CLOCK_EVERY.as_millis() as u64 {
+            self.measure(c)?;
+        }
         Ok(())
     }
 }
@@ -106,6 +119,15 @@ impl Notifier {
             tx: Some(tx),
             thread: Some(thread),
         })
+    }
+
+    /// A notifier with no thread, for a store that never writes: its
+    /// signals go nowhere.
+    pub(crate) fn none() -> Notifier {
+        Notifier {
+            tx: None,
+            thread: None,
+        }
     }
 
     /// A sender for a write that runs on another thread.

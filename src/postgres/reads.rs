@@ -260,13 +260,7 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
         s.queue_controls = super::controls::controlled(tx, now)?;
         inspect::fill_job_counts(&mut s);
         // The tables' size on disk stands for the file's.
-        s.file_bytes = q(
-            tx,
-            "SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint FROM \
-             unnest(ARRAY['jobs', 'processed_jobs', 'outbox', 'attempts']) AS t(name), \
-             LATERAL (SELECT to_regclass(t.name) AS c) x WHERE c IS NOT NULL",
-            &[],
-        )?[0]
+        s.file_bytes = q(tx, super::tally::TABLE_BYTES, &[])?[0]
             .get::<_, i64>(0)
             .max(0) as u64;
         Ok(s)

@@ -339,6 +339,10 @@ impl RuntimeBuilder {
         if let Ok(store) = self.queue.sqlite("") {
             store.writer()?;
         }
+        #[cfg(feature = "postgres")]
+        if let Some(store) = self.queue.postgres() {
+            store.writable()?;
+        }
         Runtime::start(self)
     }
 

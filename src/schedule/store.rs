@@ -16,7 +16,7 @@ use crate::time::Millis;
 use super::Declared;
 
 /// One row of `schedules`, as [`crate::Queue::schedules`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ScheduleRow {
     /// The schedule's name, the middle of its jobs' keys.
@@ -64,6 +64,12 @@ impl ScheduleRow {
             next_slot_at: r.get(11)?,
             updated_at: r.get(12)?,
         })
+    }
+
+    /// The idempotency key of this schedule's job for `slot`:
+    /// `schedule:<name>:<slot in UTC, RFC 3339>`.
+    pub fn slot_key(&self, slot: Millis) -> String {
+        super::slot_key(&self.name, slot)
     }
 
     /// The declaration's fields differ from `d`'s: what changed, for the log.

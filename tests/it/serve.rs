@@ -1,7 +1,10 @@
 //! `litejob serve`, run as the real binary on a loopback port, a file per
-//! behaviour: the pages show what the file holds, the metrics parse and
+//! behaviour: the pages show what the queue holds, the metrics parse and
 //! match it, who may ask and act (token, CSRF, read-only), how it holds up
-//! (slow clients, workers on the file), and the pages in a real browser.
+//! (slow clients, workers on the queue), and the pages in a real browser.
+//! What a queue file and a PostgreSQL database share runs on both
+//! (`both!`); what only one has (the file's bytes and descriptors, the
+//! database's sessions and server) has its own tests.
 //!
 //! The helpers the files share live here: a server on a free port (it
 //! prints the address it bound first), and a small HTTP/1.1 client.
@@ -29,9 +32,14 @@ impl Server {
     /// Starts `litejob --db <db> serve --bind 127.0.0.1:0 <args>` and waits
     /// for the address it prints.
     pub fn start(db: &TestDb, args: &[&str]) -> Server {
+        Server::on(&db.path.display().to_string(), args)
+    }
+
+    /// [`Server::start`] on a queue file's path or a PostgreSQL URL.
+    pub fn on(location: &str, args: &[&str]) -> Server {
         let mut child = Command::new(bin())
             .arg("--db")
-            .arg(&db.path)
+            .arg(location)
             .args(["serve", "--bind", "127.0.0.1:0"])
             .args(args)
             .env_remove("LITEJOB_DB")

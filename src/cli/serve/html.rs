@@ -108,8 +108,20 @@ impl Html {
         self.tag("a", &[("href", href)], text)
     }
 
-    /// A time for people: UTC and how long ago (or how soon), `-` for none.
+    /// A time for people: UTC to the minute and how long ago (or how
+    /// soon), `-` for none.
     pub fn time(&mut self, ms: Option<i64>, now: i64) -> &mut Self {
+        self.time_to(ms, now, 16)
+    }
+
+    /// [`Html::time`] to the second (a schedule's slots can be a second
+    /// apart).
+    pub fn time_s(&mut self, ms: Option<i64>, now: i64) -> &mut Self {
+        self.time_to(ms, now, 19)
+    }
+
+    /// A time shown as the first `len` characters of its UTC form.
+    fn time_to(&mut self, ms: Option<i64>, now: i64, len: usize) -> &mut Self {
         let Some(ms) = ms else {
             return self.raw("<span class=\"none\">-</span>");
         };
@@ -117,7 +129,7 @@ impl Html {
         let iso = format!("{}Z", utc.replace(' ', "T"));
         let title = format!("{utc} UTC");
         self.open("time", &[("datetime", &iso), ("title", &title)]);
-        self.text(&utc[..16]);
+        self.text(&utc[..len.min(utc.len())]);
         self.raw(" <small class=\"ago\">");
         self.text(&relative(ms, now));
         self.raw("</small>");

@@ -231,7 +231,9 @@ pub fn pct_decode(s: &str) -> Result<String, Refused> {
 /// Sends `resp`, with the headers every answer carries: no caching, no
 /// sniffing, and a content security policy that allows no script at all
 /// (a second wall behind the escaping) and forms only to this server.
-pub fn send(rq: tiny_http::Request, resp: Resp) {
+/// Sends `resp`; false when the client did not take it (it stopped reading
+/// past the write timeout): the connection is no use any more.
+pub fn send(rq: tiny_http::Request, resp: Resp) -> bool {
     let mut r = tiny_http::Response::from_data(resp.body).with_status_code(resp.status);
     let fixed = [
         ("Content-Type", resp.content_type.to_string()),
@@ -250,8 +252,16 @@ pub fn send(rq: tiny_http::Request, resp: Resp) {
             r.add_header(h);
         }
     }
-    // A client gone before its answer is not this server's failure.
-    let _ = rq.respond(r);
+    // A client gone before its answer is not this server's failure (and
+    // tiny_http reports no error for it).
+    rq.respond(r).is_ok()
+}
+
+/// Lets go of a request without writing anything: what a connection whose
+/// client stopped reading gets (tiny_http would otherwise write a 500 for
+/// it, and wait the write timeout again).
+pub fn discard(rq: tiny_http::Request) {
+    drop(rq.into_writer());
 }
 
 #[cfg(test)]

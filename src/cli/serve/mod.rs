@@ -1,9 +1,10 @@
 //! `litejob serve`: a dashboard to look at, metrics to alert on, and a
-//! health check, over HTTP from the queue file. Writes nothing unless
-//! `--allow-actions`: the file is then opened read-only (no writer, no
-//! write lock, ever); with actions the repairs go through the queue's
-//! writer like the command's `retry` and `cancel`, and every page is read
-//! before it is rendered, so no transaction is open while a page is built.
+//! health check, over HTTP from the queue file or PostgreSQL database.
+//! Writes nothing unless `--allow-actions`: the queue is opened read-only
+//! (a file: no writer, no write lock, ever; PostgreSQL: read-only sessions,
+//! no notifier); with actions the repairs go through the queue like the
+//! command's `retry` and `cancel`, and every page is read before it is
+//! rendered, so no transaction is open while a page is built.
 //!
 //! The parts: [`http`] (requests, limits, responses), [`auth`] (the token
 //! and the CSRF token), [`routes`] (which page answers what), [`pages`]
@@ -15,8 +16,10 @@
 //! requests in order on one thread at a time (a client that pipelines
 //! requests and reads none of the answers holds one handler, not all).
 //! Every connection has a write timeout, so a client that stops reading
-//! lets go of its handler; the few bytes of a form's body are read by
-//! tiny_http with the head (a larger body is refused unread).
+//! lets go of its handler, and its connection is then dead: what it
+//! pipelined is dropped unanswered, without waiting the timeout again for
+//! each. The few bytes of a form's body are read by tiny_http with the
+//! head (a larger body is refused unread).
 
 mod auth;
 mod html;
@@ -30,9 +33,9 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use litejob::Queue;
+use litejob::{Error, Queue, QueueOptions};
 
 use super::time::parse_duration;
 use super::{CliError, CliResult};
@@ -47,8 +50,9 @@ pub const HANDLERS: usize = 4;
 #[command(after_help = "Examples:\n  \
     litejob --db /var/lib/app/jobs.db serve\n  \
     litejob serve --bind 0.0.0.0:7878 --token \"$(cat /etc/litejob/token)\" --allow-actions\n\n\
-    Pages: / (overview), /jobs, /jobs/ID, /keys/KEY, /failures, /outbox.\n\
-    Also /metrics (Prometheus text) and /healthz (200, or 503 when the file cannot be read).\n\
+    Pages: / (overview), /jobs, /jobs/ID, /keys/KEY, /failures, /outbox, /schedules.\n\
+    Also /metrics (Prometheus text) and /healthz (200, or 503 when the queue cannot be read).\n\
+    --db takes a file or a postgres:// URL.\n\
     The first line on stdout is the address it listens on.")]
 pub struct ServeArgs {
     /// Address and port to listen on (port 0: any free port). A non-loopback
@@ -60,7 +64,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "T")]
     pub token: Option<String>,
     /// Offer the repairs as buttons (retry a dead job or outbox row, cancel
-    /// a queued job). Without it the file is opened read-only.
+    /// a queued job). Without it the queue is opened read-only.
     #[arg(long)]
     pub allow_actions: bool,
     /// How long an answer may wait for a client that does not read it.
@@ -83,18 +87,8 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
     if a.timeout.is_zero() {
         return Err(CliError::Input("--timeout must be more than 0".into()));
     }
-    if !db.exists() {
-        return Err(CliError::Failed(format!(
-            "no queue file at {} (create it with `litejob --db {} init`, or set --db / LITEJOB_DB)",
-            db.display(),
-            db.display()
-        )));
-    }
-    let queue = if a.allow_actions {
-        Queue::open(db)?
-    } else {
-        Queue::open_read_only(db)?
-    };
+    let queue = open(db, a.allow_actions)?;
+    let location = queue.location();
     let listener = TcpListener::bind(a.bind)
         .map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", a.bind)))?;
     set_timeouts(&listener, a.timeout)?;
@@ -117,7 +111,7 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
     say(&format!("listening on http://{addr}/"))?;
     say(&format!(
         "serving {} {}",
-        db.display(),
+        location,
         if a.allow_actions {
             "with actions allowed"
         } else {
@@ -162,30 +156,105 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
     Ok(0)
 }
 
+/// How long a request waits for a PostgreSQL connection (the pool's wait,
+/// the connect timeout): `/healthz` answers 503 within about this long when
+/// the server is down.
+const PG_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens the queue `--db` names, read-only unless actions are allowed. A
+/// file must exist; a database must hold litejob's tables: serve never
+/// creates a queue (a typo in `--db` must not make an empty one).
+fn open(db: &Path, actions: bool) -> CliResult<Queue> {
+    if let Some(url) = db.to_str().filter(|_| super::is_url(db)) {
+        let opts = || QueueOptions::default().with_busy_timeout(PG_WAIT);
+        // Read-only first: it refuses a database without the tables,
+        // where a read-write open would create them.
+        let read_only = Queue::open_location_read_only(url, opts());
+        if !actions {
+            return Ok(read_only?);
+        }
+        return match read_only {
+            // An older schema is migrated, as a file is by a read-write open.
+            Ok(_) | Err(Error::Open(_)) => Ok(Queue::open_location(url, opts())?),
+            Err(e) => Err(e.into()),
+        };
+    }
+    if !db.exists() {
+        return Err(CliError::Failed(format!(
+            "no queue file at {} (create it with `litejob --db {} init`, or set --db / LITEJOB_DB)",
+            db.display(),
+            db.display()
+        )));
+    }
+    Ok(if actions {
+        Queue::open(db)?
+    } else {
+        Queue::open_read_only(db)?
+    })
+}
+
 /// The connections a handler is answering, each with the requests that
 /// came in on it meanwhile: they wait for that handler instead of taking
-/// another one (an HTTP connection answers in order anyway).
+/// another one (an HTTP connection answers in order anyway). A connection
+/// whose client stopped reading (an answer hit the write timeout) is dead:
+/// its waiting requests and the ones it sends after are let go unanswered,
+/// at once, rather than each holding a handler for another write timeout
+/// while other clients wait.
 #[derive(Default)]
-struct Busy(std::sync::Mutex<HashMap<SocketAddr, VecDeque<tiny_http::Request>>>);
+struct Busy(std::sync::Mutex<HashMap<SocketAddr, Conn>>);
+
+/// A connection a handler is on, or one found dead (and when it last sent
+/// a request).
+enum Conn {
+    Answering(VecDeque<tiny_http::Request>),
+    Dead(Instant),
+}
+
+/// How long a dead connection's mark outlives its last request (a closed
+/// client's port is not reused for a new connection that soon).
+const DEAD_FOR: Duration = Duration::from_secs(60);
 
 impl Busy {
     fn answer(&self, app: &App, rq: tiny_http::Request) {
         let Some(conn) = rq.remote_addr().copied() else {
-            return routes::answer(app, rq);
+            routes::answer(app, rq);
+            return;
         };
         {
             let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(waiting) = busy.get_mut(&conn) {
-                waiting.push_back(rq);
-                return;
+            busy.retain(|_, c| !matches!(c, Conn::Dead(at) if at.elapsed() > DEAD_FOR));
+            match busy.get_mut(&conn) {
+                Some(Conn::Answering(waiting)) => {
+                    waiting.push_back(rq);
+                    return;
+                }
+                Some(Conn::Dead(at)) => {
+                    *at = Instant::now();
+                    drop(busy);
+                    http::discard(rq);
+                    return;
+                }
+                None => {
+                    busy.insert(conn, Conn::Answering(VecDeque::new()));
+                }
             }
-            busy.insert(conn, VecDeque::new());
         }
         let mut next = Some(rq);
         while let Some(rq) = next {
-            routes::answer(app, rq);
+            let taken = routes::answer(app, rq);
             let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            next = busy.get_mut(&conn).and_then(VecDeque::pop_front);
+            if !taken {
+                let dead = busy.insert(conn, Conn::Dead(Instant::now()));
+                drop(busy);
+                if let Some(Conn::Answering(waiting)) = dead {
+                    waiting.into_iter().for_each(http::discard);
+                }
+                return;
+            }
+            next = match busy.get_mut(&conn) {
+                Some(Conn::Answering(waiting)) => waiting.pop_front(),
+                _ => None,
+            };
             if next.is_none() {
                 busy.remove(&conn);
             }

@@ -4,7 +4,7 @@
 //! CSRF token. Unknown paths are 404, a bad id 400, a known path with the
 //! wrong method 405.
 
-use litejob::{Error, Queue};
+use litejob::{BackendKind, Error, Queue};
 
 use super::auth;
 use super::http::{self, Method, Refused, Req, Resp};
@@ -34,13 +34,14 @@ impl App {
     }
 }
 
-/// Decodes, answers and sends one request.
-pub fn answer(app: &App, mut rq: tiny_http::Request) {
+/// Decodes, answers and sends one request; false when the client did not
+/// take the answer.
+pub fn answer(app: &App, mut rq: tiny_http::Request) -> bool {
     let resp = match http::decode(&mut rq) {
         Ok(req) => route(app, &req),
         Err(Refused(status, msg)) => pages::error(status, &msg),
     };
-    http::send(rq, resp);
+    http::send(rq, resp)
 }
 
 /// The answer to a decoded request.
@@ -67,6 +68,7 @@ pub fn route(app: &App, req: &Req) -> Resp {
         (Method::Get, ["keys", ..]) => pages::key::page(app, req, &req.segments[1..].join("/")),
         (Method::Get, ["failures"]) => pages::failures::page(app),
         (Method::Get, ["outbox"]) => pages::outbox::page(app, req),
+        (Method::Get, ["schedules"]) => pages::schedules::page(app),
         (Method::Get, ["metrics"]) => metrics(app),
         (Method::Get, ["healthz"]) => Ok(health(app)),
         (Method::Post, ["jobs", id, action]) => act(app, req, id, |q, id| match *action {
@@ -94,6 +96,7 @@ fn known(path: &[&str]) -> bool {
             | ["failures"]
             | ["outbox"]
             | ["outbox", _, "retry"]
+            | ["schedules"]
             | ["metrics"]
             | ["healthz"]
     )
@@ -166,13 +169,13 @@ fn back_to(back: Option<&str>) -> String {
 }
 
 /// A library failure as a page: not found 404, a refused state 409, a busy
-/// file 503, anything else 500.
+/// file or an unreachable database server 503, anything else 500.
 fn lib_error(e: &Error) -> Resp {
     let status = match e {
         Error::NotFound(_) => 404,
         Error::WrongState { .. } => 409,
         Error::InvalidInput(_) => 400,
-        Error::Busy(_) => 503,
+        Error::Busy(_) | Error::Connection(_) => 503,
         _ => 500,
     };
     pages::error(status, &e.to_string())
@@ -199,13 +202,18 @@ fn metrics(app: &App) -> litejob::Result<Resp> {
     Ok(r)
 }
 
-/// `/healthz`: 200 when the file is there and a read of it succeeds.
+/// `/healthz`: 200 when a read of the queue succeeds (the file is there;
+/// the database server answers), and finds litejob's tables.
 fn health(app: &App) -> Resp {
     let path = app.queue.path();
-    if !path.is_file() {
+    if app.queue.backend_kind() == BackendKind::Sqlite && !path.is_file() {
         return Resp::text(503, format!("unhealthy: {} is gone\n", path.display()));
     }
     match app.queue.schema_version() {
+        Ok(0) => Resp::text(
+            503,
+            format!("unhealthy: {}: no litejob tables\n", app.queue.location()),
+        ),
         Ok(v) => Resp::text(200, format!("ok: schema version {v}\n")),
         Err(e) => Resp::text(503, format!("unhealthy: {e}\n")),
     }

@@ -1,12 +1,15 @@
 //! Who may ask and who may act: a non-loopback bind needs a token, and
 //! every request then carries it (a bearer header or the login cookie);
 //! actions need `--allow-actions` and the form's CSRF token, and without
-//! them nothing is written; by default the file is opened read-only and
-//! stays byte for byte the same.
+//! them nothing is written; by default the queue is opened read-only: a
+//! file stays byte for byte the same, a database's tables row for row,
+//! and a write through the read-only queue is refused before it is sent.
 
-use litejob::{Error, NewJob, Queue};
+use litejob::{Error, NewJob, Queue, QueueOptions};
 
 use super::{between, Server};
+use crate::backends::{Engine, TestQueue};
+use crate::both;
 use crate::support::{litejob, show, TestDb};
 
 #[test]
@@ -36,33 +39,33 @@ fn a_non_loopback_bind_without_a_token_is_refused_with_exit_2() {
     assert!(!missing.exists(), "serve never creates a file");
 }
 
-#[test]
-fn with_a_token_every_request_needs_it() {
-    let db = TestDb::new();
-    db.open().enqueue(NewJob::new("k", "t", &1)).unwrap();
-    let s = Server::start(&db, &["--token", "s3cret-T"]);
-    for path in ["/", "/jobs", "/jobs/1", "/metrics", "/healthz", "/failures"] {
-        assert_eq!(s.get(path).status, 401, "{path}");
-        let wrong = s.request("GET", path, &[("Authorization", "Bearer nope")], "");
-        assert_eq!(wrong.status, 401, "{path}");
-        let right = s.request("GET", path, &[("Authorization", "Bearer s3cret-T")], "");
-        assert_eq!(right.status, 200, "{path}");
+both! {
+    fn with_a_token_every_request_needs_it(q) {
+        q.open().enqueue(NewJob::new("k", "t", &1)).unwrap();
+        let s = Server::on(&q.location, &["--token", "s3cret-T"]);
+        for path in ["/", "/jobs", "/jobs/1", "/metrics", "/healthz", "/failures", "/schedules"] {
+            assert_eq!(s.get(path).status, 401, "{path}");
+            let wrong = s.request("GET", path, &[("Authorization", "Bearer nope")], "");
+            assert_eq!(wrong.status, 401, "{path}");
+            let right = s.request("GET", path, &[("Authorization", "Bearer s3cret-T")], "");
+            assert_eq!(right.status, 200, "{path}");
+        }
+        assert_eq!(s.get("/login?token=nope").status, 403);
+        let login = s.get("/login?token=s3cret-T");
+        assert_eq!(login.status, 303);
+        let cookie = login.header("Set-Cookie").unwrap().to_string();
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        let pair = cookie.split(';').next().unwrap();
+        assert_eq!(s.request("GET", "/", &[("Cookie", pair)], "").status, 200);
+        assert_eq!(
+            s.request("GET", "/", &[("Cookie", "litejob_token=nope")], "")
+                .status,
+            401
+        );
     }
-    assert_eq!(s.get("/login?token=nope").status, 403);
-    let login = s.get("/login?token=s3cret-T");
-    assert_eq!(login.status, 303);
-    let cookie = login.header("Set-Cookie").unwrap().to_string();
-    assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-        "{cookie}"
-    );
-    let pair = cookie.split(';').next().unwrap();
-    assert_eq!(s.request("GET", "/", &[("Cookie", pair)], "").status, 200);
-    assert_eq!(
-        s.request("GET", "/", &[("Cookie", "litejob_token=nope")], "")
-            .status,
-        401
-    );
 }
 
 /// The CSRF token in a page's first action form.
@@ -70,102 +73,95 @@ fn csrf(page: &str) -> String {
     between(page, "name=\"csrf\" value=\"", "\"").to_string()
 }
 
-#[test]
-fn an_action_without_the_forms_csrf_token_is_refused_and_writes_nothing() {
-    let db = TestDb::new();
-    let q = db.open();
-    let dead = q.enqueue(NewJob::new("k", "dead", &1)).unwrap().id();
-    let queued = q.enqueue(NewJob::new("k", "queued", &1)).unwrap().id();
-    drop(q);
-    db.sql()
-        .execute_batch(&format!(
+both! {
+    fn an_action_without_the_forms_csrf_token_is_refused_and_writes_nothing(q) {
+        let queue = q.open();
+        let dead = queue.enqueue(NewJob::new("k", "dead", &1)).unwrap().id();
+        let queued = queue.enqueue(NewJob::new("k", "queued", &1)).unwrap().id();
+        drop(queue);
+        q.exec(&format!(
             "UPDATE jobs SET state = 'dead', finished_at = 1 WHERE id = {dead};
              INSERT INTO outbox (key, kind, payload, state, attempts, job_id, next_attempt_at, created_at)
              VALUES ('o1', 'mail', '{{}}', 'dead', 2, {dead}, 0, 1);"
-        ))
-        .unwrap();
-    let s = Server::start(&db, &["--allow-actions"]);
-    let page = s.get(&format!("/jobs/{dead}")).ok();
-    let token = csrf(&page);
-    assert_eq!(token.len(), 32);
-    let state = |id: i64| -> String {
-        db.sql()
-            .query_row("SELECT state FROM jobs WHERE id = ?1", [id], |r| r.get(0))
-            .unwrap()
-    };
-    let outbox_state = || -> String {
-        db.sql()
-            .query_row("SELECT state FROM outbox WHERE key = 'o1'", [], |r| {
-                r.get(0)
-            })
-            .unwrap()
-    };
-    for body in [
-        "",
-        "csrf=",
-        "csrf=0123456789abcdef0123456789abcdef",
-        "back=/",
-    ] {
-        for path in [
-            format!("/jobs/{dead}/retry"),
-            format!("/jobs/{queued}/cancel"),
-            "/outbox/1/retry".into(),
+        ));
+        let s = Server::on(&q.location, &["--allow-actions"]);
+        let page = s.get(&format!("/jobs/{dead}")).ok();
+        let token = csrf(&page);
+        assert_eq!(token.len(), 32);
+        let state = |id: i64| -> String {
+            q.strings(&format!("SELECT state FROM jobs WHERE id = {id}")).remove(0)
+        };
+        let outbox_state = || -> String {
+            q.strings("SELECT state FROM outbox WHERE key = 'o1'").remove(0)
+        };
+        let outbox_id = q.count("SELECT id FROM outbox WHERE key = 'o1'");
+        for body in [
+            "",
+            "csrf=",
+            "csrf=0123456789abcdef0123456789abcdef",
+            "back=/",
         ] {
-            let r = s.request("POST", &path, &[], body);
-            assert_eq!(r.status, 403, "{path} {body}: {}", r.body);
+            for path in [
+                format!("/jobs/{dead}/retry"),
+                format!("/jobs/{queued}/cancel"),
+                format!("/outbox/{outbox_id}/retry"),
+            ] {
+                let r = s.request("POST", &path, &[], body);
+                assert_eq!(r.status, 403, "{path} {body}: {}", r.body);
+            }
         }
-    }
-    // A GET of an action's path changes nothing either.
-    assert_eq!(s.get(&format!("/jobs/{dead}/retry")).status, 405);
-    assert_eq!(
-        (state(dead), state(queued), outbox_state()),
-        ("dead".into(), "queued".into(), "dead".into())
-    );
+        // A GET of an action's path changes nothing either.
+        assert_eq!(s.get(&format!("/jobs/{dead}/retry")).status, 405);
+        assert_eq!(
+            (state(dead), state(queued), outbox_state()),
+            ("dead".into(), "queued".into(), "dead".into())
+        );
 
-    let form = |back: &str| format!("csrf={token}&back={back}");
-    let r = s.request(
-        "POST",
-        &format!("/jobs/{dead}/retry"),
-        &[],
-        &form(&format!("/jobs/{dead}")),
-    );
-    assert_eq!(r.status, 303, "{}", r.body);
-    assert_eq!(
-        r.header("Location").unwrap(),
-        format!("/jobs/{dead}?done=retried")
-    );
-    assert_eq!(state(dead), "queued");
-    let r = s.request(
-        "POST",
-        &format!("/jobs/{queued}/cancel"),
-        &[],
-        &form("//evil.example/"),
-    );
-    assert_eq!(r.status, 303);
-    assert_eq!(
-        r.header("Location").unwrap(),
-        "/?done=cancelled",
-        "never a redirect elsewhere"
-    );
-    assert_eq!(state(queued), "cancelled");
-    assert_eq!(
-        s.request("POST", "/outbox/1/retry", &[], &form("/outbox"))
-            .status,
-        303
-    );
-    assert_eq!(outbox_state(), "pending");
-    // A refusal by the row's state is a conflict, and says why.
-    let r = s.request("POST", &format!("/jobs/{queued}/cancel"), &[], &form("/"));
-    assert_eq!(r.status, 409);
-    assert!(
-        r.body.contains("only a queued job can be cancelled"),
-        "{}",
-        r.body
-    );
-    assert_eq!(
-        s.request("POST", "/jobs/999/retry", &[], &form("/")).status,
-        404
-    );
+        let form = |back: &str| format!("csrf={token}&back={back}");
+        let r = s.request(
+            "POST",
+            &format!("/jobs/{dead}/retry"),
+            &[],
+            &form(&format!("/jobs/{dead}")),
+        );
+        assert_eq!(r.status, 303, "{}", r.body);
+        assert_eq!(
+            r.header("Location").unwrap(),
+            format!("/jobs/{dead}?done=retried")
+        );
+        assert_eq!(state(dead), "queued");
+        let r = s.request(
+            "POST",
+            &format!("/jobs/{queued}/cancel"),
+            &[],
+            &form("//evil.example/"),
+        );
+        assert_eq!(r.status, 303);
+        assert_eq!(
+            r.header("Location").unwrap(),
+            "/?done=cancelled",
+            "never a redirect elsewhere"
+        );
+        assert_eq!(state(queued), "cancelled");
+        assert_eq!(
+            s.request("POST", &format!("/outbox/{outbox_id}/retry"), &[], &form("/outbox"))
+                .status,
+            303
+        );
+        assert_eq!(outbox_state(), "pending");
+        // A refusal by the row's state is a conflict, and says why.
+        let r = s.request("POST", &format!("/jobs/{queued}/cancel"), &[], &form("/"));
+        assert_eq!(r.status, 409);
+        assert!(
+            r.body.contains("only a queued job can be cancelled"),
+            "{}",
+            r.body
+        );
+        assert_eq!(
+            s.request("POST", "/jobs/999/retry", &[], &form("/")).status,
+            404
+        );
+    }
 }
 
 /// The database file and its WAL, as bytes.
@@ -281,4 +277,248 @@ fn a_read_only_queue_refuses_every_write_and_reads_beside_a_writer() {
     assert!(child.status.success(), "{}", show(&["enqueue"], &child));
     assert!(ro.job_by_key("from-another-process").unwrap().is_some());
     assert_eq!(ro.stats().unwrap().jobs.total, 2);
+}
+
+/// Every row of litejob's tables, and which tables the schema holds: what
+/// a read-only server must leave as it found.
+fn fingerprint(q: &TestQueue) -> Vec<String> {
+    let mut out = q.strings(
+        "SELECT coalesce(string_agg(relname::text, ',' ORDER BY relname), '') FROM pg_class \
+         WHERE relnamespace = current_schema()::regnamespace",
+    );
+    let present: Vec<String> = out[0].split(',').map(str::to_string).collect();
+    for table in [
+        "jobs",
+        "processed_jobs",
+        "outbox",
+        "attempts",
+        "schedules",
+        "litejob_schema",
+    ] {
+        if !present.iter().any(|t| t == table) {
+            continue;
+        }
+        out.extend(q.strings(&format!(
+            "SELECT coalesce(string_agg(t::text, '\n' ORDER BY t::text), '') FROM {table} t"
+        )));
+    }
+    out
+}
+
+/// The names of a process's threads.
+fn threads(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// A dead job with a dead outbox row, a queued job, a schedule.
+fn repairable(q: &TestQueue) -> i64 {
+    let queue = q.open();
+    let dead = queue.enqueue(NewJob::new("k", "ro-dead", &1)).unwrap().id();
+    queue.enqueue(NewJob::new("k", "ro-queued", &1)).unwrap();
+    drop(queue);
+    q.exec(&format!(
+        "UPDATE jobs SET state = 'dead', finished_at = 1, last_error = 'x' WHERE id = {dead};
+         INSERT INTO outbox (key, kind, payload, state, attempts, job_id, next_attempt_at, created_at)
+         VALUES ('o1', 'mail', '{{}}', 'dead', 2, {dead}, 0, 1);
+         INSERT INTO schedules (name, cron, tz, kind, payload, created_at, updated_at)
+         VALUES ('nightly', '0 3 * * *', 'UTC', 'k', '{{}}', 1, 1);"
+    ));
+    dead
+}
+
+#[test]
+fn by_default_a_database_is_served_read_only_and_its_tables_never_change() {
+    let Some(q) = TestQueue::new(Engine::Postgres) else {
+        return;
+    };
+    let dead = repairable(&q);
+    let before = fingerprint(&q);
+    let s = Server::on(&q.location, &[]);
+    for path in [
+        "/",
+        "/jobs",
+        &format!("/jobs/{dead}"),
+        "/keys/ro-dead",
+        "/failures",
+        "/outbox",
+        "/schedules",
+        "/metrics",
+        "/healthz",
+    ] {
+        s.get(path).ok();
+    }
+    let page = s.get(&format!("/jobs/{dead}")).ok();
+    assert!(
+        !page.contains("name=\"csrf\""),
+        "no action form when actions are off"
+    );
+    let r = s.request("POST", &format!("/jobs/{dead}/retry"), &[], "csrf=x");
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("--allow-actions"), "{}", r.body);
+    // No notifier and no async thread: nothing in the process would write.
+    let names = threads(s.pid());
+    assert!(
+        !names.iter().any(|n| n.starts_with("litejob-pg-")),
+        "{names:?}"
+    );
+    drop(s);
+    assert_eq!(fingerprint(&q), before, "the tables changed");
+    // With actions the queue is opened for writing (its notifier runs).
+    let s = Server::on(&q.location, &["--allow-actions"]);
+    s.get("/").ok();
+    assert!(threads(s.pid()).iter().any(|n| n == "litejob-pg-noti"));
+}
+
+/// Runs `litejob --db <location> <args>`, which must exit on its own: a
+/// server that starts serving instead is killed after a while, and its
+/// output shows it.
+fn exits_within(location: &str, args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(crate::support::bin())
+        .arg("--db")
+        .arg(location)
+        .args(args)
+        .env_remove("LITEJOB_DB")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run litejob");
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && t0.elapsed() < crate::support::LONG {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn serving_a_database_without_litejobs_tables_is_refused_and_creates_none() {
+    let Some(q) = TestQueue::new(Engine::Postgres) else {
+        return;
+    };
+    let empty = fingerprint(&q);
+    for args in [
+        &["serve", "--bind", "127.0.0.1:0"][..],
+        &["serve", "--bind", "127.0.0.1:0", "--allow-actions"],
+    ] {
+        let out = exits_within(&q.location, args);
+        assert_eq!(out.status.code(), Some(1), "{}", show(args, &out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no litejob tables"), "{err}");
+        assert!(
+            !err.contains(":litejob@"),
+            "the password is not shown: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{}", show(args, &out));
+    }
+    assert_eq!(fingerprint(&q), empty, "serve created something");
+}
+
+#[test]
+fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
+    let Some(q) = TestQueue::new(Engine::Postgres) else {
+        return;
+    };
+    let opts = QueueOptions::default;
+    // No tables: refused, and none are created.
+    let empty = fingerprint(&q);
+    let e = Queue::open_location_read_only(&q.location, opts()).unwrap_err();
+    assert!(matches!(e, Error::NotADatabase(_)), "{e}");
+    assert_eq!(fingerprint(&q), empty);
+    let dead = repairable(&q);
+    // Another version of the tables: refused untouched, newer or older.
+    q.exec("UPDATE litejob_schema SET version = 99");
+    let e = Queue::open_location_read_only(&q.location, opts()).unwrap_err();
+    assert!(matches!(e, Error::SchemaTooNew { found: 99, .. }), "{e}");
+    q.exec("UPDATE litejob_schema SET version = 1");
+    let e = Queue::open_location_read_only(&q.location, opts()).unwrap_err();
+    assert!(matches!(&e, Error::Open(m) if m.contains("older")), "{e}");
+    q.exec(&format!(
+        "UPDATE litejob_schema SET version = {}",
+        litejob::SCHEMA_VERSION
+    ));
+    let before = fingerprint(&q);
+
+    let ro = Queue::open_location_read_only(&q.location, opts()).unwrap();
+    assert!(ro.is_read_only());
+    let outbox = q.count("SELECT id FROM outbox");
+    let refused = |what: &str, r: litejob::Result<()>| match r {
+        Err(Error::ReadOnly(m)) => assert!(m.contains("nothing was sent"), "{what}: {m}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    refused("enqueue", ro.enqueue(NewJob::new("k", "x", &1)).map(drop));
+    refused(
+        "enqueue_many",
+        ro.enqueue_many(vec![NewJob::new("k", "y", &1)]).map(drop),
+    );
+    refused("retry_job", ro.retry_job(dead));
+    refused("cancel_job", ro.cancel_job(dead + 1));
+    refused("retry_outbox", ro.retry_outbox(outbox));
+    refused(
+        "prune",
+        ro.prune(&litejob::PruneOptions::new(std::time::Duration::ZERO))
+            .map(drop),
+    );
+    refused(
+        "pg_write",
+        ro.pg_write(|tx| {
+            tx.execute("DELETE FROM jobs", &[])
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            Ok(())
+        }),
+    );
+    // The application's own transaction is not read-only: the queue
+    // refuses to enqueue through it all the same.
+    let mut app = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
+    let mut tx = app.transaction().unwrap();
+    refused(
+        "pg_enqueue_in",
+        ro.pg_enqueue_in(&mut tx, &NewJob::new("k", "z", &1))
+            .map(drop),
+    );
+    tx.commit().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    refused(
+        "enqueue_async",
+        rt.block_on(ro.enqueue_async(NewJob::new("k", "w", &1)))
+            .map(drop),
+    );
+    refused(
+        "pg_write_async",
+        rt.block_on(ro.pg_write_async(|_tx| Ok(()))),
+    );
+    let started = ro
+        .runtime()
+        .pg_handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+        .schedule("every-second", "* * * * * *", "k", &1)
+        .start();
+    refused("runtime", started.map(drop));
+    let started = ro
+        .runtime()
+        .pg_handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+        .start();
+    refused("runtime without schedules", started.map(drop));
+    assert_eq!(
+        fingerprint(&q),
+        before,
+        "a refused write changed the tables"
+    );
+
+    // It reads what others write, at once.
+    let writer = q.open();
+    writer
+        .enqueue(NewJob::new("k", "from-a-writer", &1))
+        .unwrap();
+    assert!(ro.job_by_key("from-a-writer").unwrap().is_some());
+    assert_eq!(ro.stats().unwrap().jobs.total, 3);
+    assert!(ro
+        .metrics()
+        .unwrap()
+        .contains("litejob_jobs{queue=\"default\",kind=\"k\",state=\"queued\"} 2"));
+    assert_eq!(ro.schedules().unwrap().len(), 1);
 }

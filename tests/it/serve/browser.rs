@@ -1,18 +1,22 @@
-//! Every page in a real browser (headless Chromium, Debian's `chromium`):
-//! it loads with no message on the console (no script, no blocked
-//! resource, no broken markup), the elements a person looks for are
-//! there, and a screenshot of each is saved under the target directory
-//! (`<target>/tmp/serve-screenshots/`). Under `CI` a missing browser fails.
+//! Every page in a real browser (headless Chromium, Debian's `chromium`),
+//! served from a queue file and from a PostgreSQL database: it loads with
+//! no message on the console (no script, no blocked resource, no broken
+//! markup), the elements a person looks for are there, and a screenshot of
+//! each is saved under the target directory
+//! (`<target>/tmp/serve-screenshots/<engine>-<page>.png`). Under `CI` a
+//! missing browser fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use litejob::{NewJob, Outcome};
+use litejob::{NewJob, Outcome, RuntimeBuilder};
 use serde_json::Value;
 
 use super::Server;
-use crate::support::{tiny_backoff, wait_until, TestDb, LONG};
+use crate::backends::Engine;
+use crate::both;
+use crate::support::{tiny_backoff, wait_until, LONG};
 
 /// The browser, if installed (`LITEJOB_CHROMIUM` names another one). Under
 /// `CI` it must be: `.ci/run` installs it.
@@ -68,11 +72,42 @@ fn shots() -> PathBuf {
     dir
 }
 
-#[test]
-fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
+/// The handlers of the browser's queue, for `engine`: payments write an
+/// outbox row, some digests are discarded, ticks (a schedule's) succeed.
+fn handlers(engine: Engine, b: RuntimeBuilder) -> RuntimeBuilder {
+    let discard = |v: &Value| v["n"].as_i64().unwrap() % 4 == 1;
+    match engine {
+        Engine::Sqlite => b
+            .handler("payment.succeeded", |tx, v: Value| {
+                tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
+                Ok(Outcome::Done)
+            })
+            .handler("send_digest", move |_tx, v: Value| {
+                if discard(&v) {
+                    return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
+                }
+                Ok(Outcome::Done)
+            })
+            .handler("tick", |_tx, _v: Value| Ok(Outcome::Done)),
+        Engine::Postgres => b
+            .pg_handler("payment.succeeded", |tx, v: Value| {
+                tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
+                Ok(Outcome::Done)
+            })
+            .pg_handler("send_digest", move |_tx, v: Value| {
+                if discard(&v) {
+                    return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
+                }
+                Ok(Outcome::Done)
+            })
+            .pg_handler("tick", |_tx, _v: Value| Ok(Outcome::Done)),
+    }
+}
+
+both! {
+    fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts(q) {
     let Some(browser) = chromium() else { return };
-    let db = TestDb::new();
-    let q = db.open();
+    let queue = q.open();
     let jobs: Vec<NewJob> = (0..60)
         .map(|i| {
             let kind = ["payment.succeeded", "send_digest", "thumbnail"][i % 3];
@@ -85,21 +120,12 @@ fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
             .with_max_retries(0)
         })
         .collect();
-    q.enqueue_many(jobs).unwrap();
-    let mut rt = q
+    queue.enqueue_many(jobs).unwrap();
+    let b = queue
         .runtime()
         .backoff(tiny_backoff())
-        .poll_interval(Duration::from_millis(10))
-        .handler("payment.succeeded", |tx, v: Value| {
-            tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
-            Ok(Outcome::Done)
-        })
-        .handler("send_digest", |_tx, v: Value| {
-            if v["n"].as_i64().unwrap() % 4 == 1 {
-                return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
-            }
-            Ok(Outcome::Done)
-        })
+        .poll_interval(Duration::from_millis(10));
+    let mut rt = handlers(q.engine, b)
         .effect("send_receipt", |_e, n: i64| {
             if n % 2 == 0 {
                 Err("provider 503".into())
@@ -108,15 +134,19 @@ fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
             }
         })
         .outbox_max_retries(0)
+        .schedule("heartbeat", "* * * * * *", "tick", &serde_json::json!({}))
         .start()
         .unwrap();
-    wait_until("the runnable jobs and effects are done", LONG, || {
-        db.count("SELECT count(*) FROM jobs WHERE state = 'queued' AND kind <> 'thumbnail'") == 0
-            && db.count("SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')") == 0
+    wait_until("the runnable jobs and effects are done, a slot fired", LONG, || {
+        q.count(
+            "SELECT count(*) FROM jobs WHERE state = 'queued' AND kind IN ('payment.succeeded', 'send_digest')",
+        ) == 0
+            && q.count("SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')") == 0
+            && q.count("SELECT count(*) FROM jobs WHERE kind = 'tick' AND state = 'succeeded'") > 0
     });
     rt.stop();
-    let dead = db.count("SELECT min(id) FROM jobs WHERE state = 'dead'");
-    let s = Server::start(&db, &["--allow-actions"]);
+    let dead = q.count("SELECT min(id) FROM jobs WHERE state = 'dead'");
+    let s = Server::on(&q.location, &["--allow-actions"]);
     let base = format!("http://{}", s.addr);
     let pages = [
         (
@@ -127,6 +157,7 @@ fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
                 "<svg class=\"chart\"",
                 "id=\"card-dead\"",
                 "id=\"outbox\"",
+                "id=\"schedules-section\"",
             ],
         ),
         (
@@ -159,7 +190,16 @@ fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
             ],
         ),
         ("outbox", "/outbox".into(), vec!["id=\"outbox\"", "Retry"]),
+        (
+            "schedules",
+            "/schedules".into(),
+            vec!["<tr data-name=\"heartbeat\">", "class=\"slot last\"", "<code>* * * * * *</code>"],
+        ),
     ];
+    let engine = match q.engine {
+        Engine::Sqlite => "sqlite",
+        Engine::Postgres => "postgres",
+    };
     let dir = shots();
     for (name, path, parts) in &pages {
         let url = format!("{base}{path}");
@@ -181,7 +221,7 @@ fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
             !dom.contains("<script"),
             "{name}: a script element in the page"
         );
-        let png = dir.join(format!("{name}.png"));
+        let png = dir.join(format!("{engine}-{name}.png"));
         let _ = std::fs::remove_file(&png);
         let (_, log) = browse(&browser, &url, &format!("--screenshot={}", png.display()));
         let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
@@ -191,4 +231,5 @@ fn every_page_loads_in_a_browser_without_console_messages_and_with_its_parts() {
             png.display()
         );
     }
+}
 }

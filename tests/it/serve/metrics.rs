@@ -1,12 +1,20 @@
 //! `/metrics` parses as the Prometheus text format and every sample is
-//! what plain SQL counts in the file; the backlog's age counts from when a
-//! job became due; `/healthz` says whether the file can be read.
+//! what plain SQL counts in the queue, a file or a PostgreSQL database;
+//! the backlog's age counts from when a job became due; `/healthz` says
+//! whether the queue can be read (the file is there; the server answers).
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use litejob::{NewJob, Queue};
+use litejob::{NewJob, Queue, QueueOptions};
 
 use super::Server;
+use crate::backends::{Engine, TestQueue};
+use crate::both;
 use crate::support::{now_ms, TestDb};
 
 /// One sample: its family, labels and value.
@@ -105,22 +113,21 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64>
         .map(|s| s.value)
 }
 
-#[test]
-fn metrics_parse_and_match_what_sql_counts_in_the_file() {
-    let db = TestDb::new();
-    let q = db.open();
-    for i in 0..40 {
-        let queue = ["default", "mail \"urgent\""][i % 2];
-        let kind = ["a", "b\\c", "d"][i % 3];
-        q.enqueue(NewJob::new(kind, format!("m{i}"), &i).with_queue(queue))
-            .unwrap();
-    }
-    for i in 0..5 {
-        q.enqueue(NewJob::new("a", format!("m{i}"), &i)).unwrap();
-    }
-    drop(q);
-    db.sql()
-        .execute_batch(
+both! {
+    fn metrics_parse_and_match_what_sql_counts_in_the_queue(q) {
+        let queue = q.open();
+        for i in 0..40 {
+            let name = ["default", "mail \"urgent\""][i % 2];
+            let kind = ["a", "b\\c", "d"][i % 3];
+            queue
+                .enqueue(NewJob::new(kind, format!("m{i}"), &i).with_queue(name))
+                .unwrap();
+        }
+        for i in 0..5 {
+            queue.enqueue(NewJob::new("a", format!("m{i}"), &i)).unwrap();
+        }
+        drop(queue);
+        q.exec(
             "UPDATE jobs SET state = 'succeeded', attempts = 1, finished_at = 9 WHERE id % 4 = 0;
              UPDATE jobs SET state = 'dead', finished_at = 9, last_error = 'x' WHERE id % 5 = 0 AND state = 'queued';
              INSERT INTO processed_jobs (key, completed_at, job_id) SELECT idempotency_key, 9, id FROM jobs WHERE state = 'succeeded';
@@ -132,147 +139,169 @@ fn metrics_parse_and_match_what_sql_counts_in_the_file() {
                       CASE WHEN id % 8 = 0 THEN 2 END FROM jobs WHERE state = 'succeeded';
              INSERT INTO attempts (outbox_id, attempt, key, worker, started_at, finished_at, outcome)
                SELECT id, 1, key, 'w', 1, 2, 'succeeded' FROM outbox WHERE state = 'sent';",
-        )
-        .unwrap();
-    let s = Server::start(&db, &[]);
-    let reply = s.get("/metrics");
-    assert!(reply
-        .header("Content-Type")
-        .unwrap()
-        .starts_with("text/plain; version=0.0.4"));
-    let samples = parse(&reply.ok());
-
-    let c = db.sql();
-    let mut st = c
-        .prepare("SELECT queue, kind FROM jobs GROUP BY 1, 2")
-        .unwrap();
-    let pairs: Vec<(String, String)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(pairs.len(), 6);
-    for (queue, kind) in &pairs {
-        for state in ["queued", "running", "succeeded", "dead", "cancelled"] {
-            let want: i64 = c
-                .query_row(
-                    "SELECT count(*) FROM jobs WHERE queue = ?1 AND kind = ?2 AND state = ?3",
-                    (queue, kind, state),
-                    |r| r.get(0),
-                )
-                .unwrap();
-            let got = value(
-                &samples,
-                "litejob_jobs",
-                &[("queue", queue), ("kind", kind), ("state", state)],
-            );
-            assert_eq!(got, Some(want as f64), "{queue} {kind} {state}");
-        }
-    }
-    for state in ["pending", "sending", "sent", "dead"] {
-        let want = db.count(&format!(
-            "SELECT count(*) FROM outbox WHERE state = '{state}'"
-        ));
-        assert_eq!(
-            value(
-                &samples,
-                "litejob_outbox",
-                &[("kind", "mail"), ("state", state)]
-            ),
-            Some(want as f64)
         );
-    }
-    let runs = |kind: &str, outcome: &str| {
-        db.count(&format!(
-            "SELECT count(*) FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id \
-             LEFT JOIN outbox o ON o.id = a.outbox_id \
-             WHERE coalesce(j.kind, o.kind) = '{}' AND a.outcome = '{outcome}'",
-            kind.replace('\'', "''")
-        )) as f64
-    };
-    for kind in ["a", "b\\c", "d", "mail"] {
-        for outcome in ["succeeded", "failed", "running"] {
+        let tables = || {
+            q.count(
+                "SELECT CAST(sum(pg_total_relation_size(c)) AS BIGINT) FROM \
+                 unnest(ARRAY['jobs', 'processed_jobs', 'outbox', 'attempts', 'schedules']) AS t(n), \
+                 LATERAL (SELECT to_regclass(t.n) AS c) x",
+            ) as f64
+        };
+        let tables_before = (q.engine == Engine::Postgres).then(tables);
+        let s = Server::on(&q.location, &[]);
+        let reply = s.get("/metrics");
+        assert!(reply
+            .header("Content-Type")
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"));
+        let samples = parse(&reply.ok());
+
+        // Quoted for SQL: the names hold a double quote and a backslash.
+        let lit = |v: &str| format!("'{}'", v.replace('\'', "''"));
+        let pairs: Vec<(String, String)> = q
+            .strings("SELECT queue || '|' || kind FROM jobs GROUP BY queue, kind")
+            .iter()
+            .map(|p| {
+                let (a, b) = p.split_once('|').unwrap();
+                (a.to_string(), b.to_string())
+            })
+            .collect();
+        assert_eq!(pairs.len(), 6);
+        for (queue, kind) in &pairs {
+            for state in ["queued", "running", "succeeded", "dead", "cancelled"] {
+                let want = q.count(&format!(
+                    "SELECT count(*) FROM jobs WHERE queue = {} AND kind = {} AND state = '{state}'",
+                    lit(queue),
+                    lit(kind)
+                ));
+                let got = value(
+                    &samples,
+                    "litejob_jobs",
+                    &[("queue", queue), ("kind", kind), ("state", state)],
+                );
+                assert_eq!(got, Some(want as f64), "{queue} {kind} {state}");
+            }
+        }
+        for state in ["pending", "sending", "sent", "dead"] {
+            let want = q.count(&format!(
+                "SELECT count(*) FROM outbox WHERE state = '{state}'"
+            ));
             assert_eq!(
                 value(
                     &samples,
-                    "litejob_attempts",
-                    &[("kind", kind), ("outcome", outcome)]
+                    "litejob_outbox",
+                    &[("kind", "mail"), ("state", state)]
                 ),
-                Some(runs(kind, outcome)),
-                "{kind} {outcome}"
+                Some(want as f64)
             );
         }
+        let runs = |kind: &str, outcome: &str| {
+            q.count(&format!(
+                "SELECT count(*) FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id \
+                 LEFT JOIN outbox o ON o.id = a.outbox_id \
+                 WHERE coalesce(j.kind, o.kind) = {} AND a.outcome = '{outcome}'",
+                lit(kind)
+            )) as f64
+        };
+        for kind in ["a", "b\\c", "d", "mail"] {
+            for outcome in ["succeeded", "failed", "running"] {
+                assert_eq!(
+                    value(
+                        &samples,
+                        "litejob_attempts",
+                        &[("kind", kind), ("outcome", outcome)]
+                    ),
+                    Some(runs(kind, outcome)),
+                    "{kind} {outcome}"
+                );
+            }
+        }
+        assert!(runs("a", "succeeded") > 0.0 && runs("mail", "succeeded") > 0.0);
+        let deliveries = q.count("SELECT CAST(sum(deliveries) AS BIGINT) FROM jobs") as f64;
+        assert_eq!(
+            value(&samples, "litejob_deliveries_total", &[]),
+            Some(deliveries)
+        );
+        assert_eq!(
+            value(&samples, "litejob_duplicate_deliveries_total", &[]),
+            Some(5.0)
+        );
+        let ledger = q.count("SELECT count(*) FROM processed_jobs") as f64;
+        assert_eq!(value(&samples, "litejob_ledger_rows", &[]), Some(ledger));
+        let size = value(&samples, "litejob_file_bytes", &[]).unwrap();
+        let wal = value(&samples, "litejob_wal_bytes", &[]).unwrap();
+        match q.engine {
+            Engine::Sqlite => {
+                let file = std::fs::metadata(&q.location).unwrap().len() as f64;
+                assert!(size > 0.0 && file > 0.0, "{size} {file}");
+            }
+            Engine::Postgres => {
+                // The tables' size on the server, as PostgreSQL reports it
+                // (autovacuum may add a map to a table meanwhile: it only
+                // grows); no log of the queue's own.
+                let (before, after) = (tables_before.unwrap(), tables());
+                assert!(before <= size && size <= after, "{before} <= {size} <= {after}");
+                assert_eq!(wal, 0.0);
+            }
+        }
+        for queue in ["default", "mail \"urgent\""] {
+            assert!(value(
+                &samples,
+                "litejob_oldest_queued_age_seconds",
+                &[("queue", queue)]
+            )
+            .is_some());
+        }
+        // An application gets the same families from the library.
+        let ro = Queue::open_location_read_only(&q.location, QueueOptions::default()).unwrap();
+        let lib = parse(&ro.metrics().unwrap());
+        let names = |v: &[Sample]| {
+            v.iter()
+                .map(|s| s.name.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert_eq!(names(&lib), names(&samples));
     }
-    let deliveries = db.count("SELECT sum(deliveries) FROM jobs") as f64;
-    assert_eq!(
-        value(&samples, "litejob_deliveries_total", &[]),
-        Some(deliveries)
-    );
-    assert_eq!(
-        value(&samples, "litejob_duplicate_deliveries_total", &[]),
-        Some(5.0)
-    );
-    let ledger = db.count("SELECT count(*) FROM processed_jobs") as f64;
-    assert_eq!(value(&samples, "litejob_ledger_rows", &[]), Some(ledger));
-    let file = std::fs::metadata(&db.path).unwrap().len() as f64;
-    assert!(value(&samples, "litejob_file_bytes", &[]).unwrap() > 0.0 && file > 0.0);
-    assert!(value(&samples, "litejob_wal_bytes", &[]).is_some());
-    for queue in ["default", "mail \"urgent\""] {
-        assert!(value(
-            &samples,
-            "litejob_oldest_queued_age_seconds",
-            &[("queue", queue)]
-        )
-        .is_some());
-    }
-    // An application gets the same families from the library.
-    let lib = parse(&Queue::open_read_only(&db.path).unwrap().metrics().unwrap());
-    let names = |v: &[Sample]| {
-        v.iter()
-            .map(|s| s.name.clone())
-            .collect::<std::collections::BTreeSet<_>>()
-    };
-    assert_eq!(names(&lib), names(&samples));
 }
 
-#[test]
-fn the_backlog_age_counts_from_when_a_job_became_due() {
-    let db = TestDb::new();
-    let q = db.open();
-    let late = q
-        .enqueue(NewJob::new("k", "late", &1).with_queue("slow"))
-        .unwrap()
-        .id();
-    q.enqueue(
-        NewJob::new("k", "later", &1)
-            .with_queue("scheduled")
-            .with_delay(std::time::Duration::from_secs(3600)),
-    )
-    .unwrap();
-    drop(q);
-    // Due two minutes ago, created a day ago: the wait is two minutes.
-    let now = now_ms();
-    db.sql()
-        .execute(
-            "UPDATE jobs SET run_at = ?1, created_at = ?2 WHERE id = ?3",
-            (now - 120_000, now - 86_400_000, late),
+both! {
+    fn the_backlog_age_counts_from_when_a_job_became_due(q) {
+        let queue = q.open();
+        let late = queue
+            .enqueue(NewJob::new("k", "late", &1).with_queue("slow"))
+            .unwrap()
+            .id();
+        queue
+            .enqueue(
+                NewJob::new("k", "later", &1)
+                    .with_queue("scheduled")
+                    .with_delay(std::time::Duration::from_secs(3600)),
+            )
+            .unwrap();
+        drop(queue);
+        // Due two minutes ago, created a day ago: the wait is two minutes.
+        let now = now_ms();
+        q.exec(&format!(
+            "UPDATE jobs SET run_at = {}, created_at = {} WHERE id = {late}",
+            now - 120_000,
+            now - 86_400_000
+        ));
+        let s = Server::on(&q.location, &[]);
+        let samples = parse(&s.get("/metrics").ok());
+        let slow = value(
+            &samples,
+            "litejob_oldest_queued_age_seconds",
+            &[("queue", "slow")],
         )
         .unwrap();
-    let s = Server::start(&db, &[]);
-    let samples = parse(&s.get("/metrics").ok());
-    let slow = value(
-        &samples,
-        "litejob_oldest_queued_age_seconds",
-        &[("queue", "slow")],
-    )
-    .unwrap();
-    assert!((120.0..200.0).contains(&slow), "{slow}");
-    let scheduled = value(
-        &samples,
-        "litejob_oldest_queued_age_seconds",
-        &[("queue", "scheduled")],
-    );
-    assert_eq!(scheduled, Some(0.0), "a job due in an hour is not late");
+        assert!((120.0..200.0).contains(&slow), "{slow}");
+        let scheduled = value(
+            &samples,
+            "litejob_oldest_queued_age_seconds",
+            &[("queue", "scheduled")],
+        );
+        assert_eq!(scheduled, Some(0.0), "a job due in an hour is not late");
+    }
 }
 
 #[test]
@@ -290,4 +319,112 @@ fn healthz_is_200_while_the_file_reads_and_503_once_it_is_gone() {
     let r = s.get("/healthz");
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(r.body.contains("gone"), "{}", r.body);
+}
+
+/// A TCP relay in front of the PostgreSQL server that the test can cut and
+/// restore: to its clients, a server that goes away and comes back.
+struct Relay {
+    stop: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Relays connections to `listen` (`127.0.0.1:0`: any port) to
+    /// `target`; returns it and the address it listens on.
+    fn start(listen: &str, target: &str) -> (Relay, String) {
+        let listener = TcpListener::bind(listen).expect("bind the relay");
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (st, ss, target) = (stop.clone(), streams.clone(), target.to_string());
+        let accept = std::thread::spawn(move || {
+            while !st.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let mut all = ss.lock().unwrap();
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server.try_clone().unwrap(), client.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+                all.extend([client, server]);
+            }
+            // The listener goes with the thread: new connections are refused.
+        });
+        (
+            Relay {
+                stop,
+                streams,
+                accept: Some(accept),
+            },
+            addr,
+        )
+    }
+
+    /// Cuts every connection and stops listening.
+    fn cut(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.accept.take() {
+            t.join().unwrap();
+        }
+        for s in self.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+#[test]
+fn healthz_is_503_while_the_database_server_is_out_of_reach_and_200_again_after() {
+    let Some(q) = TestQueue::new(Engine::Postgres) else {
+        return;
+    };
+    q.open().enqueue(NewJob::new("k", "h", &1)).unwrap();
+    // The server's host:port in the URL, reached through the relay instead.
+    let authority = q
+        .location
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let (relay, addr) = Relay::start("127.0.0.1:0", authority);
+    let url = q.location.replacen(authority, &addr, 1);
+    let s = Server::on(&url, &[]);
+    let r = s.get("/healthz");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("schema version"), "{}", r.body);
+    s.get("/").ok();
+
+    relay.cut();
+    let t0 = Instant::now();
+    let r = s.get("/healthz");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.starts_with("unhealthy:"), "{}", r.body);
+    eprintln!("503 after {:?}", t0.elapsed());
+    // A page says the same: the server is unavailable.
+    assert_eq!(s.get("/").status, 503);
+
+    // The server is back on the same address: healthy again.
+    let (relay, _) = Relay::start(&addr, authority);
+    let r = s.get("/healthz");
+    assert_eq!(r.status, 200, "{}", r.body);
+    relay.cut();
 }

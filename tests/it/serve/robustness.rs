@@ -1,7 +1,7 @@
 //! The server in a hostile world: clients that send half a request, or
 //! pipeline requests and read no answer, hold only their own connection,
 //! and the pages keep answering, with the figures of the moment, while
-//! workers run on the file.
+//! workers run on the queue (a file or a PostgreSQL database).
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -11,6 +11,8 @@ use litejob::{NewJob, Outcome};
 use serde_json::Value;
 
 use super::Server;
+use crate::backends::Engine;
+use crate::both;
 use crate::support::{wait_until, TestDb, LONG};
 
 #[test]
@@ -56,34 +58,34 @@ fn slow_and_greedy_clients_do_not_stall_the_others() {
     drop(greedy);
 }
 
-#[test]
-fn the_pages_keep_answering_while_workers_run_on_the_file() {
-    let db = TestDb::new();
-    let q = db.open();
-    let s = Server::start(&db, &[]);
-    let mut rt = q
-        .runtime()
-        .poll_interval(Duration::from_millis(10))
-        .handler("live", |_tx, _v: Value| Ok(Outcome::Done))
-        .start()
-        .unwrap();
-    for round in 0..20 {
-        let batch: Vec<NewJob> = (0..50)
-            .map(|i| NewJob::new("live", format!("live-{round}-{i}"), &i))
-            .collect();
-        q.enqueue_many(batch).unwrap();
-        for path in ["/", "/jobs", "/metrics", "/failures"] {
-            let r = s.get(path);
-            assert_eq!(r.status, 200, "{path}: {}", r.body);
+both! {
+    fn the_pages_keep_answering_while_workers_run_on_the_queue(q) {
+        let queue = q.open();
+        let s = Server::on(&q.location, &[]);
+        let b = queue.runtime().poll_interval(Duration::from_millis(10));
+        let b = match q.engine {
+            Engine::Sqlite => b.handler("live", |_tx, _v: Value| Ok(Outcome::Done)),
+            Engine::Postgres => b.pg_handler("live", |_tx, _v: Value| Ok(Outcome::Done)),
+        };
+        let mut rt = b.start().unwrap();
+        for round in 0..20 {
+            let batch: Vec<NewJob> = (0..50)
+                .map(|i| NewJob::new("live", format!("live-{round}-{i}"), &i))
+                .collect();
+            queue.enqueue_many(batch).unwrap();
+            for path in ["/", "/jobs", "/metrics", "/failures"] {
+                let r = s.get(path);
+                assert_eq!(r.status, 200, "{path}: {}", r.body);
+            }
         }
+        wait_until("every job succeeded", LONG, || {
+            q.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'") == 1000
+        });
+        rt.stop();
+        let metrics = s.get("/metrics").ok();
+        assert!(
+            metrics.contains("litejob_jobs{queue=\"default\",kind=\"live\",state=\"succeeded\"} 1000"),
+            "{metrics}"
+        );
     }
-    wait_until("every job succeeded", LONG, || {
-        db.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'") == 1000
-    });
-    rt.stop();
-    let metrics = s.get("/metrics").ok();
-    assert!(
-        metrics.contains("litejob_jobs{queue=\"default\",kind=\"live\",state=\"succeeded\"} 1000"),
-        "{metrics}"
-    );
 }

@@ -11,6 +11,7 @@ pub mod jobs;
 pub mod key;
 pub mod outbox;
 pub mod overview;
+pub mod schedules;
 
 use super::html::{url, Html};
 use super::http::Resp;
@@ -25,6 +26,7 @@ pub const NAV: &[(&str, &str)] = &[
     ("/jobs", "Jobs"),
     ("/failures", "Failures"),
     ("/outbox", "Outbox"),
+    ("/schedules", "Schedules"),
 ];
 
 /// The rows a list page shows by default, and at most.

@@ -1,10 +1,10 @@
 //! `/`: the overview. Totals on top, then its sections in [`SECTIONS`]
 //! order: jobs per queue and state with each queue's backlog age and its
 //! controls (paused, a cap, a rate), the last hour's runs per minute, the
-//! outbox's backlog, the file. A section is a function of the overview
-//! read once for the page.
+//! outbox's backlog, the schedules (when there are any), the file or
+//! database. A section is a function of the overview read once for the page.
 
-use litejob::{JobCounts, JobState, OutboxState, Overview, QueueOverview};
+use litejob::{BackendKind, JobCounts, JobState, OutboxState, Overview, QueueOverview};
 
 use super::super::super::queues::describe;
 
@@ -18,7 +18,10 @@ use super::{count_cell, layout};
 type Section = fn(&mut Html, &App, &Overview);
 
 /// The sections, in page order.
-const SECTIONS: &[Section] = &[queues, activity, outbox, file];
+const SECTIONS: &[Section] = &[queues, activity, outbox, schedules, storage];
+
+/// Schedules listed on the overview; the schedules page has them all.
+const SCHEDULES_SHOWN: usize = 10;
 
 /// The overview page.
 pub fn page(app: &App) -> litejob::Result<Resp> {
@@ -97,7 +100,7 @@ fn state_cells(h: &mut Html, c: &JobCounts, filter: &[(&str, Option<&str>)]) {
 fn queues(h: &mut Html, _app: &App, o: &Overview) {
     h.raw("<section id=\"queues\"><h2>Jobs per queue</h2>");
     if o.queues.is_empty() && o.controls.is_empty() {
-        h.raw("<p class=\"none\">No jobs in the file yet.</p></section>");
+        h.raw("<p class=\"none\">No jobs in the queue yet.</p></section>");
         return;
     }
     h.raw("<table><thead><tr><th>queue</th>");
@@ -184,15 +187,48 @@ fn outbox(h: &mut Html, _app: &App, o: &Overview) {
     h.raw("</tbody></table></section>");
 }
 
-fn file(h: &mut Html, app: &App, o: &Overview) {
-    h.raw("<section id=\"file\"><h2>The file</h2><dl class=\"facts\">");
-    h.raw("<dt>path</dt><dd>");
-    h.text(&app.queue.path().display().to_string());
-    h.raw("</dd><dt>size</dt><dd>");
-    h.text(&bytes(o.file_bytes));
-    h.raw(" (write-ahead log ");
-    h.text(&bytes(o.wal_bytes));
-    h.raw(")</dd><dt>ledger</dt><dd>");
+fn schedules(h: &mut Html, _app: &App, o: &Overview) {
+    if o.schedules.is_empty() {
+        return;
+    }
+    h.raw("<section id=\"schedules-section\"><h2>Schedules</h2>");
+    let shown = &o.schedules[..o.schedules.len().min(SCHEDULES_SHOWN)];
+    super::schedules::table(h, shown, o.now, false);
+    if shown.len() < o.schedules.len() {
+        h.raw("<p>");
+        h.link(
+            "/schedules",
+            &format!("all {} schedules", o.schedules.len()),
+        );
+        h.raw("</p>");
+    }
+    h.raw("</section>");
+}
+
+/// Where the queue lives: the file (its size and its write-ahead log's),
+/// or the PostgreSQL database (the size of litejob's tables there).
+fn storage(h: &mut Html, app: &App, o: &Overview) {
+    match app.queue.backend_kind() {
+        BackendKind::Sqlite => {
+            h.raw("<section id=\"file\"><h2>The file</h2><dl class=\"facts\">");
+            h.raw("<dt>path</dt><dd>");
+            h.text(&app.queue.location());
+            h.raw("</dd><dt>size</dt><dd>");
+            h.text(&bytes(o.file_bytes));
+            h.raw(" (write-ahead log ");
+            h.text(&bytes(o.wal_bytes));
+            h.raw(")</dd>");
+        }
+        _ => {
+            h.raw("<section id=\"file\"><h2>The database</h2><dl class=\"facts\">");
+            h.raw("<dt>PostgreSQL</dt><dd>");
+            h.text(&app.queue.location());
+            h.raw("</dd><dt>size</dt><dd>");
+            h.text(&bytes(o.file_bytes));
+            h.raw(" (litejob's tables with their indexes)</dd>");
+        }
+    }
+    h.raw("<dt>ledger</dt><dd>");
     h.num(o.ledger_rows);
     h.raw(" keys whose work committed</dd></dl></section>");
 }
