@@ -13,7 +13,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -248,8 +248,15 @@ impl Worker {
             return Ok(true);
         }
         drop(shared);
-        // Nothing ordinary due: a suspect, alone.
-        let _alone = alone.write().unwrap_or_else(|e| e.into_inner());
+        // Nothing ordinary due: a suspect, alone, once no other worker's
+        // batch is in flight. Not waiting for them: a waiting writer holds
+        // back every other worker's next claim, so one run stuck in its
+        // prepare step would stop the whole process.
+        let _alone = match alone.try_write() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(false),
+        };
         let suspect = self.claim(true, 1)?;
         if suspect.is_empty() {
             return Ok(false);
