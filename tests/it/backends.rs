@@ -1,6 +1,9 @@
-//! The behaviour suite both backends share: every test in `backends/` runs
-//! once on a SQLite file and once on PostgreSQL (`both!`), through the
-//! public API and the real binary, and checks the database with plain SQL.
+//! The behaviour suite both backends share: every test written with
+//! `both!` (here in `backends/`, and across `enqueue/`, `runtime/`,
+//! `outbox.rs` and `cli/`) runs once on a SQLite file and once on
+//! PostgreSQL, through the public API and the real binary, and checks the
+//! database with plain SQL. This file is its support: the test's queue,
+//! its SQL on either engine, and handlers written once for both.
 //!
 //! PostgreSQL is the server `LITEJOB_TEST_PG` names (a URL to a database
 //! the tests may create schemas in); each test gets a schema of its own,
@@ -21,7 +24,9 @@ mod schedules;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use litejob::pg::{Client, NoTls};
-use litejob::{HandlerError, JobContext, Outcome, Queue, QueueOptions, RuntimeBuilder};
+use litejob::{
+    BackendKind, HandlerError, JobContext, Outcome, Queue, QueueOptions, RuntimeBuilder,
+};
 use serde_json::Value;
 
 /// Which backend a test runs on.
@@ -176,6 +181,31 @@ impl TestQueue {
         }
     }
 
+    /// Whether anything of the queue was created: the file, or a table in
+    /// the schema.
+    pub fn created(&self) -> bool {
+        match self.engine {
+            Engine::Sqlite => std::path::Path::new(&self.location).exists(),
+            Engine::Postgres => {
+                self.count(
+                    "SELECT count(*) FROM information_schema.tables \
+                     WHERE table_schema = current_schema()",
+                ) > 0
+            }
+        }
+    }
+
+    /// How far a time litejob stored may lie outside the test's own clock
+    /// readings around it, in ms: none on a file; on PostgreSQL times are
+    /// on the server's clock, which litejob knows to within half a round
+    /// trip and the server's rounding to the millisecond.
+    pub fn clock_slack_ms(&self) -> i64 {
+        match self.engine {
+            Engine::Sqlite => 0,
+            Engine::Postgres => 2,
+        }
+    }
+
     /// Creates the application's own table `app_rows`, which
     /// [`app_handler`] writes.
     pub fn create_app_table(&self) {
@@ -193,6 +223,102 @@ impl Drop for TestQueue {
     }
 }
 
+/// A job's transaction on either engine, as the suite's handlers use it:
+/// the application's row, an outbox row, a statement of its own.
+pub enum AppTx<'a, 'b, 't> {
+    Sqlite(&'a litejob::JobTx<'b>),
+    Postgres(&'a mut litejob::PgJobTx<'b, 't>),
+}
+
+impl AppTx<'_, '_, '_> {
+    /// The job this transaction runs.
+    pub fn job(&self) -> &JobContext {
+        match self {
+            AppTx::Sqlite(t) => t.job(),
+            AppTx::Postgres(t) => t.job(),
+        }
+    }
+
+    /// Inserts the job's key and `note` into `app_rows`: it commits only
+    /// with the run.
+    pub fn record(&mut self, note: &str) -> Result<(), HandlerError> {
+        self.insert_row(Some(note))
+    }
+
+    fn insert_row(&mut self, note: Option<&str>) -> Result<(), HandlerError> {
+        let key = self.job().key.clone();
+        match self {
+            AppTx::Sqlite(t) => {
+                t.execute("INSERT INTO app_rows (key, note) VALUES (?1, ?2)", (&key, note))?;
+            }
+            AppTx::Postgres(t) => {
+                t.execute("INSERT INTO app_rows (key, note) VALUES ($1, $2)", &[&key, &note])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `sql` (statements without results) in the job's transaction.
+    pub fn batch(&mut self, sql: &str) -> Result<(), HandlerError> {
+        match self {
+            AppTx::Sqlite(t) => t.execute_batch(sql)?,
+            AppTx::Postgres(t) => t.batch_execute(sql)?,
+        }
+        Ok(())
+    }
+
+    /// Adds an outbox row (see `JobTx::outbox`).
+    pub fn outbox(
+        &mut self,
+        kind: &str,
+        key: &str,
+        payload: &impl serde::Serialize,
+    ) -> litejob::Result<(i64, bool)> {
+        match self {
+            AppTx::Sqlite(t) => t.outbox(kind, key, payload),
+            AppTx::Postgres(t) => t.outbox(kind, key, payload),
+        }
+    }
+}
+
+/// Registers on `b` the handler of `kind`, written once for both engines:
+/// `handler` on a file, `pg_handler` on PostgreSQL.
+pub fn handler<T, F>(b: RuntimeBuilder, kind: &str, f: F) -> RuntimeBuilder
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(&mut AppTx<'_, '_, '_>, T) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+{
+    match b.queue_kind() {
+        BackendKind::Sqlite => b.handler(kind, move |tx, p: T| f(&mut AppTx::Sqlite(tx), p)),
+        BackendKind::Postgres => {
+            b.pg_handler(kind, move |tx, p: T| f(&mut AppTx::Postgres(tx), p))
+        }
+    }
+}
+
+/// [`handler`] with a prepare step, run outside the job's transaction.
+pub fn handler_with_prepare<T, P, Prep, App>(
+    b: RuntimeBuilder,
+    kind: &str,
+    prepare: Prep,
+    apply: App,
+) -> RuntimeBuilder
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    P: Send + 'static,
+    Prep: Fn(&JobContext, T) -> Result<P, HandlerError> + Send + Sync + 'static,
+    App: Fn(&mut AppTx<'_, '_, '_>, P) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+{
+    match b.queue_kind() {
+        BackendKind::Sqlite => b.handler_with_prepare(kind, prepare, move |tx, p: P| {
+            apply(&mut AppTx::Sqlite(tx), p)
+        }),
+        BackendKind::Postgres => b.pg_handler_with_prepare(kind, prepare, move |tx, p: P| {
+            apply(&mut AppTx::Postgres(tx), p)
+        }),
+    }
+}
+
 /// Registers on `b` the handler of `kind` for `engine`: inside the job's
 /// transaction it inserts the job's key into `app_rows`, then returns what
 /// `decide` says. The row commits only with the run.
@@ -202,17 +328,15 @@ pub fn app_handler(
     kind: &str,
     decide: impl Fn(&JobContext, &Value) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
 ) -> RuntimeBuilder {
-    match engine {
-        Engine::Sqlite => b.handler(kind, move |tx, p: Value| {
-            tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [&tx.job().key])?;
-            decide(tx.job(), &p)
-        }),
-        Engine::Postgres => b.pg_handler(kind, move |tx, p: Value| {
-            let key = tx.job().key.clone();
-            tx.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&key])?;
-            decide(tx.job(), &p)
-        }),
-    }
+    assert_eq!(
+        engine == Engine::Postgres,
+        b.queue_kind() == BackendKind::Postgres,
+        "the queue is not on {engine:?}"
+    );
+    handler(b, kind, move |tx, p: Value| {
+        tx.insert_row(None)?;
+        decide(tx.job(), &p)
+    })
 }
 
 /// A handler that writes its row and says `Done`.
