@@ -249,10 +249,16 @@ impl AppTx<'_, '_, '_> {
         let key = self.job().key.clone();
         match self {
             AppTx::Sqlite(t) => {
-                t.execute("INSERT INTO app_rows (key, note) VALUES (?1, ?2)", (&key, note))?;
+                t.execute(
+                    "INSERT INTO app_rows (key, note) VALUES (?1, ?2)",
+                    (&key, note),
+                )?;
             }
             AppTx::Postgres(t) => {
-                t.execute("INSERT INTO app_rows (key, note) VALUES ($1, $2)", &[&key, &note])?;
+                t.execute(
+                    "INSERT INTO app_rows (key, note) VALUES ($1, $2)",
+                    &[&key, &note],
+                )?;
             }
         }
         Ok(())
@@ -290,9 +296,7 @@ where
 {
     match b.queue_kind() {
         BackendKind::Sqlite => b.handler(kind, move |tx, p: T| f(&mut AppTx::Sqlite(tx), p)),
-        BackendKind::Postgres => {
-            b.pg_handler(kind, move |tx, p: T| f(&mut AppTx::Postgres(tx), p))
-        }
+        BackendKind::Postgres => b.pg_handler(kind, move |tx, p: T| f(&mut AppTx::Postgres(tx), p)),
     }
 }
 
