@@ -12,13 +12,8 @@
 //! and sets it: there a missing variable or an unreachable server fails.
 
 mod admin;
-mod asynchronous;
-mod cli;
-mod enqueue;
 mod faults;
-mod outbox;
 mod processes;
-mod runs;
 mod schedules;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -358,15 +353,15 @@ macro_rules! both {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            fn run($q: &$crate::backends::TestQueue) $body
+            fn test_body($q: &$crate::backends::TestQueue) $body
             #[test]
             fn sqlite() {
-                run(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite).unwrap())
+                test_body(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite).unwrap())
             }
             #[test]
             fn postgres() {
                 if let Some(q) = $crate::backends::TestQueue::new($crate::backends::Engine::Postgres) {
-                    run(&q)
+                    test_body(&q)
                 }
             }
         }
