@@ -17,6 +17,7 @@ mod processes;
 mod schedules;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use litejob::pg::{Client, NoTls};
 use litejob::{
@@ -54,6 +55,9 @@ pub struct TestQueue {
     pub location: String,
     _dir: Option<tempfile::TempDir>,
     schema: Option<(String, String)>,
+    /// The connection [`TestQueue::exec`] and the reads use on PostgreSQL,
+    /// opened once.
+    pg: Mutex<Option<Client>>,
 }
 
 impl TestQueue {
@@ -74,6 +78,7 @@ impl TestQueue {
                     location,
                     _dir: Some(dir),
                     schema: None,
+                    pg: Mutex::new(None),
                 })
             }
             Engine::Postgres => {
@@ -101,6 +106,7 @@ impl TestQueue {
                     location,
                     _dir: None,
                     schema: Some((base, schema)),
+                    pg: Mutex::new(None),
                 })
             }
         }
@@ -126,9 +132,12 @@ impl TestQueue {
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
             Engine::Postgres => {
-                let mut c = Client::connect(&self.location, NoTls).unwrap();
-                c.batch_execute(sql)
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                if let Err(e) = self.pg(|c| c.batch_execute(sql)) {
+                    // Out of a transaction the statements left open, which
+                    // would hold its locks.
+                    let _ = self.pg(|c| c.batch_execute("ROLLBACK"));
+                    panic!("{sql}: {e}");
+                }
             }
         }
     }
@@ -144,9 +153,8 @@ impl TestQueue {
                     .unwrap_or_else(|e| panic!("{sql}: {e}"))
             }
             Engine::Postgres => {
-                let mut c = Client::connect(&self.location, NoTls).unwrap();
-                let r = c
-                    .query_one(sql, &[])
+                let r = self
+                    .pg(|c| c.query_one(sql, &[]))
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
                 // count(*) is bigint; a sum may be numeric.
                 r.try_get::<_, i64>(0)
@@ -165,14 +173,33 @@ impl TestQueue {
                 let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
                 rows.collect::<rusqlite::Result<_>>().unwrap()
             }
-            Engine::Postgres => {
-                let mut c = Client::connect(&self.location, NoTls).unwrap();
-                c.query(sql, &[])
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
-                    .iter()
-                    .map(|r| r.get::<_, String>(0))
-                    .collect()
+            Engine::Postgres => self
+                .pg(|c| c.query(sql, &[]))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect(),
+        }
+    }
+
+    /// Runs `f` on the test's own connection to the schema, opened the
+    /// first time; once more on a new one if it turns out closed (the
+    /// server restarted).
+    fn pg<R>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> Result<R, litejob::pg::Error>,
+    ) -> Result<R, litejob::pg::Error> {
+        let mut slot = self.pg.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().map_or(true, Client::is_closed) {
+            *slot = Some(Client::connect(&self.location, NoTls)?);
+        }
+        let c = slot.as_mut().expect("just connected");
+        match f(c) {
+            Err(_) if c.is_closed() => {
+                let c = slot.insert(Client::connect(&self.location, NoTls)?);
+                f(c)
             }
+            other => other,
         }
     }
 
@@ -210,6 +237,10 @@ impl TestQueue {
 
 impl Drop for TestQueue {
     fn drop(&mut self) {
+        // Closed first: the schema is dropped from another connection.
+        if let Ok(mut c) = self.pg.lock() {
+            c.take();
+        }
         if let Some((base, schema)) = &self.schema {
             if let Ok(mut c) = Client::connect(base, NoTls) {
                 let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));

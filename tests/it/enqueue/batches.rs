@@ -3,7 +3,7 @@
 //! a later chunk meeting a known key keeps the earlier chunks, and
 //! concurrent batches with overlapping keys make one job per key.
 
-use litejob::{Enqueued, NewJob, Queue};
+use litejob::{Enqueued, NewJob, Queue, QueueOptions, Synchronous};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -81,25 +81,58 @@ both! {
     }
 }
 
-/// The queue a batch test starts from: keys `s:0`… of [`SPECIAL`] as three
-/// kinds of key a batch may meet: a job already in `jobs` (i % 3 == 0),
-/// only a ledger row, its job pruned (i % 3 == 1), and unseen (i % 3 == 2).
-fn batch_start(q: &TestQueue) -> Queue {
-    let queue = q.open();
-    for i in (0..SPECIAL).filter(|i| i % 3 == 0) {
-        queue
-            .enqueue(NewJob::new("k", format!("s:{i}"), &json!({})))
-            .unwrap();
+/// Two queues on one engine that a batch test compares: one takes a batch,
+/// the other the same jobs one by one.
+struct Pair<'a> {
+    a: &'a TestQueue,
+    qa: Queue,
+    b: TestQueue,
+    qb: Queue,
+}
+
+impl Pair<'_> {
+    /// On PostgreSQL without waiting for each commit's flush: what is
+    /// compared is the answers and the rows, and a hundred enqueues one by
+    /// one per case would each wait for one.
+    fn new(a: &TestQueue) -> Pair<'_> {
+        let b = TestQueue::new(a.engine).unwrap();
+        let opts = match a.engine {
+            Engine::Sqlite => QueueOptions::default(),
+            Engine::Postgres => QueueOptions::default().with_synchronous(Synchronous::Normal),
+        };
+        let (qa, qb) = (a.open_with(opts.clone()), b.open_with(opts));
+        Pair { a, qa, b, qb }
     }
-    let ledger: Vec<String> = (0..SPECIAL)
-        .filter(|i| i % 3 == 1)
-        .map(|i| format!("('s:{i}', 1, {})", 9000 + i))
-        .collect();
-    q.exec(&format!(
-        "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES {}",
-        ledger.join(", ")
-    ));
-    queue
+
+    /// Empties both queues (ids start again at 1, as in a new one) and
+    /// brings them to the state a batch test starts from: keys `s:0`… of
+    /// [`SPECIAL`] as three kinds of key a batch may meet: a job already
+    /// in `jobs` (i % 3 == 0), only a ledger row, its job pruned
+    /// (i % 3 == 1), and unseen (i % 3 == 2).
+    fn reset(&self) {
+        for (q, queue) in [(self.a, &self.qa), (&self.b, &self.qb)] {
+            q.exec(match q.engine {
+                Engine::Sqlite => {
+                    "DELETE FROM jobs; DELETE FROM processed_jobs; \
+                     DELETE FROM sqlite_sequence WHERE name = 'jobs'"
+                }
+                Engine::Postgres => "TRUNCATE jobs, processed_jobs RESTART IDENTITY CASCADE",
+            });
+            for i in (0..SPECIAL).filter(|i| i % 3 == 0) {
+                queue
+                    .enqueue(NewJob::new("k", format!("s:{i}"), &json!({})))
+                    .unwrap();
+            }
+            let ledger: Vec<String> = (0..SPECIAL)
+                .filter(|i| i % 3 == 1)
+                .map(|i| format!("('s:{i}', 1, {})", 9000 + i))
+                .collect();
+            q.exec(&format!(
+                "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES {}",
+                ledger.join(", ")
+            ));
+        }
+    }
 }
 
 const SPECIAL: usize = 12;
@@ -114,11 +147,11 @@ fn job_rows(q: &TestQueue) -> Vec<String> {
     )
 }
 
-/// Enqueues `keys` as one batch into one new queue and one by one into
-/// another (both from [`batch_start`], on `engine`), and checks the
-/// answers and the rows are the same. Each job's payload, queue, priority
-/// and retries come from its key, so a value bound to the wrong row shows.
-fn batch_like_one_by_one(engine: Engine, keys: &[String]) -> Result<(), TestCaseError> {
+/// Enqueues `keys` as one batch into one queue of `pair` and one by one
+/// into the other (both from [`Pair::reset`]), and checks the answers and
+/// the rows are the same. Each job's payload, queue, priority and retries
+/// come from its key, so a value bound to the wrong row shows.
+fn batch_like_one_by_one(pair: &Pair<'_>, keys: &[String]) -> Result<(), TestCaseError> {
     let batch = || -> Vec<NewJob> {
         keys.iter()
             .map(|k| {
@@ -130,21 +163,19 @@ fn batch_like_one_by_one(engine: Engine, keys: &[String]) -> Result<(), TestCase
             })
             .collect()
     };
-    let (Some(a), Some(b)) = (TestQueue::new(engine), TestQueue::new(engine)) else {
-        return Ok(());
-    };
-    let (qa, qb) = (batch_start(&a), batch_start(&b));
+    pair.reset();
+    let (qa, qb) = (&pair.qa, &pair.qb);
     let together = qa.enqueue_many(batch()).unwrap();
     let one_by_one: Vec<Enqueued> = batch()
         .into_iter()
         .map(|j| qb.enqueue(j).unwrap())
         .collect();
     prop_assert_eq!(&together, &one_by_one);
-    prop_assert_eq!(job_rows(&a), job_rows(&b));
+    prop_assert_eq!(job_rows(pair.a), job_rows(&pair.b));
     // And the next job takes the next id on both: a refused multi-row
     // insert spent none.
     let next = |q: &Queue| q.enqueue(NewJob::new("k", "next", &json!({}))).unwrap();
-    prop_assert_eq!(next(&qa), next(&qb));
+    prop_assert_eq!(next(qa), next(qb));
     Ok(())
 }
 
@@ -152,21 +183,22 @@ both! {
     /// A batch whose later chunk meets a key seen before keeps its earlier
     /// chunks, and answers like one enqueue per job.
     fn a_batch_whose_later_chunk_meets_a_known_key_keeps_its_earlier_chunks(q) {
+        let pair = Pair::new(q);
         let fresh = |n: usize| (0..n).map(|i| format!("f:{i}")).collect::<Vec<_>>();
         // 130 jobs: a chunk of 100 goes in, the chunk of 25 after it holds a
         // key in `jobs` at 110 (its failure must not undo the first chunk).
         let mut keys = fresh(130);
         keys[110] = "s:0".into();
-        batch_like_one_by_one(q.engine, &keys).unwrap();
+        batch_like_one_by_one(&pair, &keys).unwrap();
         // A key known only to the ledger as the last row of a chunk of 25.
         let mut keys = fresh(130);
         keys[124] = "s:1".into();
-        batch_like_one_by_one(q.engine, &keys).unwrap();
+        batch_like_one_by_one(&pair, &keys).unwrap();
         // Both, and a chunk of 5 after them.
         let mut keys = fresh(136);
         keys[0] = "s:3".into();
         keys[130] = "s:4".into();
-        batch_like_one_by_one(q.engine, &keys).unwrap();
+        batch_like_one_by_one(&pair, &keys).unwrap();
     }
 }
 
@@ -219,7 +251,7 @@ both! {
 }
 
 /// The keys of one case of [`a_batch_answers_like_one_enqueue_per_job`]:
-/// fresh keys, keys of [`batch_start`]'s kinds inserted among them, and
+/// fresh keys, keys of [`Pair::reset`]'s kinds inserted among them, and
 /// perhaps one key twice.
 fn case_keys(
     fresh: &[usize],
@@ -247,15 +279,12 @@ both! {
     /// delivery counts and columns. On a file, batches of up to 140 new keys
     /// go in by multi-row INSERTs and a chunk holding a key seen before goes
     /// in one by one; on PostgreSQL a batch of distinct keys is one
-    /// statement. Fewer cases on PostgreSQL: each makes two schemas.
+    /// statement. The cases share two queues, emptied before each.
     fn a_batch_answers_like_one_enqueue_per_job(q) {
-        let cases = match q.engine {
-            Engine::Sqlite => 40,
-            Engine::Postgres => 12,
-        };
+        let pair = Pair::new(q);
         let config = proptest::test_runner::Config {
             source_file: Some(file!()),
-            ..crate::support::proptest_config(cases)
+            ..crate::support::proptest_config(40)
         };
         let cases = (
             prop::sample::subsequence((0..300usize).collect::<Vec<_>>(), 0..140),
@@ -263,7 +292,7 @@ both! {
             prop::option::weighted(0.2, (0..140usize, 0..140usize)),
         );
         let checked = proptest::test_runner::TestRunner::new(config).run(&cases, |(fresh, special, twice)| {
-            batch_like_one_by_one(q.engine, &case_keys(&fresh, special, twice))
+            batch_like_one_by_one(&pair, &case_keys(&fresh, special, twice))
         });
         if let Err(e) = checked {
             panic!("{e}");
