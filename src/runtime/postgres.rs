@@ -297,13 +297,19 @@ impl Worker {
     }
 
     /// Prepares, applies and records a batch; a batch whose transaction
-    /// failed is given back uncharged.
+    /// failed is given back uncharged. Once the runtime is stopping, the
+    /// runs whose user code has not started are given back, and those whose
+    /// prepare step ran finish: the grace period is theirs.
     fn run_batch(&mut self, batch: Vec<Started>) {
-        let mut runs: Vec<Run> = batch.into_iter().filter_map(|j| self.begin(j)).collect();
-        if self.s.stopping.load(Ordering::SeqCst) {
-            // Stopping before any of its user code ran in a transaction:
-            // give the batch back (its prepare steps ran; nothing else).
-            self.give_back(&runs, "released at shutdown");
+        let mut runs = Vec::with_capacity(batch.len());
+        for j in batch {
+            if self.s.stopping.load(Ordering::SeqCst) {
+                self.give_back_one(j.id, j.attempt_id, "released at shutdown");
+            } else if let Some(r) = self.begin(j) {
+                runs.push(r);
+            }
+        }
+        if runs.is_empty() {
             return;
         }
         match self.apply(&mut runs) {
