@@ -1,4 +1,4 @@
--- litejob schema for PostgreSQL, version 2 (the row in litejob_schema).
+-- litejob schema for PostgreSQL, version 3 (the row in litejob_schema).
 --
 -- The same tables, columns, states and views as schema.sql, the SQLite file's
 -- schema, so a queue moves from a file to PostgreSQL (`litejob copy`) row for
@@ -228,3 +228,41 @@ SELECT name, cron, tz, kind, queue, catch_up,
        litejob_time(next_slot_at) AS next_slot_at,
        litejob_time(updated_at)   AS updated_at
 FROM schedules;
+
+-- queues: the controls an operator set on a queue (`litejob queue pause|resume|set`),
+-- one row per queue with at least one in force; a queue without a row runs
+-- freely. A claim of a capped or rate-limited queue locks its row (FOR UPDATE)
+-- and counts under that lock, so the limits hold exactly across machines:
+--   paused:      nothing new of the queue starts (running jobs finish; enqueues succeed)
+--   concurrency: at most this many of its jobs running at once (state 'running'
+--                with an unexpired lease)
+--   rate_limit per rate_window_ms: at most this many starts in any window that long
+-- Every process reads the rows again at least once per poll interval.
+CREATE TABLE IF NOT EXISTS queues (
+    name           text    PRIMARY KEY CHECK (length(name) > 0),
+    paused         boolean NOT NULL DEFAULT false,
+    concurrency    bigint  CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit     bigint  CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms bigint  CHECK (rate_window_ms >= 1),
+    updated_at     bigint  NOT NULL,
+    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+);
+
+-- queue_starts: the runs of a rate-limited queue started inside its window
+-- (one row per start, the same started_at as its attempts row); a claim
+-- deletes the rows older than the window.
+CREATE TABLE IF NOT EXISTS queue_starts (
+    queue      text    NOT NULL,
+    started_at bigint  NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+
+-- The controls with readable times, and the starts inside each rate window.
+CREATE OR REPLACE VIEW queue_overview AS
+SELECT name, paused, concurrency,
+       rate_limit || '/' || rate_window_ms || 'ms' AS rate,
+       (SELECT count(*) FROM queue_starts s
+        WHERE s.queue = q.name AND s.started_at > litejob_now_ms() - q.rate_window_ms) AS started_in_window,
+       litejob_time(updated_at) AS updated_at
+FROM queues q;

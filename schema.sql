@@ -1,4 +1,4 @@
--- litejob schema, version 2 (PRAGMA user_version = 2).
+-- litejob schema, version 3 (PRAGMA user_version = 3).
 --
 -- This file is the whole current schema. The litejob binary embeds it and runs
 -- it on a new file; an older file is migrated step by step (src/schema.rs).
@@ -212,3 +212,40 @@ SELECT name, cron, tz, kind, queue, catch_up,
        strftime('%Y-%m-%d %H:%M:%S', next_slot_at / 1000.0, 'unixepoch') AS next_slot_at,
        strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch')   AS updated_at
 FROM schedules;
+
+-- queues: the controls an operator set on a queue (`litejob queue pause|resume|set`),
+-- one row per queue with at least one in force; a queue without a row runs
+-- freely. Every claim of every process on the file reads them under the
+-- write lock, so they hold exactly across processes:
+--   paused:      nothing new of the queue starts (running jobs finish; enqueues succeed)
+--   concurrency: at most this many of its jobs running at once (state 'running'
+--                with an unexpired lease, claimed-ahead jobs included)
+--   rate_limit per rate_window_ms: at most this many starts in any window that long
+CREATE TABLE IF NOT EXISTS queues (
+    name           TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    paused         INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
+    concurrency    INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit     INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms INTEGER CHECK (rate_window_ms >= 1),
+    updated_at     INTEGER NOT NULL,
+    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+);
+
+-- queue_starts: the runs of a rate-limited queue started inside its window
+-- (one row per start, the same started_at as its attempts row); a claim
+-- deletes the rows older than the window.
+CREATE TABLE IF NOT EXISTS queue_starts (
+    queue      TEXT    NOT NULL,
+    started_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+
+-- The controls with readable times, and the starts inside each rate window.
+CREATE VIEW IF NOT EXISTS queue_overview AS
+SELECT name, paused, concurrency,
+       rate_limit || '/' || rate_window_ms || 'ms' AS rate,
+       (SELECT count(*) FROM queue_starts s
+        WHERE s.queue = q.name AND s.started_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000 - q.rate_window_ms) AS started_in_window,
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at
+FROM queues q;

@@ -4,6 +4,7 @@
 
 use rusqlite::{CachedStatement, Connection};
 
+use crate::controls;
 use crate::error::Result;
 use crate::history::{self, AttemptOutcome};
 use crate::time::Millis;
@@ -19,6 +20,9 @@ pub(crate) struct Claimed {
     /// flight, so that if it is the one that kills the process, it does not
     /// take a healthy neighbour's uncommitted run down with it again.
     pub abandoned: i64,
+    /// Its queue is rate-limited: its start is recorded in `queue_starts`
+    /// (see the controls module), in the start's transaction.
+    pub rated: bool,
 }
 
 /// A claimed job, and its start with the caller's token if it was started.
@@ -41,7 +45,16 @@ pub(crate) struct Batch<W> {
     pub taken: Vec<Taken<W>>,
     /// Left for [`Starter::take_and_start`], in priority order.
     pub later: Vec<(Claimed, W, String)>,
+    /// Jobs were left queued because their queue's cap or rate was full: a
+    /// run of it ending frees a slot worth claiming at once.
+    pub held_back: bool,
+    /// When a full rate's window next frees a start, if one held jobs back.
+    pub frees_at: Option<Millis>,
 }
+
+/// A job the claim's query found: `(priority, run_at, id, kind index,
+/// abandoned, queue)`; the queue is read only when controls are in force.
+type Candidate = (i64, i64, i64, usize, i64, Option<String>);
 
 /// Claims up to `limit` runnable jobs of `kinds` (and `queues`, if given), in
 /// priority order, for `owner` until `lease_until`; `decide` says what to do
@@ -50,6 +63,16 @@ pub(crate) struct Batch<W> {
 /// last job (a strictly better priority). A job started here is started as
 /// [`start`] would, in the same statements: its row is updated once, claim
 /// and fence together.
+///
+/// The queue controls in force are read first, in this transaction: a
+/// paused queue's jobs are left queued, a capped or rate-limited queue
+/// gives at most the room it has left (its claimed-ahead jobs count), and
+/// such a job is never left for a later transaction (`Take::Later`
+/// becomes `Take::Start`), where another process could take the slot
+/// meanwhile. At most `for_workers` such jobs are claimed for the workers
+/// to start (`Take::Claim`): the workers free to start one now. More would
+/// wait in the buffer holding their slots while another process's workers
+/// sat idle.
 #[allow(clippy::too_many_arguments)]
 // Long: one claim transaction, read, decide and write in order, under one lock.
 pub(crate) fn claim_batch<W>(
@@ -57,6 +80,7 @@ pub(crate) fn claim_batch<W>(
     kinds: &[String],
     queues_json: Option<&str>,
     limit: usize,
+    for_workers: usize,
     owner: &str,
     lease_until: Millis,
     now: Millis,
@@ -72,49 +96,85 @@ pub(crate) fn claim_batch<W>(
     // handful of texts stay prepared; the merge below takes `limit`.
     let cap = limit.max(1).next_power_of_two();
     let candidates_sql = format!(
-        "SELECT id, priority, run_at, abandoned FROM jobs \
+        "SELECT id, priority, run_at, abandoned, queue FROM jobs \
          WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
          AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
+         AND (?4 IS NULL OR queue NOT IN (SELECT value FROM json_each(?4))) \
          ORDER BY priority, run_at, id LIMIT {cap}"
     );
     const TAKE: &str =
         "UPDATE jobs SET state = 'running', lease_owner = ?2, lease_expires_at = ?3 \
          WHERE id = ?1 AND state = 'queued'";
-    let mut candidates: Vec<(i64, i64, i64, usize, i64)> = Vec::new();
-    {
+    let mut gate = controls::Gate::read(conn)?;
+    let candidates = {
         let mut st = conn.prepare_cached(&candidates_sql)?;
-        for (k, kind) in kinds.iter().enumerate() {
-            let rows = st.query_map(rusqlite::params![kind, now, queues_json], |r| {
-                Ok((
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(0)?,
-                    k,
-                    r.get::<_, i64>(3)?,
-                ))
-            })?;
-            for row in rows {
-                candidates.push(row?);
+        let mut find = |skipped: Option<&str>, with_queue: bool| -> Result<Vec<Candidate>> {
+            let mut found: Vec<Candidate> = Vec::new();
+            for (k, kind) in kinds.iter().enumerate() {
+                let rows =
+                    st.query_map(rusqlite::params![kind, now, queues_json, skipped], |r| {
+                        Ok((
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get::<_, i64>(0)?,
+                            k,
+                            r.get::<_, i64>(3)?,
+                            if with_queue {
+                                Some(r.get::<_, String>(4)?)
+                            } else {
+                                None
+                            },
+                        ))
+                    })?;
+                for row in rows {
+                    found.push(row?);
+                }
+            }
+            found.sort_unstable();
+            Ok(found)
+        };
+        if gate.is_open() {
+            let mut found = find(None, false)?;
+            found.truncate(limit);
+            found
+        } else {
+            let mut kept = Vec::new();
+            loop {
+                let mut found = find(gate.skipped_json().as_deref(), true)?;
+                found.append(&mut kept);
+                found.sort_unstable();
+                match gate.choose(conn, found, limit, now, |c| c.5.as_deref().unwrap_or(""))? {
+                    controls::Chosen::Done(chosen) => break chosen,
+                    controls::Chosen::Again(full) => kept = full,
+                }
             }
         }
-    }
-    candidates.sort_unstable();
-    candidates.truncate(limit);
+    };
     let worst = candidates.last().map_or(0, |c| c.0);
     let split = candidates.first().is_some_and(|c| c.0 < worst);
     let mut batch = Batch {
         taken: Vec::with_capacity(candidates.len()),
         later: Vec::new(),
+        held_back: gate.held_back,
+        frees_at: gate.wake_at,
     };
     let mut take = conn.prepare_cached(TAKE)?;
     let mut starter: Option<Starter<'_>> = None;
-    for (priority, _, id, k, abandoned) in candidates {
+    let mut for_workers = for_workers;
+    for (priority, _, id, k, abandoned, queue) in candidates {
+        let limits = queue.as_deref().and_then(|q| gate.limits(q));
+        let limited = limits.is_some_and(controls::Limits::limited);
         let c = Claimed {
             id,
             kind: kinds[k].clone(),
             abandoned,
+            rated: limits.is_some_and(|l| l.rate.is_some()),
         };
-        match decide(&c, split, priority < worst) {
+        let decided = match decide(&c, split, priority < worst) {
+            Take::Later(token, worker) if limited => Take::Start(token, worker),
+            other => other,
+        };
+        match decided {
             Take::Start(token, worker) => {
                 let starter = match &mut starter {
                     Some(s) => s,
@@ -125,7 +185,11 @@ pub(crate) fn claim_batch<W>(
                 }
             }
             Take::Later(token, worker) => batch.later.push((c, token, worker)),
+            Take::Claim if limited && for_workers == 0 => batch.held_back = true,
             Take::Claim => {
+                if limited {
+                    for_workers -= 1;
+                }
                 if take.execute(rusqlite::params![id, owner, lease_until])? == 1 {
                     batch.taken.push((c, None));
                 }
@@ -179,11 +243,12 @@ impl<'c> Starter<'c> {
         now: Millis,
     ) -> Result<Option<Started>> {
         let job_id = c.id;
-        let Some(st) = begin_run(
+        let Begun::Started(st) = begin_run(
             &mut self.read,
             &mut self.attempt,
             self.conn,
             rusqlite::params![job_id, now, c.abandoned],
+            None,
             job_id,
             worker,
             now,
@@ -206,22 +271,38 @@ impl<'c> Starter<'c> {
                 "job {job_id} changed between its read and its claim"
             )));
         }
+        if c.rated {
+            controls::record_start(self.conn, &st.queue, now)?;
+        }
         Ok(Some(st))
     }
 }
 
+/// What [`begin_run`] found.
+enum Begun {
+    Started(Started),
+    /// The read found no job (the claim or the job changed meanwhile).
+    Missing,
+    /// The job's queue is paused: nothing written.
+    Paused,
+}
+
 /// The part of a start both kinds share: reads the job by `read` (fenced
 /// as the caller needs, with `params`), writes its attempt row. The caller
-/// then fences the job on the attempt; None if the read found nothing.
+/// then fences the job on the attempt. With `paused_col`, the read's
+/// column of that index says whether the job's queue is paused, and a
+/// paused one is not started.
+#[allow(clippy::too_many_arguments)]
 fn begin_run(
     read: &mut CachedStatement<'_>,
     attempt_row: &mut CachedStatement<'_>,
     conn: &Connection,
     params: impl rusqlite::Params,
+    paused_col: Option<usize>,
     job_id: i64,
     worker: &str,
     now: Millis,
-) -> Result<Option<Started>> {
+) -> Result<Begun> {
     // Text read leniently: a row written by hand with bytes that are not
     // UTF-8 must not make every start fail (a failing light operation
     // undoes the light operations of its transaction: a claim and every
@@ -232,16 +313,29 @@ fn begin_run(
                 .into_owned(),
         )
     };
-    let row: Option<(i64, i64, String, String, String)> = {
+    let row: Option<(i64, i64, String, String, String, bool)> = {
         let mut rows = read.query(params)?;
         match rows.next()? {
-            Some(r) => Some((r.get(0)?, r.get(1)?, text(r, 2)?, text(r, 3)?, text(r, 4)?)),
+            Some(r) => Some((
+                r.get(0)?,
+                r.get(1)?,
+                text(r, 2)?,
+                text(r, 3)?,
+                text(r, 4)?,
+                match paused_col {
+                    Some(i) => r.get(i)?,
+                    None => false,
+                },
+            )),
             None => None,
         }
     };
-    let Some((charged, max_attempts, key, queue, payload)) = row else {
-        return Ok(None);
+    let Some((charged, max_attempts, key, queue, payload, paused)) = row else {
+        return Ok(Begun::Missing);
     };
+    if paused {
+        return Ok(Begun::Paused);
+    }
     let attempt = charged + 1;
     let attempt_id = history::start(
         attempt_row,
@@ -252,7 +346,7 @@ fn begin_run(
         worker,
         now,
     )?;
-    Ok(Some(Started {
+    Ok(Begun::Started(Started {
         attempt_id,
         attempt,
         max_attempts,
@@ -274,12 +368,16 @@ pub(crate) struct Started {
 }
 
 /// Starts the run of a claimed job: charges an attempt, writes the attempt
-/// row and fences the job on it. None when the claim was lost meanwhile.
+/// row and fences the job on it; records the start of a `rated` queue (see
+/// [`Claimed::rated`]). None when the claim was lost meanwhile, or when its
+/// queue was paused since the claim: then the claim goes back, uncharged,
+/// since a paused queue starts nothing new.
 pub(crate) fn start(
     conn: &Connection,
     job_id: i64,
     owner: &str,
     worker: &str,
+    rated: bool,
     now: Millis,
 ) -> Result<Option<Started>> {
     // The lease is not renewed here: the claim set it and the supervisor
@@ -289,23 +387,34 @@ pub(crate) fn start(
     // running under `owner`, not started), write the attempt row, fence the
     // job on it. Not `INSERT … SELECT` (a statement journal for one row)
     // nor `UPDATE … RETURNING` (a temporary b-tree per start).
-    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload FROM jobs \
+    // Its queue's pause read in the same statement: one key lookup in a
+    // table that holds only the controlled queues.
+    const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload, \
+         EXISTS (SELECT 1 FROM queues q WHERE q.name = jobs.queue AND q.paused = 1) FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
-    let Some(st) = begin_run(
+    let st = match begin_run(
         &mut conn.prepare_cached(READ)?,
         &mut history::start_statement(conn)?,
         conn,
         rusqlite::params![job_id, owner],
+        Some(5),
         job_id,
         worker,
         now,
-    )?
-    else {
-        return Ok(None);
+    )? {
+        Begun::Started(st) => st,
+        Begun::Missing => return Ok(None),
+        Begun::Paused => {
+            release(conn, job_id, owner, None, "its queue was paused", now)?;
+            return Ok(None);
+        }
     };
     conn.prepare_cached(FENCE)?
         .execute(rusqlite::params![job_id, st.attempt, st.attempt_id])?;
+    if rated {
+        controls::record_start(conn, &st.queue, now)?;
+    }
     Ok(Some(st))
 }
 
@@ -475,6 +584,7 @@ mod tests {
             &["k".to_string()],
             None,
             10,
+            usize::MAX,
             OWNER,
             now + LEASE,
             now,
@@ -525,7 +635,9 @@ mod tests {
         claim(&conn, T0);
         assert_eq!(job(&conn, id).1, 0);
         assert!(outcomes(&conn, id).is_empty());
-        let st = start(&conn, id, OWNER, "w", T0 + 1).unwrap().unwrap();
+        let st = start(&conn, id, OWNER, "w", false, T0 + 1)
+            .unwrap()
+            .unwrap();
         assert_eq!(st.attempt, 1);
         let (state, attempts, _, lease, current) = job(&conn, id);
         assert_eq!((state.as_str(), attempts), ("running", 1));
@@ -534,8 +646,12 @@ mod tests {
         assert_eq!(lease, Some(T0 + LEASE));
         assert_eq!(outcomes(&conn, id), ["running"]);
         // Another owner cannot start it, nor start it twice.
-        assert!(start(&conn, id, "2/other", "w", T0 + 2).unwrap().is_none());
-        assert!(start(&conn, id, OWNER, "w", T0 + 2).unwrap().is_none());
+        assert!(start(&conn, id, "2/other", "w", false, T0 + 2)
+            .unwrap()
+            .is_none());
+        assert!(start(&conn, id, OWNER, "w", false, T0 + 2)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
@@ -543,7 +659,7 @@ mod tests {
         let (_dir, conn) = fresh();
         let id = enqueue(&conn, "a", T0);
         claim(&conn, T0);
-        start(&conn, id, OWNER, "w", T0).unwrap().unwrap();
+        start(&conn, id, OWNER, "w", false, T0).unwrap().unwrap();
         // The lease is `lease_expires_at >= now`: valid at T0 + LEASE.
         assert_eq!(reap_expired(&conn, T0 + LEASE - 1, 3).unwrap(), 0);
         assert_eq!(reap_expired(&conn, T0 + LEASE, 3).unwrap(), 0);
@@ -584,7 +700,7 @@ mod tests {
         assert_eq!(job(&conn, b), ("queued".into(), 0, 0, None, None));
         assert!(outcomes(&conn, b).is_empty());
         // Its old claim is gone: starting it under that claim finds nothing.
-        assert!(start(&conn, b, OWNER, "w", T0 + LEASE + 2)
+        assert!(start(&conn, b, OWNER, "w", false, T0 + LEASE + 2)
             .unwrap()
             .is_none());
     }
@@ -596,7 +712,7 @@ mod tests {
         let mut now = T0;
         for n in 1..=3 {
             assert_eq!(claim(&conn, now), [id], "run {n}");
-            start(&conn, id, OWNER, "w", now).unwrap().unwrap();
+            start(&conn, id, OWNER, "w", false, now).unwrap().unwrap();
             now += LEASE + 1;
             assert_eq!(reap_expired(&conn, now, 3).unwrap(), 1);
             let (state, attempts, abandoned, _, _) = job(&conn, id);
@@ -618,12 +734,287 @@ mod tests {
         assert!(claim(&conn, now + 1).is_empty());
     }
 
+    /// Enqueues job `key` in `queue` at `priority`, due at T0.
+    fn enqueue_in(conn: &Connection, queue: &str, key: &str, priority: i64) -> i64 {
+        let job = NewJob::new("k", key, &0)
+            .with_queue(queue)
+            .with_priority(priority);
+        let job = crate::enqueue::into_valid(job, T0, 2);
+        crate::enqueue::insert(conn, &job, T0).unwrap().id()
+    }
+
+    /// Claims up to `limit` at `now` for `owner`, each as `take` says;
+    /// the ids, and whether a control held jobs back.
+    fn claim_as(
+        conn: &Connection,
+        owner: &str,
+        limit: usize,
+        now: Millis,
+        take: fn() -> Take<()>,
+    ) -> (Vec<i64>, bool) {
+        let batch = claim_batch::<()>(
+            conn,
+            &["k".to_string()],
+            None,
+            limit,
+            usize::MAX,
+            owner,
+            now + LEASE,
+            now,
+            |_, _, _| take(),
+        )
+        .unwrap();
+        let ids = batch.taken.iter().map(|(c, _)| c.id).collect();
+        (ids, batch.held_back)
+    }
+
+    fn set(conn: &Connection, queue: &str, paused: Option<bool>, l: crate::QueueLimits) {
+        crate::controls::change(conn, queue, paused, &l, T0).unwrap();
+    }
+
+    #[test]
+    fn a_paused_queue_gives_nothing_and_the_others_go_on() {
+        let (_dir, conn) = fresh();
+        let held = enqueue_in(&conn, "held", "h", 0);
+        let free = enqueue_in(&conn, "free", "f", 5);
+        set(&conn, "held", Some(true), crate::QueueLimits::new());
+        assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [free]);
+        set(&conn, "held", Some(false), crate::QueueLimits::new());
+        assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [held]);
+    }
+
+    #[test]
+    fn a_cap_counts_claimed_ahead_jobs_across_owners_until_their_lease_expires() {
+        let (_dir, conn) = fresh();
+        let ids: Vec<i64> = (0..5)
+            .map(|i| enqueue_in(&conn, "capped", &format!("c{i}"), 0))
+            .collect();
+        set(
+            &conn,
+            "capped",
+            None,
+            crate::QueueLimits::new().concurrency(2),
+        );
+        // A claim asking for 10 takes the 2 slots, in priority order.
+        let (first, held) = claim_as(&conn, OWNER, 10, T0, || Take::Claim);
+        assert_eq!(first, ids[..2]);
+        assert!(held);
+        // Claimed, not started: they hold the slots against another owner.
+        assert!(claim_as(&conn, "2/other", 10, T0 + 1, || Take::Claim)
+            .0
+            .is_empty());
+        // A run that ends frees its slot.
+        conn.execute(
+            "UPDATE jobs SET state = 'succeeded', finished_at = ?2, lease_owner = NULL, \
+                      lease_expires_at = NULL WHERE id = ?1",
+            rusqlite::params![ids[0], T0 + 2],
+        )
+        .unwrap();
+        assert_eq!(
+            claim_as(&conn, "2/other", 10, T0 + 2, || Take::Claim).0,
+            [ids[2]]
+        );
+        // Once a lease has expired its slot counts no more, reaped or not.
+        let later = T0 + LEASE + 1;
+        let (got, _) = claim_as(&conn, "2/other", 10, later, || Take::Claim);
+        assert_eq!(got.len(), 1, "{got:?}");
+    }
+
+    #[test]
+    fn priority_order_holds_inside_a_capped_queue() {
+        let (_dir, conn) = fresh();
+        let low = enqueue_in(&conn, "capped", "low", 9);
+        let high = enqueue_in(&conn, "capped", "high", 1);
+        let mid = enqueue_in(&conn, "capped", "mid", 5);
+        set(
+            &conn,
+            "capped",
+            None,
+            crate::QueueLimits::new().concurrency(1),
+        );
+        let mut order = Vec::new();
+        for n in 0..3 {
+            let (got, _) = claim_as(&conn, OWNER, 10, T0 + n, || Take::Claim);
+            assert_eq!(got.len(), 1);
+            order.push(got[0]);
+            conn.execute(
+                "UPDATE jobs SET state = 'succeeded', finished_at = 1, lease_owner = NULL, \
+                          lease_expires_at = NULL WHERE id = ?1",
+                [got[0]],
+            )
+            .unwrap();
+        }
+        assert_eq!(order, [high, mid, low]);
+    }
+
+    #[test]
+    fn a_full_queue_ahead_in_priority_does_not_crowd_out_the_others() {
+        let (_dir, conn) = fresh();
+        for i in 0..8 {
+            enqueue_in(&conn, "capped", &format!("c{i}"), 0);
+        }
+        let free: Vec<i64> = (0..3)
+            .map(|i| enqueue_in(&conn, "free", &format!("f{i}"), 5))
+            .collect();
+        set(
+            &conn,
+            "capped",
+            None,
+            crate::QueueLimits::new().concurrency(1),
+        );
+        // The claim's first look (4 candidates) sees only the capped queue's
+        // jobs; it looks again past the full queue.
+        let (got, held) = claim_as(&conn, OWNER, 4, T0, || Take::Claim);
+        assert_eq!(got.len(), 4);
+        assert!(held);
+        assert_eq!(got[1..], free[..]);
+    }
+
+    #[test]
+    fn a_rate_counts_starts_and_claims_to_come_and_frees_them_after_the_window() {
+        let (_dir, conn) = fresh();
+        let ids: Vec<i64> = (0..8)
+            .map(|i| enqueue_in(&conn, "rated", &format!("r{i}"), 0))
+            .collect();
+        let rate = crate::Rate::new(3, std::time::Duration::from_millis(1000)).unwrap();
+        set(&conn, "rated", None, crate::QueueLimits::new().rate(rate));
+        let starts = |conn: &Connection| -> i64 {
+            conn.query_row("SELECT count(*) FROM queue_starts", [], |r| r.get(0))
+                .unwrap()
+        };
+        // Two started in the claim (recorded), one claimed for a worker.
+        let batch = claim_batch::<()>(
+            &conn,
+            &["k".to_string()],
+            None,
+            2,
+            usize::MAX,
+            OWNER,
+            T0 + LEASE,
+            T0,
+            |_, _, _| Take::Start((), "w".into()),
+        )
+        .unwrap();
+        assert_eq!(batch.taken.len(), 2);
+        assert_eq!(starts(&conn), 2);
+        let (claimed, _) = claim_as(&conn, OWNER, 10, T0 + 10, || Take::Claim);
+        assert_eq!(claimed, [ids[2]]);
+        // The claimed one is a start to come: nothing more now.
+        let (none, held) = claim_as(&conn, OWNER, 10, T0 + 20, || Take::Claim);
+        assert!(none.is_empty() && held);
+        // Its worker's start is recorded at the start's time.
+        start(&conn, ids[2], OWNER, "w", true, T0 + 500)
+            .unwrap()
+            .unwrap();
+        assert_eq!(starts(&conn), 3);
+        // The two first starts leave the window at T0 + 1000, the third at
+        // T0 + 1500.
+        assert!(claim_as(&conn, OWNER, 10, T0 + 999, || Take::Claim)
+            .0
+            .is_empty());
+        let batch = claim_batch::<()>(
+            &conn,
+            &["k".to_string()],
+            None,
+            10,
+            usize::MAX,
+            OWNER,
+            T0 + 1000 + LEASE,
+            T0 + 1000,
+            |_, _, _| Take::Start((), "w".into()),
+        )
+        .unwrap();
+        assert_eq!(batch.taken.len(), 2);
+        assert_eq!(batch.frees_at, Some(T0 + 1500));
+        assert_eq!(starts(&conn), 5);
+        // A claim deletes the rows a window older than the counted ones.
+        claim_as(&conn, OWNER, 10, T0 + 2001, || Take::Claim);
+        assert_eq!(starts(&conn), 3);
+    }
+
+    #[test]
+    fn a_claim_takes_a_capped_queues_jobs_for_its_free_workers_only() {
+        let (_dir, conn) = fresh();
+        let ids: Vec<i64> = (0..6)
+            .map(|i| enqueue_in(&conn, "capped", &format!("c{i}"), 0))
+            .collect();
+        set(
+            &conn,
+            "capped",
+            None,
+            crate::QueueLimits::new().concurrency(6),
+        );
+        let claim = |for_workers: usize| {
+            let batch = claim_batch::<()>(
+                &conn,
+                &["k".to_string()],
+                None,
+                10,
+                for_workers,
+                OWNER,
+                T0 + LEASE,
+                T0,
+                |_, _, _| Take::Claim,
+            )
+            .unwrap();
+            let ids: Vec<i64> = batch.taken.iter().map(|(c, _)| c.id).collect();
+            (ids, batch.held_back)
+        };
+        // Two free workers: two of the six slots, the rest left to others.
+        assert_eq!(claim(2), (ids[..2].to_vec(), true));
+        assert_eq!(claim(0), (vec![], true));
+        assert_eq!(claim(10).0, ids[2..]);
+    }
+
+    #[test]
+    fn a_job_claimed_ahead_does_not_start_once_its_queue_is_paused() {
+        let (_dir, conn) = fresh();
+        let id = enqueue_in(&conn, "mail", "m", 0);
+        assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [id]);
+        set(&conn, "mail", Some(true), crate::QueueLimits::new());
+        assert!(start(&conn, id, OWNER, "w", false, T0 + 1)
+            .unwrap()
+            .is_none());
+        // Back to queued, uncharged, with no attempt row.
+        assert_eq!(job(&conn, id), ("queued".into(), 0, 0, None, None));
+        assert!(outcomes(&conn, id).is_empty());
+    }
+
+    #[test]
+    fn a_limited_queues_job_is_started_in_the_claim_never_left_for_later() {
+        let (_dir, conn) = fresh();
+        let capped = enqueue_in(&conn, "capped", "c", 5);
+        let free = enqueue_in(&conn, "free", "f", 5);
+        set(
+            &conn,
+            "capped",
+            None,
+            crate::QueueLimits::new().concurrency(1),
+        );
+        let batch = claim_batch::<()>(
+            &conn,
+            &["k".to_string()],
+            None,
+            10,
+            usize::MAX,
+            OWNER,
+            T0 + LEASE,
+            T0,
+            |_, _, _| Take::Later((), "w".into()),
+        )
+        .unwrap();
+        let started: Vec<i64> = batch.taken.iter().map(|(c, _)| c.id).collect();
+        let later: Vec<i64> = batch.later.iter().map(|(c, _, _)| c.id).collect();
+        assert_eq!((started, later), (vec![capped], vec![free]));
+        assert_eq!(job(&conn, capped).0, "running");
+    }
+
     #[test]
     fn a_release_gives_the_job_back_uncharged_and_only_to_its_owner() {
         let (_dir, conn) = fresh();
         let (a, b) = (enqueue(&conn, "a", T0), enqueue(&conn, "b", T0));
         claim(&conn, T0);
-        let st = start(&conn, b, OWNER, "w", T0).unwrap().unwrap();
+        let st = start(&conn, b, OWNER, "w", false, T0).unwrap().unwrap();
         assert!(!release(&conn, a, "2/other", None, "stop", T0).unwrap());
         assert!(release(&conn, a, OWNER, None, "stop", T0).unwrap());
         assert!(release(&conn, b, OWNER, Some(st.attempt_id), "stop", T0).unwrap());

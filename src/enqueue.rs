@@ -33,7 +33,8 @@ pub(crate) struct ValidJob {
     pub max_attempts: i64,
 }
 
-fn check_name(what: &str, s: &str) -> Result<()> {
+/// Refuses an empty name, one over the length limit, or one holding a NUL.
+pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
     if s.trim().is_empty() {
         return Err(Error::invalid(format!("{what} must not be empty")));
     }

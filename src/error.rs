@@ -26,8 +26,10 @@ pub enum Error {
     /// The disk (or `max_page_count`) is full; the transaction was rolled back
     /// and nothing was written.
     StorageFull(String),
-    /// The commit failed with an I/O error: the write may or may not be on
-    /// disk. Retrying with the same idempotency key is always safe.
+    /// The commit failed with an I/O error, or the connection to the
+    /// database server broke during the write: the write may or may not
+    /// have been committed. Retrying with the same idempotency key is
+    /// always safe.
     OutcomeUnknown(String),
     /// No such row.
     NotFound(RowId),
@@ -73,6 +75,10 @@ pub enum Error {
     /// broke before the call's write was sent; nothing was written. Retry
     /// later.
     Connection(String),
+    /// The destination of a copy already holds queue rows (a copy goes
+    /// only into an empty database, so it never mixes two queues' ids);
+    /// nothing was written.
+    NotEmpty(String),
     /// Any other error from the PostgreSQL server or its client.
     #[cfg(feature = "postgres")]
     Postgres(postgres::Error),
@@ -190,6 +196,7 @@ impl Error {
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::Unsupported(m) => Error::Unsupported(m.clone()),
             Error::Connection(m) => Error::Connection(m.clone()),
+            Error::NotEmpty(m) => Error::NotEmpty(m.clone()),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => Error::Internal(format!("postgres: {e}")),
         }
@@ -236,8 +243,9 @@ impl fmt::Display for Error {
             Error::StorageFull(m) => write!(f, "{m}"),
             Error::OutcomeUnknown(m) => write!(
                 f,
-                "outcome unknown: the commit failed with an I/O error, the write may or may not \
-                 be on disk; retrying with the same key is safe: {m}"
+                "outcome unknown: the commit failed (an I/O error, or the connection to the \
+                 database server broke), the write may or may not have been committed; retrying \
+                 with the same key is safe: {m}"
             ),
             Error::NotFound(RowId::Job(id)) => write!(f, "not found: no job with id {id}"),
             Error::NotFound(RowId::OutboxRow(id)) => {
@@ -268,6 +276,7 @@ impl fmt::Display for Error {
             Error::Internal(m) => write!(f, "internal error: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Connection(m) => write!(f, "{m}"),
+            Error::NotEmpty(m) => write!(f, "{m}"),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => match e.as_db_error() {
                 Some(d) => write!(f, "postgres: {}: {}", d.code().code(), d.message()),
@@ -292,6 +301,17 @@ impl std::error::Error for Error {
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         Error::from_sqlite(e)
+    }
+}
+
+/// A PostgreSQL error in the application's own SQL (a [`crate::Queue::pg_write`]
+/// body, say), classified like litejob's: a broken connection is
+/// [`Error::Connection`] (the transaction had not committed), a CHECK or
+/// NOT NULL violation [`Error::InvalidInput`], the rest [`Error::Postgres`].
+#[cfg(feature = "postgres")]
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Self {
+        crate::postgres::conn::read_err(e)
     }
 }
 

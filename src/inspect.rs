@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 use serde::Serialize;
 
+use crate::controls::{self, QueueControl};
 use crate::error::Result;
 use crate::history::{self, Attempt};
 use crate::job::{self, Job, JobState};
@@ -130,6 +131,9 @@ pub struct Stats {
     pub ledger_rows: i64,
     /// Schedules declared on the file (rows of `schedules`).
     pub schedules: i64,
+    /// The queues with controls in force (paused, capped, rate-limited),
+    /// by name, with their load.
+    pub queue_controls: Vec<QueueControl>,
     /// Size of the database file in bytes.
     pub file_bytes: u64,
     /// Size of its write-ahead log (`<file>-wal`) in bytes.
@@ -152,9 +156,15 @@ impl Queue {
 
     /// Everything known about one idempotency key: its deliveries, its job
     /// (unless none was enqueued or it was pruned), every run, the ledger
-    /// row, and the outbox rows with their attempts.
+    /// row, the outbox rows with their attempts, and the controls in force
+    /// on the job's queue.
     pub fn explain(&self, key: &str) -> Result<Explanation> {
-        self.backend().explain(key)
+        let mut e = self.backend().explain(key)?;
+        if let Some(job) = &e.job {
+            let now = self.backend().now();
+            e.queue_control = self.backend().queue_control(&job.queue, now)?;
+        }
+        Ok(e)
     }
 }
 
@@ -202,6 +212,7 @@ pub(crate) fn empty_stats(schema_version: i64) -> Stats {
         oldest_due_wait_ms: None,
         ledger_rows: 0,
         schedules: 0,
+        queue_controls: Vec::new(),
         file_bytes: 0,
         wal_bytes: 0,
     }
@@ -259,7 +270,19 @@ pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
         .prepare_cached("SELECT count(*) FROM processed_jobs")?
         .query_row([], |r| r.get(0))?;
     s.schedules = crate::schedule::store::count(conn)?;
+    s.queue_controls = controls::controlled(conn, now)?;
+    fill_job_counts(&mut s);
     Ok(s)
+}
+
+/// The controlled queues' job counts, from the per-queue counts.
+pub(crate) fn fill_job_counts(s: &mut Stats) {
+    for q in &mut s.queue_controls {
+        if let Some(c) = s.by_queue.get(&q.name) {
+            q.queued = c.queued;
+            q.running = c.running;
+        }
+    }
 }
 
 /// The `processed_jobs` row of a key: its work committed.
@@ -347,6 +370,7 @@ pub(crate) fn explanation_of(
         attempts,
         ledger,
         outbox,
+        queue_control: None,
     }
 }
 
@@ -378,6 +402,10 @@ pub struct Explanation {
     pub ledger: Option<LedgerEntry>,
     /// The outbox rows the job wrote, with their attempts.
     pub outbox: Vec<OutboxEntry>,
+    /// The controls in force on the job's queue (paused, a cap, a rate:
+    /// why a due job may still wait), with the queue's load; None when it
+    /// has none.
+    pub queue_control: Option<QueueControl>,
 }
 
 pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {

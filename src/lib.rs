@@ -131,6 +131,9 @@ mod admin;
 mod backend;
 mod checkpoint;
 mod claim;
+mod controls;
+#[cfg(feature = "postgres")]
+mod copy;
 mod db;
 mod enqueue;
 mod error;
@@ -170,6 +173,9 @@ mod sql_check;
 pub use ::postgres as pg;
 pub use admin::{PruneOptions, PruneReport};
 pub use backend::BackendKind;
+pub use controls::{QueueControl, QueueLimits, Rate};
+#[cfg(feature = "postgres")]
+pub use copy::CopyReport;
 pub use db::{immediate, Synchronous};
 pub use error::{Action, Error, Result, RowId};
 pub use failures::{FailureGroup, Failures};

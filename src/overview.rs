@@ -1,5 +1,5 @@
 //! The picture of a queue an operator looks at first ([`Queue::overview`]):
-//! jobs per queue and state with each queue's backlog age, the runs that
+//! jobs per queue and state with each queue's backlog age and controls, the runs that
 //! succeeded and failed minute by minute over the last hour, the outbox's
 //! backlog, the ledger and the file. One read transaction. Writes no table.
 
@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use rusqlite::Connection;
 use serde::Serialize;
 
+use crate::controls::{self, QueueControl};
 use crate::error::Result;
 use crate::inspect::{file_sizes, in_snapshot, JobCounts, OutboxCounts};
 use crate::queue::Queue;
@@ -72,6 +73,9 @@ pub struct Overview {
     pub jobs: JobCounts,
     /// Per queue.
     pub queues: BTreeMap<String, QueueOverview>,
+    /// The queues with controls in force (paused, capped, rate-limited),
+    /// by name, with their load; a controlled queue may have no jobs yet.
+    pub controls: Vec<QueueControl>,
     /// The last hour's runs.
     pub activity: Activity,
     /// Outbox rows per state.
@@ -128,10 +132,17 @@ fn overview(conn: &Connection, now: Millis) -> Result<Overview> {
     let ledger_rows = conn
         .prepare_cached(LEDGER_ROWS)?
         .query_row([], |r| r.get(0))?;
+    let mut controls = controls::controlled(conn, now)?;
+    for c in &mut controls {
+        if let Some(q) = queues.get(&c.name) {
+            (c.queued, c.running) = (q.jobs.queued, q.jobs.running);
+        }
+    }
     Ok(Overview {
         now,
         jobs: all,
         queues,
+        controls,
         activity: activity(conn, now)?,
         outbox,
         outbox_by_kind,

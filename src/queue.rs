@@ -550,7 +550,10 @@ impl Queue {
                     .into(),
             )
         })?;
-        let mut conn = store.pool.get().map_err(crate::postgres::conn::pool_err)?;
+        let mut conn = store
+            .pool
+            .get()
+            .map_err(|e| crate::postgres::conn::pool_err(e, store.pool.connection_timeout()))?;
         f(&mut conn.client)
     }
 

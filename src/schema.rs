@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 pub(crate) const SCHEMA_SQL: &str = include_str!("../schema.sql");
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
 /// `i + 2`. A new file (version 0) gets `SCHEMA_SQL` in one go instead. When
@@ -46,7 +46,49 @@ SELECT name, cron, tz, kind, queue, catch_up,
        strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch')   AS updated_at
 FROM schedules;
 "#,
+    // 2 → 3: queue controls, as `schema.sql` ends.
+    QUEUES_SQL,
 ];
+
+/// The queue controls' tables and view, the end of `schema.sql` (a test
+/// checks the two agree).
+const QUEUES_SQL: &str = r#"-- queues: the controls an operator set on a queue (`litejob queue pause|resume|set`),
+-- one row per queue with at least one in force; a queue without a row runs
+-- freely. Every claim of every process on the file reads them under the
+-- write lock, so they hold exactly across processes:
+--   paused:      nothing new of the queue starts (running jobs finish; enqueues succeed)
+--   concurrency: at most this many of its jobs running at once (state 'running'
+--                with an unexpired lease, claimed-ahead jobs included)
+--   rate_limit per rate_window_ms: at most this many starts in any window that long
+CREATE TABLE IF NOT EXISTS queues (
+    name           TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    paused         INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
+    concurrency    INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit     INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms INTEGER CHECK (rate_window_ms >= 1),
+    updated_at     INTEGER NOT NULL,
+    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+);
+
+-- queue_starts: the runs of a rate-limited queue started inside its window
+-- (one row per start, the same started_at as its attempts row); a claim
+-- deletes the rows older than the window.
+CREATE TABLE IF NOT EXISTS queue_starts (
+    queue      TEXT    NOT NULL,
+    started_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+
+-- The controls with readable times, and the starts inside each rate window.
+CREATE VIEW IF NOT EXISTS queue_overview AS
+SELECT name, paused, concurrency,
+       rate_limit || '/' || rate_window_ms || 'ms' AS rate,
+       (SELECT count(*) FROM queue_starts s
+        WHERE s.queue = q.name AND s.started_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000 - q.rate_window_ms) AS started_in_window,
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at
+FROM queues q;
+"#;
 
 /// Reads `PRAGMA user_version` without writing anything.
 pub(crate) fn read_version(conn: &Connection) -> Result<i64> {
@@ -104,5 +146,11 @@ mod tests {
         assert_eq!(read_version(&c).unwrap(), SCHEMA_VERSION);
         // Migrating twice is a no-op.
         assert_eq!(migrate(&mut c).unwrap(), SCHEMA_VERSION);
+        // The last step reads as `schema.sql` ends, so a migrated file's
+        // schema is a new file's.
+        assert!(
+            SCHEMA_SQL.ends_with(QUEUES_SQL),
+            "the step differs from schema.sql"
+        );
     }
 }

@@ -10,8 +10,9 @@
 //! claim's rounded LIMIT, the batch insert's rows for each chunk size); a
 //! placeholder found in neither fails the test, naming the template.
 //!
-//! The PostgreSQL backend's statements (`src/postgres/`, and its workers in
-//! `src/runtime/postgres.rs`) are prepared the same way against a fresh
+//! The PostgreSQL backend's statements (`src/postgres/`, its workers in
+//! `src/runtime/postgres.rs`, and the demo's app on it in
+//! `src/cli/demo/postgres.rs`) are prepared the same way against a fresh
 //! PostgreSQL schema, on the server `LITEJOB_TEST_PG` names.
 //!
 //! Also the fresh file other modules' unit tests open ([`fresh_file`]).
@@ -65,6 +66,8 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
             "filter",
             vec![String::new(), "AND priority = 0".into()],
         ),
+        ("cli/bench/phases.rs", "base", vec!["0".into()]),
+        ("cli/bench/phases.rs", "kind", vec!["bench.noop".into()]),
     ]
 }
 
@@ -395,7 +398,7 @@ fn prepare_all(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<usize
 
 /// Whether a source file (a path under `src/`) holds PostgreSQL's SQL.
 fn is_postgres_source(name: &str) -> bool {
-    name.starts_with("postgres/") || name == "runtime/postgres.rs"
+    name.starts_with("postgres/") || name == "runtime/postgres.rs" || name == "cli/demo/postgres.rs"
 }
 
 /// `(where, statement)` for every SQL literal of the files `pick` takes,
@@ -518,6 +521,15 @@ fn every_postgres_statement_in_the_sources_prepares_against_a_fresh_schema() {
     let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     crate::postgres::schema::migrate(&mut c).unwrap();
     let (found, mut problems) = statements(is_postgres_source);
+    // The tables an application makes (the demo's) before its statements.
+    for (at, sql) in found
+        .iter()
+        .filter(|(_, s)| s.trim_start().starts_with("CREATE"))
+    {
+        if let Err(e) = c.batch_execute(sql) {
+            problems.push(format!("{at}: {e}\n    {sql}"));
+        }
+    }
     for (at, sql) in &found {
         if let Err(e) = c.prepare(sql) {
             problems.push(format!("{at}: {e}\n    {sql}"));

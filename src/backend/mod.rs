@@ -13,6 +13,7 @@
 
 pub(crate) mod sqlite;
 
+use crate::controls::{QueueControl, QueueLimits};
 use crate::enqueue::ValidJob;
 use crate::error::Result;
 use crate::history::Attempt;
@@ -100,6 +101,23 @@ pub(crate) trait Backend: Send + Sync {
     /// Every schedule's row, by name.
     fn schedules(&self) -> Result<Vec<crate::ScheduleRow>>;
 
+    // Queue controls.
+
+    /// Every queue with jobs or controls, by name, with its load at `now`.
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>>;
+    /// One queue's controls (its `queued` count left at 0); None when it
+    /// has none.
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>>;
+    /// The operator's change to a queue's controls (`paused`: Some to set
+    /// it), validated; a queue left with nothing in force loses its row.
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()>;
+
     // The operator's repairs.
 
     /// Requeues one dead job with a renewed budget.
@@ -168,4 +186,20 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<Option<OutboxState>>;
     /// Gives an outbox row back at shutdown.
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool>;
+    /// Gives back, uncharged, the outbox rows claimed for the effect
+    /// thread `worker` of `owner` and not being performed, except the
+    /// attempts `performed` (whose effect ran, unacknowledged): a claim
+    /// whose answer was lost (the connection broke after the server
+    /// committed it). Called by that thread before its next claim after a
+    /// failed one; returns how many went back. A file's claims never lose
+    /// their answer: nothing to do.
+    fn release_lost_effect_claims(
+        &self,
+        _owner: &str,
+        _worker: &str,
+        _performed: &[i64],
+        _now: Millis,
+    ) -> Result<usize> {
+        Ok(0)
+    }
 }

@@ -12,6 +12,7 @@ use rusqlite::Connection;
 use super::{Backend, BackendKind, PruneWhat};
 use crate::admin;
 use crate::claim;
+use crate::controls::{self, QueueControl, QueueLimits};
 use crate::db::{self, ConnConfig, Pool, Synchronous};
 use crate::enqueue::{self, ValidJob};
 use crate::error::{Error, Result};
@@ -203,6 +204,27 @@ impl Backend for SqliteStore {
 
     fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
         self.read(crate::schedule::store::list)
+    }
+
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>> {
+        self.read(|c| inspect::in_snapshot(c, |c| controls::list(c, now)))
+    }
+
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
+        self.read(|c| inspect::in_snapshot(c, |c| controls::of_queue(c, queue, now)))
+    }
+
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()> {
+        controls::check_change(queue, limits)?;
+        let (queue, limits) = (queue.to_string(), limits.clone());
+        self.writer()?
+            .run(move |conn| controls::change(conn, &queue, paused, &limits, now).map(|_| ()))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {

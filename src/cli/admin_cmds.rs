@@ -165,6 +165,18 @@ pub fn stats(queue: &Queue, _a: &StatsArgs, json: bool, out: &mut Out) -> CliRes
         "schedules".into(),
         format!("{} (litejob schedules lists them)", s.schedules),
     ]);
+    t.row(vec![
+        "controls".into(),
+        if s.queue_controls.is_empty() {
+            "none: every queue runs freely".into()
+        } else {
+            s.queue_controls
+                .iter()
+                .map(|q| format!("{} {}", cell(&q.name), super::queues::describe(q)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+    ]);
     out.table(&t)?;
     job_counts("by kind", "KIND", &s.by_kind, out)?;
     job_counts("by queue", "QUEUE", &s.by_queue, out)?;

@@ -8,7 +8,10 @@
 //! Read it as the reference example: the producer enqueues with the
 //! provider's event id as the idempotency key, the handler does its SQL and
 //! records the side effect in the same transaction, and the side effect runs
-//! after commit with its own retries.
+//! after commit with its own retries. On PostgreSQL (`--db postgres://…`)
+//! the same scenario runs with the app's SQL in PostgreSQL's dialect and
+//! the handler registered with `pg_handler`: everything else is the same
+//! code.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -18,12 +21,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use litejob::{Backoff, Enqueued, Error, JobTx, NewJob, Outcome, Queue};
+use litejob::{BackendKind, Backoff, Enqueued, Error, JobTx, NewJob, Outcome, Queue, QueueOptions};
 use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 
 use super::rng::{below, Rng};
 use super::time::parse_duration;
+
+mod postgres;
 
 /// The job kind the provider's webhook enqueues.
 const JOB_KIND: &str = "payment.succeeded";
@@ -39,6 +44,10 @@ CREATE TABLE IF NOT EXISTS invoices (
     amount_cents      INTEGER NOT NULL,
     created_at        INTEGER NOT NULL -- ms since the Unix epoch, like litejob's tables
 );";
+
+/// Where the receipts go when `--db` is a PostgreSQL URL (there is no file
+/// to put them beside): the current directory.
+const PG_RECEIPTS: &str = "litejob-demo.receipts";
 
 /// Flags of `litejob demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -56,7 +65,8 @@ pub struct DemoArgs {
     /// Job worker threads.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
-    /// File the receipts are "mailed" to (default: `<db>.receipts`).
+    /// File the receipts are "mailed" to (default: `<db>.receipts` beside
+    /// a file; `./litejob-demo.receipts` for a PostgreSQL URL).
     #[arg(long)]
     pub receipts: Option<PathBuf>,
     /// Chance that one receipt send fails (a transient error, retried).
@@ -123,7 +133,7 @@ struct Summary {
     this_run: ThisRun,
     /// True when a signal cut the run short.
     interrupted: bool,
-    /// The database file.
+    /// The database file, or the PostgreSQL URL without its password.
     db: String,
     /// The receipts file.
     receipts: String,
@@ -139,10 +149,16 @@ struct ThisRun {
     duplicates: u64,
 }
 
-/// Runs the demo on the file at `db`; returns the exit status.
+/// Runs the demo on the file or the PostgreSQL database at `db`; returns
+/// the exit status.
 pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let lease = check_args(args)?;
+    let location = db.to_string_lossy().into_owned();
+    let on_postgres = litejob::is_postgres_url(&location);
     let receipts = args.receipts.clone().unwrap_or_else(|| {
+        if on_postgres {
+            return PathBuf::from(PG_RECEIPTS);
+        }
         let mut p = db.as_os_str().to_owned();
         p.push(".receipts");
         PathBuf::from(p)
@@ -150,8 +166,9 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let t0 = Instant::now();
     let signals = install_signal_handler();
 
-    let queue = Queue::open(db)?;
-    queue.write(|tx| Ok(tx.execute_batch(CREATE_INVOICES)?))?;
+    let queue = Queue::open_location(&location, QueueOptions::default())?;
+    let app = App::of(&queue);
+    app.create_invoices(&queue)?;
     // Created up front so that an empty run still has a file to count.
     OpenOptions::new()
         .create(true)
@@ -161,8 +178,6 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let mut runtime = start_runtime(&queue, args, lease, &receipts)?;
 
     let events: Vec<PaymentEvent> = (1..=args.events).map(|i| event(args.seed, i)).collect();
-    let keys_json = serde_json::to_string(&events.iter().map(|e| &e.id).collect::<Vec<_>>())
-        .map_err(|e| Error::Internal(e.to_string()))?;
     let order = delivery_order(args.events as usize, args.redeliver, args.seed);
 
     let this_run = Arc::new(Counters::default());
@@ -170,11 +185,14 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     runtime.stop();
     let interrupted = produced?;
 
-    let mut s = summarize(&queue, &keys_json, &receipts)?;
+    let mut s = summarize(&queue, &events, &receipts)?;
     s.events = args.events;
     s.this_run = this_run.snapshot();
     s.interrupted = interrupted;
-    s.db = db.display().to_string();
+    s.db = match app {
+        App::File => db.display().to_string(),
+        App::Postgres => queue.location(),
+    };
     s.receipts = receipts.display().to_string();
     s.elapsed_ms = t0.elapsed().as_millis() as u64;
     if json {
@@ -273,14 +291,7 @@ fn show_progress(
     deliveries: usize,
     left: i64,
 ) -> Result<(), Error> {
-    let done = queue.read(|c| {
-        Ok(c.query_row(
-            "SELECT (SELECT count(*) FROM invoices), \
-                    (SELECT count(*) FROM outbox WHERE kind = ?1 AND state = 'sent')",
-            [EFFECT_KIND],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-        )?)
-    })?;
+    let done = App::of(queue).progress(queue)?;
     eprint!(
         "\rdemo: {}/{} deliveries, {} invoices, {} receipts sent, {} waiting   ",
         this_run.deliveries.load(Ordering::Relaxed),
@@ -290,6 +301,47 @@ fn show_progress(
         left
     );
     Ok(())
+}
+
+/// Where the app's tables live, and so which SQL dialect its queries
+/// speak: the app's SQL is the only part of the demo that differs between
+/// a file and a PostgreSQL database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum App {
+    File,
+    Postgres,
+}
+
+impl App {
+    fn of(queue: &Queue) -> App {
+        match queue.backend_kind() {
+            BackendKind::Postgres => App::Postgres,
+            _ => App::File,
+        }
+    }
+
+    /// Creates `invoices` if it is missing.
+    fn create_invoices(self, queue: &Queue) -> Result<(), Error> {
+        match self {
+            App::File => queue.write(|tx| Ok(tx.execute_batch(CREATE_INVOICES)?)),
+            App::Postgres => postgres::create_invoices(queue),
+        }
+    }
+
+    /// Invoices, and receipts sent.
+    fn progress(self, queue: &Queue) -> Result<(i64, i64), Error> {
+        match self {
+            App::File => queue.read(|c| {
+                Ok(c.query_row(
+                    "SELECT (SELECT count(*) FROM invoices), \
+                            (SELECT count(*) FROM outbox WHERE kind = ?1 AND state = 'sent')",
+                    [EFFECT_KIND],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                )?)
+            }),
+            App::Postgres => postgres::progress(queue),
+        }
+    }
 }
 
 /// Registers the job handler and the receipt effect, and starts the workers.
@@ -303,8 +355,13 @@ fn start_runtime(
     let send_delay = parse_duration(&args.send_delay).map_err(Error::InvalidInput)?;
     let mail_rng = Mutex::new(Rng::from_entropy());
     let receipts = receipts.to_path_buf();
-    queue
-        .runtime()
+    let runtime = match App::of(queue) {
+        App::File => queue.runtime().handler(JOB_KIND, record_invoice),
+        App::Postgres => queue
+            .runtime()
+            .pg_handler(JOB_KIND, postgres::record_invoice),
+    };
+    runtime
         .workers(args.workers)
         .effect_workers(args.effect_workers)
         .lease(lease)
@@ -325,7 +382,6 @@ fn start_runtime(
                 .with_max(Duration::from_millis(200))
                 .with_jitter(0.25),
         )
-        .handler(JOB_KIND, record_invoice)
         .effect(EFFECT_KIND, move |_effect, r: Receipt| {
             std::thread::sleep(send_delay);
             let fail = mail_rng.lock().unwrap_or_else(|p| p.into_inner()).unit() < failure_rate;
@@ -439,21 +495,24 @@ impl Counters {
 }
 
 /// Jobs and receipts of the demo's kinds not finished yet, in this process
-/// or any other on the same file.
+/// or any other on the same database.
 fn work_left(queue: &Queue) -> Result<i64, Error> {
-    queue.read(|c| {
-        Ok(c.query_row(
-            "SELECT (SELECT count(*) FROM jobs WHERE kind = ?1 AND state IN ('queued', 'running')) \
-                  + (SELECT count(*) FROM outbox WHERE kind = ?2 AND state IN ('pending', 'sending'))",
-            [JOB_KIND, EFFECT_KIND],
-            |r| r.get(0),
-        )?)
-    })
+    match App::of(queue) {
+        App::File => queue.read(|c| {
+            Ok(c.query_row(
+                "SELECT (SELECT count(*) FROM jobs WHERE kind = ?1 AND state IN ('queued', 'running')) \
+                      + (SELECT count(*) FROM outbox WHERE kind = ?2 AND state IN ('pending', 'sending'))",
+                [JOB_KIND, EFFECT_KIND],
+                |r| r.get(0),
+            )?)
+        }),
+        App::Postgres => postgres::work_left(queue),
+    }
 }
 
-/// The summary's counts, in plain SQL over the demo's keys (`?1`, a JSON
-/// array of event ids), and the receipts file read back.
-fn summarize(queue: &Queue, keys_json: &str, receipts: &Path) -> Result<Summary, Error> {
+/// The summary's counts, in plain SQL over the demo's keys (the event
+/// ids), and the receipts file read back.
+fn summarize(queue: &Queue, events: &[PaymentEvent], receipts: &Path) -> Result<Summary, Error> {
     const SQL: &str = "\
         WITH k(key) AS (SELECT value FROM json_each(?1)),
              j AS (SELECT id, state, deliveries FROM jobs WHERE idempotency_key IN (SELECT key FROM k)),
@@ -466,20 +525,34 @@ fn summarize(queue: &Queue, keys_json: &str, receipts: &Path) -> Result<Summary,
                (SELECT count(*) - count(DISTINCT job_id) FROM attempts WHERE job_id IN (SELECT id FROM j))
              + (SELECT count(*) - count(DISTINCT outbox_id) FROM attempts WHERE outbox_id IN (SELECT id FROM o)),
                (SELECT count(*) FROM attempts WHERE outbox_id IN (SELECT id FROM o) AND outcome = 'failed')";
-    let mut s = queue.read(|c| {
-        Ok(c.query_row(SQL, [keys_json], |r| {
-            Ok(Summary {
-                jobs: r.get(0)?,
-                deliveries: r.get(1)?,
-                invoices: r.get(2)?,
-                receipts_sent: r.get(3)?,
-                dead: r.get(4)?,
-                retries: r.get(5)?,
-                failed_sends: r.get(6)?,
-                ..Summary::default()
-            })
-        })?)
-    })?;
+    let keys: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let counts: [i64; 7] = match App::of(queue) {
+        App::File => {
+            let keys_json =
+                serde_json::to_string(&keys).map_err(|e| Error::Internal(e.to_string()))?;
+            queue.read(|c| {
+                Ok(c.query_row(SQL, [keys_json], |r| {
+                    let mut v = [0i64; 7];
+                    for (i, x) in v.iter_mut().enumerate() {
+                        *x = r.get(i)?;
+                    }
+                    Ok(v)
+                })?)
+            })?
+        }
+        App::Postgres => postgres::summary(queue, &keys)?,
+    };
+    let [jobs, deliveries, invoices, receipts_sent, dead, retries, failed_sends] = counts;
+    let mut s = Summary {
+        jobs,
+        deliveries,
+        invoices,
+        receipts_sent,
+        dead,
+        retries,
+        failed_sends,
+        ..Summary::default()
+    };
     s.duplicates_absorbed = s.deliveries - s.jobs;
     let text = std::fs::read_to_string(receipts)?;
     let mut seen: HashMap<&str, i64> = HashMap::new();
@@ -547,11 +620,17 @@ fn print_summary(s: &Summary, args: &DemoArgs) {
         format!("runs beyond the first ({} failed sends)", s.failed_sends),
     );
     line("dead", s.dead, "jobs and receipts out of attempts".into());
+    let shell = if litejob::is_postgres_url(&s.db) {
+        // The URL is shown without its password: put it back to run these.
+        format!("psql '{}' -c", s.db)
+    } else {
+        format!("sqlite3 {}", s.db)
+    };
     out.push_str(&format!(
         "Run it again: only the delivery counts grow. Then look closer:\n  \
-         litejob --db {db} explain evt_000001\n  \
-         litejob --db {db} stats\n  \
-         sqlite3 {db} 'SELECT * FROM key_summary LIMIT 5'\n",
+         litejob --db '{db}' explain evt_000001\n  \
+         litejob --db '{db}' stats\n  \
+         {shell} 'SELECT * FROM key_summary LIMIT 5'\n",
         db = s.db
     ));
     print_out(&out);

@@ -3,7 +3,7 @@
 
 use litejob::{
     Attempt, AttemptOutcome, Explanation, Job, JobState, LedgerEntry, OutboxEntry, OutboxState,
-    Queue,
+    Queue, QueueControl,
 };
 use serde::Serialize;
 
@@ -34,6 +34,8 @@ struct Explained<'a> {
     attempts: &'a [Attempt],
     ledger: &'a Option<LedgerEntry>,
     outbox: &'a [OutboxEntry],
+    queue_control: &'a Option<QueueControl>,
+    waiting: Option<String>,
 }
 
 /// `litejob explain KEY`. An unknown key is an answer ("no job has this
@@ -47,6 +49,7 @@ pub fn explain(queue: &Queue, a: &ExplainArgs, json: bool, out: &mut Out) -> Cli
         &e.outbox,
         now_ms(),
     );
+    let waiting = waiting_on_controls(&e, now_ms());
     if json {
         return out.json(&Explained {
             key: &e.key,
@@ -56,13 +59,27 @@ pub fn explain(queue: &Queue, a: &ExplainArgs, json: bool, out: &mut Out) -> Cli
             attempts: &e.attempts,
             ledger: &e.ledger,
             outbox: &e.outbox,
+            queue_control: &e.queue_control,
+            waiting,
         });
     }
-    print(&e, &summary, out)
+    print(&e, &summary, waiting.as_deref(), out)
 }
 
-fn print(e: &Explanation, summary: &str, out: &mut Out) -> CliResult {
+/// Why the key's job, queued and due, waits on its queue's controls.
+fn waiting_on_controls(e: &Explanation, now: i64) -> Option<String> {
+    let j = e.job.as_ref()?;
+    if j.state != JobState::Queued || j.run_at > now {
+        return None;
+    }
+    super::queues::waiting(e.queue_control.as_ref()?).map(|w| format!("waiting: {w}"))
+}
+
+fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -> CliResult {
     out.line(summary)?;
+    if let Some(w) = waiting {
+        out.line(w)?;
+    }
     out.line("")?;
     let mut t = Table::new(&["key", &cell(&e.key)]);
     t.row(vec!["deliveries".into(), e.deliveries.to_string()]);
@@ -85,6 +102,9 @@ fn print(e: &Explanation, summary: &str, out: &mut Out) -> CliResult {
                     j.attempts, j.max_attempts, j.abandoned
                 ),
             ]);
+            if let Some(q) = &e.queue_control {
+                t.row(vec!["queue control".into(), super::queues::describe(q)]);
+            }
             t.row(vec!["created".into(), when(Some(j.created_at))]);
             t.row(vec!["finished".into(), when(j.finished_at)]);
             if let Some(err) = &j.last_error {

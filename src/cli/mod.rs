@@ -9,11 +9,13 @@
 
 pub mod admin_cmds;
 pub mod bench;
+pub mod copy;
 pub mod demo;
 pub mod enqueue;
 pub mod explain;
 pub mod jobs;
 pub mod outbox_cmd;
+pub mod queues;
 pub mod rng;
 pub mod schedules;
 pub mod serve;
@@ -83,6 +85,13 @@ pub enum Command {
     /// Every schedule (periodic job) declared on the file: cron, time zone,
     /// kind, last fired slot, next slot.
     Schedules(schedules::SchedulesArgs),
+    /// Every queue: its controls (paused, cap, rate) and its queued and
+    /// running jobs.
+    Queues(queues::QueuesArgs),
+    /// Pause or resume a queue, or set its cap and rate limit, for every
+    /// process on the file.
+    #[command(name = "queue")]
+    QueueCmd(queues::QueueArgs),
     /// Delete finished jobs, their attempts and sent outbox rows older than DUR.
     Prune(admin_cmds::PruneArgs),
     /// Run the receipts scenario on the file: dedup at the door, exactly-once
@@ -91,6 +100,9 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Serve a dashboard, Prometheus metrics and a health check over HTTP.
     Serve(serve::ServeArgs),
+    /// Copy the queue file into an empty PostgreSQL database: every job,
+    /// ledger row, outbox row, attempt and schedule, ids and keys kept.
+    Copy(copy::CopyArgs),
     /// Measure enqueue and processing rates on this machine's disk.
     #[command(after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json")]
     Bench(bench::BenchArgs),
@@ -221,7 +233,10 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::Outbox(a) => outbox_cmd::outbox(&open_existing(&db)?, a, json, &mut out)?,
         Command::Stats(a) => admin_cmds::stats(&open_existing(&db)?, a, json, &mut out)?,
         Command::Schedules(a) => schedules::schedules(&open_existing(&db)?, a, json, &mut out)?,
+        Command::Queues(a) => queues::queues(&open_existing(&db)?, a, json, &mut out)?,
+        Command::QueueCmd(a) => queues::queue_cmd(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
+        Command::Copy(a) => copy::copy(&db, a, json, &mut out)?,
         Command::Demo(a) => {
             let status = demo::run(&db, a, json)?;
             out.flush()?;
@@ -257,7 +272,7 @@ pub fn open(db: &Path, opts: litejob::QueueOptions) -> CliResult<Queue> {
 /// Opens the queue for a command that inspects or repairs it: a missing
 /// file is an error (a typo in `--db` must not create an empty queue). A
 /// PostgreSQL database without the tables gets them.
-fn open_existing(db: &Path) -> CliResult<Queue> {
+pub fn open_existing(db: &Path) -> CliResult<Queue> {
     if is_url(db) {
         return open(db, litejob::QueueOptions::default());
     }

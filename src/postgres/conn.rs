@@ -255,9 +255,23 @@ pub(crate) fn connect_err(e: postgres::Error) -> Error {
     }
 }
 
-/// A pool that could not hand out a connection in time.
-pub(crate) fn pool_err(e: r2d2::Error) -> Error {
+/// A pool that could not hand out a connection within `waited` (the
+/// busy timeout): the server is out of reach (the last connection
+/// attempt's error says why), or every connection is busy.
+pub(crate) fn pool_err(e: r2d2::Error, waited: Duration) -> Error {
+    let text = e.to_string();
+    let why = text
+        .strip_prefix("timed out waiting for connection")
+        .map(|rest| rest.trim_start_matches(": "))
+        .unwrap_or(&text);
+    let why = if why.is_empty() {
+        "every connection of the pool stayed busy, or the server did not answer".to_string()
+    } else {
+        format!("the last attempt failed: {why}")
+    };
     Error::Connection(format!(
-        "cannot get a connection to the database server: {e}"
+        "cannot reach the database server: no connection within {} ms ({why}); nothing was \
+         written, retry later",
+        waited.as_millis()
     ))
 }

@@ -88,6 +88,34 @@ ended AS (
 )
 SELECT count(*) FROM back";
 
+/// Gives back, uncharged, the jobs a claim of this worker (`$2`, of the
+/// runtime `$1`) took whose answer never arrived: the connection broke
+/// after the server committed the claim. The worker runs one batch at a
+/// time, so at its next claim any run still recorded under its name is
+/// not being run by anyone; without this it would wait for its lease to
+/// run out and be counted abandoned.
+const RELEASE_LOST_CLAIMS: &str = "\
+WITH lost AS (
+    SELECT j.id, j.current_attempt FROM jobs j JOIN attempts a ON a.id = j.current_attempt
+    WHERE j.state = 'running' AND j.lease_owner = $1 AND a.worker = $2 AND a.outcome = 'running'
+    FOR UPDATE OF j SKIP LOCKED
+),
+back AS (
+    UPDATE jobs SET state = 'queued', attempts = greatest(jobs.attempts - 1, 0), lease_owner = NULL,
+        lease_expires_at = NULL, current_attempt = NULL
+    FROM lost WHERE jobs.id = lost.id AND jobs.current_attempt = lost.current_attempt
+    RETURNING jobs.id, lost.current_attempt
+),
+ended AS (
+    UPDATE attempts SET outcome = 'released', error = $3, finished_at = $4
+    WHERE id IN (SELECT current_attempt FROM back) AND outcome = 'running'
+)
+SELECT count(*) FROM back";
+
+/// Why [`RELEASE_LOST_CLAIMS`] gave a run back, in its attempt row.
+const LOST_CLAIM: &str = "released uncharged: the connection broke before the claim's answer \
+     arrived; the run never started";
+
 pub(crate) fn renew(
     c: &mut PgConn,
     owner: &str,
@@ -127,6 +155,16 @@ fn poison_parts() -> (String, String) {
     let m = poison_message(7);
     let (a, b) = m.split_once('7').unwrap_or((&m, ""));
     (a.to_string(), b.to_string())
+}
+
+/// [`RELEASE_LOST_CLAIMS`]: how many jobs went back.
+pub(crate) fn release_lost_claims(
+    c: &mut PgConn,
+    owner: &str,
+    worker: &str,
+    now: Millis,
+) -> Result<i64> {
+    Ok(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &LOST_CLAIM, &now])?[0].get(0))
 }
 
 pub(crate) fn release(

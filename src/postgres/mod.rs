@@ -10,12 +10,16 @@
 //! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
 //! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
 //! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
-//! clock). This file: [`PgStore`], which owns the pool and the notifier
-//! thread, and its implementation of the boundary. Writes every queue
-//! table, only through those modules.
+//! clock), [`controls`] (queue controls: the operator's changes, the cache
+//! claims consult, the claim of a limited queue under its row's lock),
+//! [`copy`] (a queue file's rows moved in). This file: [`PgStore`], which
+//! owns the pool and the notifier thread, and its implementation of the
+//! boundary. Writes every queue table, only through those modules.
 
 pub(crate) mod admin;
 pub(crate) mod conn;
+pub(crate) mod controls;
+pub(crate) mod copy;
 pub(crate) mod enqueue;
 pub(crate) mod leases;
 pub(crate) mod notify;
@@ -30,6 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, BackendKind, PruneWhat};
+use crate::controls::{QueueControl, QueueLimits};
 use crate::db::Synchronous;
 use crate::enqueue::ValidJob;
 use crate::error::{Error, Result};
@@ -60,6 +65,9 @@ pub(crate) struct PgStore {
     /// Sends the wake-ups other processes listen for, off the callers'
     /// path.
     pub notifier: Notifier,
+    /// The queue controls in force, as this process's claims last read
+    /// them.
+    pub controls: controls::Cache,
     /// The async API's writes, for its threads (closed on drop, which ends
     /// them; they hold no handle to the store).
     offload: Option<crossbeam_channel::Sender<Box<dyn FnOnce() + Send>>>,
@@ -102,7 +110,10 @@ impl PgHandle {
         now: Millis,
         f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
     ) -> Result<(R, bool)> {
-        let mut conn = self.pool.get().map_err(pool_err)?;
+        let mut conn = self
+            .pool
+            .get()
+            .map_err(|e| pool_err(e, self.pool.connection_timeout()))?;
         let insert = conn.stmt(enqueue::INSERT_ONE)?;
         let mut t = conn.client.transaction().map_err(conn::read_err)?;
         let mut w = tx::PgWriteTx {
@@ -138,7 +149,9 @@ fn with_conn<R>(
 ) -> Result<R> {
     let mut tries = 0;
     loop {
-        let mut conn = pool.get().map_err(pool_err)?;
+        let mut conn = pool
+            .get()
+            .map_err(|e| pool_err(e, pool.connection_timeout()))?;
         match f(&mut conn) {
             Err(Error::Connection(_) | Error::OutcomeUnknown(_))
                 if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>
@@ -208,6 +221,7 @@ impl PgStore {
             pool,
             clock,
             notifier,
+            controls: controls::Cache::default(),
             offload: Some(offload),
             offload_threads,
             schema_version,
@@ -352,6 +366,31 @@ impl Backend for PgStore {
         self.with_conn(true, |c| schedules::list(&mut c.client))
     }
 
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>> {
+        self.with_conn(true, |c| controls::list(c, now))
+    }
+
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
+        self.with_conn(true, |c| controls::of_queue(c, queue, now))
+    }
+
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()> {
+        crate::controls::check_change(queue, limits)?;
+        // The same change twice leaves the same row: safe to repeat.
+        self.with_conn(true, |c| controls::change(c, queue, paused, limits, now))?;
+        self.controls.forget();
+        // Other processes' workers look again (a resumed queue's jobs are
+        // theirs to take once their cache of the controls is read again).
+        self.notifier.jobs();
+        Ok(())
+    }
+
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
         self.with_conn(false, |c| admin::retry_job(c, id, now))?;
         self.notifier.jobs();
@@ -460,5 +499,88 @@ impl Backend for PgStore {
 
     fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
         self.with_conn(true, |c| outbox::release(c, outbox_id, attempt_id, now))
+    }
+
+    fn release_lost_effect_claims(
+        &self,
+        owner: &str,
+        worker: &str,
+        performed: &[i64],
+        now: Millis,
+    ) -> Result<usize> {
+        let n = self.with_conn(true, |c| {
+            outbox::release_lost_claims(c, owner, worker, performed, now)
+        })?;
+        if n > 0 {
+            self.notifier.outbox();
+        }
+        Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+pub(crate) use testing::test_schema;
+
+/// Test support: a fresh schema for the PostgreSQL unit tests.
+#[cfg(test)]
+mod testing {
+    use super::{schema, PgConn};
+
+    /// A fresh schema with litejob's tables on the server `LITEJOB_TEST_PG`
+    /// names, for unit tests; dropped with the guard. None when the variable is
+    /// not set (outside CI, where it must be).
+    pub(crate) fn test_schema() -> Option<TestSchema> {
+        let Some(base) = std::env::var("LITEJOB_TEST_PG")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+            );
+            eprintln!("LITEJOB_TEST_PG is not set: this PostgreSQL test did not run");
+            return None;
+        };
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "unit_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+            ))
+            .unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{name}");
+        let t = TestSchema { base, name, url };
+        schema::migrate(&mut t.connect().client).unwrap();
+        Some(t)
+    }
+
+    /// See [`test_schema`].
+    pub(crate) struct TestSchema {
+        base: String,
+        name: String,
+        /// A URL whose search path is the schema.
+        pub url: String,
+    }
+
+    impl TestSchema {
+        /// A new connection in the schema.
+        pub(crate) fn connect(&self) -> PgConn {
+            PgConn::new(postgres::Client::connect(&self.url, postgres::NoTls).unwrap())
+        }
+    }
+
+    impl Drop for TestSchema {
+        fn drop(&mut self) {
+            if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
+                let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+            }
+        }
     }
 }

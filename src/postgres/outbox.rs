@@ -78,6 +78,45 @@ ended AS (
 )
 SELECT count(*) FROM back";
 
+/// Gives back the outbox rows a claim of this effect thread (`$2`, of the
+/// runtime `$1`) took whose answer never arrived (the connection broke
+/// after the server committed it): their effect was never called, so the
+/// attempt is not counted. The thread claims one row at a time and only
+/// when it performs none, so any row still recorded under its name is not
+/// being performed; those whose effect it did perform without recording
+/// the ack (`$4`) are left to their lease.
+const RELEASE_LOST_CLAIMS: &str = "\
+WITH lost AS (
+    SELECT o.id, o.current_attempt FROM outbox o JOIN attempts a ON a.id = o.current_attempt
+    WHERE o.state = 'sending' AND o.lease_owner = $1 AND a.worker = $2 AND a.outcome = 'running'
+      AND NOT (a.id = ANY($4::bigint[]))
+    FOR UPDATE OF o SKIP LOCKED
+),
+back AS (
+    UPDATE outbox SET state = 'pending', attempts = greatest(outbox.attempts - 1, 0),
+        next_attempt_at = $3, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    FROM lost WHERE outbox.id = lost.id AND outbox.current_attempt = lost.current_attempt
+    RETURNING outbox.id, lost.current_attempt
+),
+ended AS (
+    UPDATE attempts SET outcome = 'released', finished_at = $3,
+        error = 'released uncharged: the connection broke before the claim''s answer arrived; \
+the effect was not called'
+    WHERE id IN (SELECT current_attempt FROM back) AND outcome = 'running'
+)
+SELECT count(*) FROM back";
+
+/// [`RELEASE_LOST_CLAIMS`]: how many rows went back.
+pub(crate) fn release_lost_claims(
+    c: &mut PgConn,
+    owner: &str,
+    worker: &str,
+    performed: &[i64],
+    now: Millis,
+) -> Result<i64> {
+    Ok(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &now, &performed])?[0].get(0))
+}
+
 /// Adds a row inside the job's transaction; `(id, is_new)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn add<C: GenericClient>(

@@ -201,7 +201,7 @@ pub(crate) fn outbox_page(
 
 /// Runs `f` in one read-only snapshot (REPEATABLE READ), so several
 /// queries agree with each other while workers write.
-fn in_snapshot<R>(
+pub(crate) fn in_snapshot<R>(
     c: &mut PgConn,
     f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R>,
 ) -> Result<R> {
@@ -257,6 +257,8 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
         s.oldest_due_wait_ms = oldest_due.map(|t| (now - t).max(0));
         s.queued_due = due;
         s.ledger_rows = q(tx, "SELECT count(*) FROM processed_jobs", &[])?[0].get(0);
+        s.queue_controls = super::controls::controlled(tx, now)?;
+        inspect::fill_job_counts(&mut s);
         // The tables' size on disk stands for the file's.
         s.file_bytes = q(
             tx,

@@ -5,7 +5,7 @@
 //! run's end recorded in one statement, one commit. Writes `jobs`,
 //! `attempts` and `processed_jobs`.
 
-use postgres::{Statement, Transaction};
+use postgres::{GenericClient, Statement, Transaction};
 
 use super::conn::{read_err, write_err, PgConn};
 use crate::error::Result;
@@ -17,7 +17,8 @@ const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) AS k(kind
      AND run_at <= $2 AND ($3::text[] IS NULL OR queue = ANY($3)) LIMIT 1) x)";
 
 /// Claims up to `$4` due jobs of the kinds `$1` (in the queues `$3`, if
-/// given; suspects, `abandoned > 0`, exactly when `$8`) in priority order,
+/// given, and none of the queues `$9`, the controlled ones a claim skips;
+/// suspects, `abandoned > 0`, exactly when `$8`) in priority order,
 /// and starts them: lease, charged attempt, attempt row and the fence on
 /// it, all in one statement. One seek per kind on `jobs_claim` (or
 /// `jobs_suspect`), then the best `$4` of those: a single `kind = ANY(..)`
@@ -31,6 +32,7 @@ WITH picked AS (
         SELECT id, priority, run_at FROM jobs
         WHERE state = 'queued' AND kind = k.kind AND run_at <= $2
           AND ($3::text[] IS NULL OR queue = ANY($3)) AND (abandoned > 0) = $8
+          AND ($9::text[] IS NULL OR queue <> ALL($9))
         ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
     ) c
     ORDER BY c.priority, c.run_at, c.id LIMIT $4
@@ -78,7 +80,10 @@ const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
 /// Every run's end in one statement: the job succeeded (done, or a
 /// duplicate), or failed and is requeued at its retry time or dead (out of
 /// attempts, or discarded); its attempt row records the outcome. Fenced on
-/// the attempt like the rest.
+/// the attempt like the rest. It also sets the transaction's
+/// `synchronous_commit` to the queue's (`$8`: on for FULL): the worker's
+/// session claims with it off — a claim lost to a server crash just runs
+/// again — but the batch's commit is as durable as the queue says.
 const END: &str = "\
 WITH ends AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
@@ -103,8 +108,9 @@ j AS (
 a AS (
     UPDATE attempts SET outcome = e.outcome, error = e.error, finished_at = $7::bigint
     FROM ends e WHERE attempts.id = e.attempt_id AND attempts.outcome = 'running'
-)
-SELECT id, state FROM j";
+),
+durable AS (SELECT set_config('synchronous_commit', $8::text, true))
+SELECT id, state FROM j, durable";
 
 /// A job a claim took and started.
 #[derive(Debug, Clone)]
@@ -151,9 +157,12 @@ pub(crate) fn any_due(
 }
 
 /// What a claim asks for.
+#[derive(Clone, Copy)]
 pub(crate) struct ClaimAsk<'a> {
     pub kinds: &'a [String],
     pub queues: Option<&'a [String]>,
+    /// Queues to leave alone (paused, or claimed under their row's lock).
+    pub skipped: Option<&'a [String]>,
     pub limit: i64,
     pub suspects: bool,
     pub owner: &'a str,
@@ -167,11 +176,20 @@ pub(crate) struct ClaimAsk<'a> {
 /// server crash just means the jobs run again, and the batch's durable
 /// commit flushes it first anyway).
 pub(crate) fn claim(c: &mut PgConn, st: &Statements, ask: &ClaimAsk<'_>) -> Result<Vec<Started>> {
+    claim_with(&mut c.client, &st.claim, ask)
+}
+
+/// [`claim`] on `client`, a connection or a transaction open on it.
+pub(crate) fn claim_with(
+    client: &mut impl GenericClient,
+    claim: &Statement,
+    ask: &ClaimAsk<'_>,
+) -> Result<Vec<Started>> {
     let queues: Option<Vec<String>> = ask.queues.map(<[String]>::to_vec);
-    let rows = c
-        .client
+    let skipped: Option<Vec<String>> = ask.skipped.map(<[String]>::to_vec);
+    let rows = client
         .query(
-            &st.claim,
+            claim,
             &[
                 &ask.kinds,
                 &ask.now,
@@ -181,6 +199,7 @@ pub(crate) fn claim(c: &mut PgConn, st: &Statements, ask: &ClaimAsk<'_>) -> Resu
                 &ask.lease_until,
                 &ask.worker,
                 &ask.suspects,
+                &skipped,
             ],
         )
         .map_err(write_err)?;
@@ -245,6 +264,7 @@ pub(crate) fn end(
     st: &Statements,
     ends: &[End],
     now: Millis,
+    durable: bool,
 ) -> Result<Vec<(i64, String)>> {
     if ends.is_empty() {
         return Ok(Vec::new());
@@ -258,10 +278,62 @@ pub(crate) fn end(
     Ok(tx
         .query(
             &st.end,
-            &[&ids, &attempts, &outcomes, &errors, &retry, &discard, &now],
+            &[
+                &ids,
+                &attempts,
+                &outcomes,
+                &errors,
+                &retry,
+                &discard,
+                &now,
+                &if durable { "on" } else { "off" },
+            ],
         )
         .map_err(read_err)?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch's end makes its commit as durable as the queue says, on a
+    /// worker's session that claims with `synchronous_commit` off.
+    #[test]
+    fn the_batch_end_sets_the_queues_durability_for_its_commit() {
+        let Some(schema) = crate::postgres::test_schema() else {
+            return;
+        };
+        let mut c = schema.connect();
+        c.client
+            .batch_execute(
+                "SET synchronous_commit = off; \
+                 INSERT INTO jobs (id, kind, idempotency_key, payload, state, run_at, attempts, \
+                                   created_at, lease_owner, lease_expires_at, current_attempt) \
+                 VALUES (1, 'k', 'a', '{}', 'running', 0, 1, 0, 'me', 9e12, 7); \
+                 INSERT INTO attempts (id, job_id, attempt, key, worker, started_at) \
+                 VALUES (7, 1, 1, 'a', 'w', 0)",
+            )
+            .unwrap();
+        let st = Statements::prepare(&mut c).unwrap();
+        for (durable, expect) in [(true, "on"), (false, "off")] {
+            let mut tx = c.client.transaction().unwrap();
+            let end = End {
+                job_id: 1,
+                attempt_id: 7,
+                outcome: "succeeded",
+                error: None,
+                retry_at: 0,
+                discard: false,
+            };
+            let states = super::end(&mut tx, &st, &[end], 5, durable).unwrap();
+            assert_eq!(states, [(1, "succeeded".to_string())]);
+            let shown: String = tx.query_one("SHOW synchronous_commit", &[]).unwrap().get(0);
+            assert_eq!(shown, expect);
+            // Rolled back: the job is running again for the next round.
+            tx.rollback().unwrap();
+        }
+    }
 }

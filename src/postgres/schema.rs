@@ -17,11 +17,54 @@ pub(crate) const SCHEMA_SQL: &str = include_str!("../../postgres.sql");
 /// `i + 2` (the same numbering as the SQLite file's). A database without
 /// the tables gets `SCHEMA_SQL` in one go instead.
 const MIGRATIONS: &[&str] = &[
-    // 1 → 2: schedules (periodic jobs), as at the end of `postgres.sql`.
+    // 1 → 2: schedules (periodic jobs), as in `postgres.sql`.
     SCHEDULES_SQL,
+    // 2 → 3: queue controls, as at the end of `postgres.sql`.
+    QUEUES_SQL,
 ];
 
-/// The schedules' table and view, as `postgres.sql` ends (a test checks
+/// The queue controls' tables and view, as `postgres.sql` ends (a test
+/// checks the two agree).
+const QUEUES_SQL: &str = r#"-- queues: the controls an operator set on a queue (`litejob queue pause|resume|set`),
+-- one row per queue with at least one in force; a queue without a row runs
+-- freely. A claim of a capped or rate-limited queue locks its row (FOR UPDATE)
+-- and counts under that lock, so the limits hold exactly across machines:
+--   paused:      nothing new of the queue starts (running jobs finish; enqueues succeed)
+--   concurrency: at most this many of its jobs running at once (state 'running'
+--                with an unexpired lease)
+--   rate_limit per rate_window_ms: at most this many starts in any window that long
+-- Every process reads the rows again at least once per poll interval.
+CREATE TABLE IF NOT EXISTS queues (
+    name           text    PRIMARY KEY CHECK (length(name) > 0),
+    paused         boolean NOT NULL DEFAULT false,
+    concurrency    bigint  CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit     bigint  CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms bigint  CHECK (rate_window_ms >= 1),
+    updated_at     bigint  NOT NULL,
+    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+);
+
+-- queue_starts: the runs of a rate-limited queue started inside its window
+-- (one row per start, the same started_at as its attempts row); a claim
+-- deletes the rows older than the window.
+CREATE TABLE IF NOT EXISTS queue_starts (
+    queue      text    NOT NULL,
+    started_at bigint  NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+
+-- The controls with readable times, and the starts inside each rate window.
+CREATE OR REPLACE VIEW queue_overview AS
+SELECT name, paused, concurrency,
+       rate_limit || '/' || rate_window_ms || 'ms' AS rate,
+       (SELECT count(*) FROM queue_starts s
+        WHERE s.queue = q.name AND s.started_at > litejob_now_ms() - q.rate_window_ms) AS started_in_window,
+       litejob_time(updated_at) AS updated_at
+FROM queues q;
+"#;
+
+/// The schedules' table and view, as in `postgres.sql` (a test checks
 /// the two agree).
 const SCHEDULES_SQL: &str = r#"-- schedules: one row per schedule (periodic job), written by the runtimes
 -- that declare it (the last start wins). Each slot fires an ordinary job of

@@ -2,6 +2,7 @@
 //! and the apply step handed to the writer.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -53,11 +54,16 @@ fn begin_apply_only(
     handler: Arc<dyn ErasedHandler>,
 ) -> Pending {
     let slot: Arc<Mutex<Option<claim::Started>>> = Arc::new(Mutex::new(None));
-    let (id, owner, w) = (claimed.id, s.owner.clone(), worker.to_string());
+    let (id, owner, w, rated) = (
+        claimed.id,
+        s.owner.clone(),
+        worker.to_string(),
+        claimed.rated,
+    );
     let slot_w = slot.clone();
     let start = move |conn: &rusqlite::Connection| {
         let now = now_ms();
-        let st = claim::start(conn, id, &owner, &w, now)?;
+        let st = claim::start(conn, id, &owner, &w, rated, now)?;
         slot_w.lock().unwrap().clone_from(&st);
         Ok(st)
     };
@@ -174,12 +180,14 @@ pub(super) fn begin_job(
         return Some(begin_apply_only(s, claimed, worker, rng, handler));
     }
     let id = claimed.id;
-    let started = start_run(s, id, worker)?;
+    let started = start_run(s, id, worker, claimed.rated)?;
     let (ctx, attempt_str) = announce_start(s, id, &claimed.kind, &started, worker);
     let t0 = Instant::now();
     fault::point("in-handler");
+    s.preparing.fetch_add(1, Ordering::SeqCst);
     let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)))
         .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    s.preparing.fetch_sub(1, Ordering::SeqCst);
     let attempt_id = started.attempt_id;
     let backoff_at = now_ms()
         + s.cfg
@@ -205,11 +213,11 @@ pub(super) fn begin_job(
 
 /// The run's start, a light commit of its own. None when the job is no
 /// longer ours, or the start failed (then the claim goes back, uncharged).
-fn start_run(s: &Arc<Shared>, id: i64, worker: &str) -> Option<claim::Started> {
+fn start_run(s: &Arc<Shared>, id: i64, worker: &str, rated: bool) -> Option<claim::Started> {
     let (owner, w) = (s.owner.clone(), worker.to_string());
     match s.queue.writer().run_light(move |conn| {
         let now = now_ms();
-        claim::start(conn, id, &owner, &w, now)
+        claim::start(conn, id, &owner, &w, rated, now)
     }) {
         Ok(started) => started,
         Err(e) => {

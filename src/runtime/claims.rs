@@ -32,6 +32,8 @@ pub(super) struct Taken {
     /// follow-up in the cycle's next transaction, which hands their runs
     /// to the workers itself.
     pub(super) later: Option<usize>,
+    /// When a full rate frees a start (see [`claim::Batch::frees_at`]).
+    pub(super) frees_at: Option<Millis>,
 }
 
 /// Whether a claim may find work: unless `more_known` (the last claim
@@ -61,9 +63,13 @@ pub(super) fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
 /// runs; a worker, whichever is free, only sees its end.
 // ~85 lines: the claim's whole light transaction is one closure, so its
 // writes and the follow-ups it queues read in the order they happen.
+/// `idle`: the workers free to start a job now, as many as the claim may
+/// take of a capped or rate-limited queue's jobs for them (see
+/// [`claim::claim_batch`]).
 pub(super) fn submit_claim(
     s: &Arc<Shared>,
     n: usize,
+    idle: usize,
     lease_ms: i64,
     rng: &mut Rng,
 ) -> Receiver<Result<Taken>> {
@@ -78,6 +84,7 @@ pub(super) fn submit_claim(
             &sh.kinds,
             sh.queues_json.as_deref(),
             n,
+            idle,
             &sh.owner,
             now + lease_ms,
             now,
@@ -94,11 +101,15 @@ pub(super) fn submit_claim(
                 }
             },
         )?;
+        if batch.held_back {
+            sh.slot_wanted.store(true, Ordering::SeqCst);
+        }
         let mut rng = Rng::seeded(seed);
         let mut taken = Taken {
             claimed: Vec::new(),
             runs: Vec::new(),
             later: None,
+            frees_at: batch.frees_at,
         };
         for (c, started) in batch.taken {
             match started {
@@ -131,6 +142,7 @@ pub(super) fn submit_claim(
                     claimed: Vec::new(),
                     runs,
                     later: None,
+                    frees_at: None,
                 };
                 count_in_flight(&sh, &taken);
                 for run in taken.runs {

@@ -22,9 +22,32 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
     let wake = s.outbox_wake.clone();
+    // Set by a failed claim: one that may have committed without its
+    // answer reaching us holds a row nobody performs.
+    let mut unsure = false;
+    // Attempts whose effect ran but whose ack could not be recorded: their
+    // rows are still under our name, and must not be given back as never
+    // performed (their lease runs out, and they count as abandoned).
+    let mut unacked: Vec<i64> = Vec::new();
     loop {
         if s.stopping.load(Ordering::SeqCst) {
             return;
+        }
+        if unsure {
+            let b = s.queue.backend();
+            match b.release_lost_effect_claims(&s.owner, &worker, &unacked, b.now()) {
+                Ok(n) => {
+                    unsure = false;
+                    if n > 0 {
+                        log::info!(target: "litejob", "gave back {n} outbox rows whose claim's answer was lost");
+                    }
+                }
+                Err(e) => {
+                    log::warn!(target: "litejob", "outbox claim failed: {e}");
+                    sleep_or_stop(&stop, Duration::from_millis(200));
+                    continue;
+                }
+            }
         }
         let c = match claim(&s, &worker) {
             Ok(Some(c)) => c,
@@ -38,6 +61,7 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
             }
             Err(e) => {
                 log::warn!(target: "litejob", "outbox claim failed: {e}");
+                unsure = e.is_outcome_unknown();
                 sleep_or_stop(&stop, Duration::from_millis(200));
                 continue;
             }
@@ -49,7 +73,13 @@ pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
             let _ = b.release_effect(c.row.id, c.attempt_id, b.now());
             continue;
         };
-        perform(&s, &worker, &mut rng, c, effect.as_ref());
+        if let Some(attempt) = perform(&s, &worker, &mut rng, c, effect.as_ref()) {
+            // Bounded: only the recent ones can still be under our lease.
+            if unacked.len() == 64 {
+                unacked.remove(0);
+            }
+            unacked.push(attempt);
+        }
     }
 }
 
@@ -63,13 +93,14 @@ fn claim(s: &Arc<Shared>, worker: &str) -> Result<Option<ClaimedEffect>> {
 
 /// Performs a claimed row's effect, outside any transaction, and
 /// acknowledges it; counted in flight meanwhile, so its lease is renewed.
+/// Returns the attempt's id when its ack could not be recorded.
 fn perform(
     s: &Arc<Shared>,
     worker: &str,
     rng: &mut Rng,
     c: ClaimedEffect,
     effect: &dyn ErasedEffect,
-) {
+) -> Option<i64> {
     s.in_flight.effect_started(c.row.id, c.attempt_id);
     let ctx = EffectContext {
         id: c.row.id,
@@ -122,6 +153,7 @@ fn perform(
     log::info!(target: "litejob", outbox_id = oid, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
         attempt = attempt_str.as_str(), outcome = outcome, state = state.as_str(), duration_ms = ms,
         error = err.as_str(); "effect finished");
+    acked.is_err().then_some(aid)
 }
 
 /// Acknowledges an effect attempt, retrying transient failures while the

@@ -52,11 +52,13 @@ pub(super) fn finish_job(s: &Arc<Shared>, p: Pending) {
                     s.start_failed(id, &e);
                 }
                 s.in_flight.forget_job(id);
+                s.slot_freed();
                 return;
             }
         },
     };
     finish_running(s, running);
+    s.slot_freed();
 }
 
 /// Waits for a started run's commit; an interrupted write is recorded as a

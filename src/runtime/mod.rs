@@ -102,6 +102,12 @@ struct Shared {
     /// The supervisor skipped a claim: every worker's pipeline was full. A
     /// worker that finishes a run then tells it (`space`).
     room_wanted: AtomicBool,
+    /// A claim left jobs queued because their queue's cap or rate was
+    /// full: the next run to end here wakes the claimers, since it may
+    /// have freed the slot (other processes' runs are seen at the poll).
+    slot_wanted: AtomicBool,
+    /// Workers inside a prepare step: not free to start another job.
+    preparing: std::sync::atomic::AtomicUsize,
     /// This runtime's own wake-up channels (see `queue::Wakers`).
     job_wake: Receiver<()>,
     outbox_wake: Receiver<()>,
@@ -193,10 +199,22 @@ impl Shared {
             writer_name: format!("{}/litejob-writer", std::process::id()),
             later_reserved: std::sync::atomic::AtomicI64::new(0),
             room_wanted: AtomicBool::new(false),
+            slot_wanted: AtomicBool::new(false),
+            preparing: std::sync::atomic::AtomicUsize::new(0),
             job_wake,
             outbox_wake,
         };
         Ok((shared, runs_rx))
+    }
+}
+
+impl Shared {
+    /// A run of this process ended: if a claim left jobs queued for a full
+    /// cap or rate, claim again now rather than at the next poll.
+    fn slot_freed(&self) {
+        if self.slot_wanted.swap(false, Ordering::SeqCst) {
+            self.queue.notify();
+        }
     }
 }
 

@@ -25,9 +25,10 @@ use crate::fault;
 use crate::handler::{panic_message, ErasedPgHandler, JobContext, PrepareStop, Prepared};
 use crate::history::{cap_error, AttemptOutcome};
 use crate::postgres::conn::{PgConn, Session};
+use crate::postgres::controls as pg_controls;
 use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
 use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
-use crate::postgres::{notify, PgStore};
+use crate::postgres::{leases, notify, PgStore};
 use crate::retry::Rng;
 use crate::time::Millis;
 
@@ -66,7 +67,9 @@ pub(super) fn start(
                         alone,
                         batch,
                         conn: None,
+                        unsure: false,
                         rng: Rng::from_entropy(),
+                        frees_at: None,
                     }
                     .run()
                 }),
@@ -187,7 +190,13 @@ struct Worker {
     batch: usize,
     name: String,
     conn: Option<(PgConn, Statements)>,
+    /// Set when a write failed: a claim of ours may have committed without
+    /// its answer reaching us, or runs given back may not have gone back.
+    /// Cleared by the next claim, which first gives back what we hold.
+    unsure: bool,
     rng: Rng,
+    /// When a full rate frees a start, as the last claim found.
+    frees_at: Option<Millis>,
 }
 
 impl Worker {
@@ -203,15 +212,29 @@ impl Worker {
                     select! {
                         recv(self.stop) -> _ => return,
                         recv(wake) -> _ => {},
-                        default(self.s.cfg.poll_interval) => {},
+                        default(self.idle_wait()) => {},
                     }
                 }
                 Err(e) => {
                     log::warn!(target: "litejob", "worker {}: {e}; retrying", self.name);
                     self.conn = None;
+                    self.unsure = true;
                     sleep_or_stop(&self.stop, Duration::from_millis(500));
                 }
             }
+        }
+    }
+
+    /// How long to wait for news when idle: the poll interval, or less
+    /// when a full rate frees a start sooner.
+    fn idle_wait(&self) -> Duration {
+        let poll = self.s.cfg.poll_interval;
+        match self.frees_at {
+            Some(at) => {
+                let ms = (at - self.s.queue.backend().now()).max(1) as u64;
+                poll.min(Duration::from_millis(ms))
+            }
+            None => poll,
         }
     }
 
@@ -265,28 +288,93 @@ impl Worker {
         Ok(true)
     }
 
+    /// Claims and starts up to `limit` jobs. With queue controls in force,
+    /// each capped or rate-limited queue is claimed first, alone, under its
+    /// row's lock; the one claim statement then takes the rest, skipping
+    /// the controlled queues (paused ones included).
     fn claim(&mut self, suspects: bool, limit: usize) -> Result<Vec<Started>> {
         if self.s.stopping.load(Ordering::SeqCst) {
             return Ok(Vec::new());
         }
         let s = self.s.clone();
+        let store = s.queue.postgres().expect("a PostgreSQL runtime").clone();
         let now = s.queue.backend().now();
         let name = self.name.clone();
+        let unsure = self.unsure;
+        let (c, _) = self.connection()?;
+        if unsure {
+            // This worker runs nothing between its batches: a run still
+            // recorded under its name is one nobody runs.
+            let n = leases::release_lost_claims(c, &s.owner, &name, now)?;
+            if n > 0 {
+                log::info!(target: "litejob", "worker {name}: gave back {n} jobs whose claim's answer was lost");
+                s.queue.notify();
+            }
+            self.unsure = false;
+        }
         let (c, st) = self.connection()?;
-        let started = run::claim(
-            c,
-            st,
-            &ClaimAsk {
-                kinds: &s.kinds,
-                queues: s.cfg.queues.as_deref(),
-                limit: limit as i64,
-                suspects,
-                owner: &s.owner,
-                lease_until: now + s.cfg.lease.as_millis() as i64,
-                worker: &name,
-                now,
-            },
-        )?;
+        let controls = store.controls.get(c, s.cfg.poll_interval)?;
+        let ask = ClaimAsk {
+            kinds: &s.kinds,
+            queues: s.cfg.queues.as_deref(),
+            skipped: None,
+            limit: limit as i64,
+            suspects,
+            owner: &s.owner,
+            lease_until: now + s.cfg.lease.as_millis() as i64,
+            worker: &name,
+            now,
+        };
+        let mut started = Vec::new();
+        let skipped: Vec<String> = controls.iter().map(|(q, _)| q.clone()).collect();
+        let mut frees_at: Option<Millis> = None;
+        let mut capped_batch = false;
+        for (q, limits) in controls.iter() {
+            let ours = s.cfg.queues.as_ref().map_or(true, |qs| qs.contains(q));
+            if started.len() >= limit || limits.paused || !limits.limited() || !ours {
+                continue;
+            }
+            let left = (limit - started.len()) as i64;
+            let got = pg_controls::claim_limited(
+                c,
+                &st.claim,
+                q,
+                &ClaimAsk { limit: left, ..ask },
+                &|| s.queue.backend().now(),
+            )?;
+            if got.held_back {
+                s.slot_wanted.store(true, Ordering::SeqCst);
+            }
+            if got.more_room {
+                // This worker takes one job of a capped queue at a time:
+                // wake another for the next slot.
+                s.queue.notify();
+            }
+            frees_at = match (frees_at, got.frees_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let capped = limits.concurrency.is_some() && !got.started.is_empty();
+            started.extend(got.started);
+            if capped {
+                // A capped queue's slot is held until its batch commits:
+                // a batch of its own, not one behind other runs.
+                capped_batch = true;
+                break;
+            }
+        }
+        if started.len() < limit && !capped_batch {
+            started.extend(run::claim(
+                c,
+                st,
+                &ClaimAsk {
+                    skipped: (!skipped.is_empty()).then_some(&skipped[..]),
+                    limit: (limit - started.len()) as i64,
+                    ..ask
+                },
+            )?);
+        }
+        self.frees_at = frees_at;
         for j in &started {
             s.in_flight.started(j.id, j.attempt_id);
         }
@@ -318,10 +406,12 @@ impl Worker {
                 for r in &runs {
                     self.finish(r);
                 }
+                self.s.slot_freed();
             }
             Err(e) => {
                 log::warn!(target: "litejob", "a batch of {} runs was not recorded ({e}); giving it back", runs.len());
                 self.conn = None;
+                self.unsure = true;
                 self.give_back(
                     &runs,
                     &format!("released uncharged: the run's write failed ({e})"),
@@ -487,7 +577,8 @@ impl Worker {
         }
         run::unledger(&mut tx, st, &failed_keys)?;
         fault::point("before-complete-commit");
-        let states = run::end(&mut tx, st, &ends, now)?;
+        let durable = s.queue.options().synchronous == crate::Synchronous::Full;
+        let states = run::end(&mut tx, st, &ends, now, durable)?;
         if states.len() != ends.len() {
             // A run lost its lease after the fence (a stall past the
             // lease): its work must not commit, and it cannot be told from
@@ -548,14 +639,20 @@ impl Worker {
     /// Gives a batch's runs back uncharged (fenced on their attempts),
     /// retrying while the server is out of reach and the lease lasts.
     fn give_back(&self, runs: &[Run], why: &str) {
+        // One deadline for the batch: with the server out of reach, what is
+        // not given back by then comes back when its lease expires.
+        let give_up = Instant::now() + self.s.cfg.lease;
         for r in runs {
-            self.give_back_one(r.started.id, r.started.attempt_id, why);
+            self.give_back_until(r.started.id, r.started.attempt_id, why, give_up);
         }
     }
 
     fn give_back_one(&self, id: i64, attempt_id: i64, why: &str) {
+        self.give_back_until(id, attempt_id, why, Instant::now() + self.s.cfg.lease);
+    }
+
+    fn give_back_until(&self, id: i64, attempt_id: i64, why: &str, give_up: Instant) {
         let s = &self.s;
-        let give_up = Instant::now() + s.cfg.lease;
         let mut delay = Duration::from_millis(50);
         loop {
             let b = s.queue.backend();

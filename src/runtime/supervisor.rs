@@ -170,7 +170,12 @@ impl Supervisor {
 
     /// Sends a claim of up to `n` jobs to the writer.
     fn send_claim(&mut self, n: usize) {
-        self.outstanding = Some((submit_claim(&self.s, n, self.lease_ms, &mut self.rng), n));
+        let busy = self.s.preparing.load(Ordering::SeqCst) + self.buffer.len();
+        let idle = self.s.cfg.workers.saturating_sub(busy);
+        self.outstanding = Some((
+            submit_claim(&self.s, n, idle, self.lease_ms, &mut self.rng),
+            n,
+        ));
     }
 
     /// The outstanding claim's answer, if it came.
@@ -216,6 +221,12 @@ impl Supervisor {
     fn took(&mut self, taken: Taken, asked: usize) {
         let n = taken.claimed.len() + taken.runs.len() + taken.later.unwrap_or(0);
         count_in_flight(&self.s, &taken);
+        if let Some(at) = taken.frees_at {
+            // A full rate frees a start then: look again at that moment
+            // rather than at the next poll.
+            let wait = Duration::from_millis((at - now_ms()).max(0) as u64);
+            self.next_poll = self.next_poll.min(Instant::now() + wait);
+        }
         // A full batch means more may be waiting: claim again at once. The
         // next claim goes to the writer before this one's runs go to the
         // workers: the writer, the bottleneck, then finds it waiting when it

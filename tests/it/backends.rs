@@ -12,6 +12,8 @@
 //! and sets it: there a missing variable or an unreachable server fails.
 
 mod admin;
+pub(crate) mod child;
+mod controls;
 mod faults;
 mod processes;
 mod schedules;
@@ -30,6 +32,16 @@ use serde_json::Value;
 pub enum Engine {
     Sqlite,
     Postgres,
+}
+
+impl Engine {
+    /// The backend a queue is on.
+    pub fn of(q: &Queue) -> Engine {
+        match q.backend_kind() {
+            litejob::BackendKind::Postgres => Engine::Postgres,
+            _ => Engine::Sqlite,
+        }
+    }
 }
 
 /// The server the PostgreSQL tests use, if one is configured.

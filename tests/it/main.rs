@@ -9,6 +9,7 @@ mod demo;
 mod enqueue;
 mod file;
 mod outbox;
+mod postgres;
 mod reliability;
 mod runtime;
 mod schedules;

@@ -155,8 +155,10 @@ pub(super) fn process(
     })?;
     let succeeded = |filter: &str| -> Result<i64, Error> {
         let sql = format!(
-            "SELECT count(*) FROM jobs WHERE id > {} AND kind = '{KIND}' AND state = 'succeeded' {filter}",
-            backlog.base_id
+            "SELECT count(*) FROM jobs WHERE id > {base} AND kind = '{kind}' \
+             AND state = 'succeeded' {filter}",
+            base = backlog.base_id,
+            kind = KIND
         );
         count(queue, &sql, 0)
     };

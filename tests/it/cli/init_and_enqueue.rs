@@ -29,10 +29,13 @@ both! {
             }
         };
         assert!(out.contains(&expected), "{out}");
-        assert!(out.contains("schema version 2"), "{out}");
+        assert!(
+            out.contains(&format!("schema version {}", litejob::SCHEMA_VERSION)),
+            "{out}"
+        );
         // Again, on the existing queue, as JSON.
         let v = json_of(q, &["init"], 0);
-        assert_eq!(v["schema_version"], 2);
+        assert_eq!(v["schema_version"], litejob::SCHEMA_VERSION);
         assert_eq!(v["path"], expected);
     }
 }

@@ -56,6 +56,41 @@ fn the_overview_shows_the_counts_the_file_holds() {
     assert!(page.contains("<svg class=\"chart\""), "{page}");
 }
 
+#[test]
+fn the_overview_shows_each_queues_controls() {
+    let db = TestDb::new();
+    mixed_file(&db);
+    let q = db.open();
+    q.pause_queue("mail").unwrap();
+    q.set_queue_limits("billing", litejob::QueueLimits::new().concurrency(2))
+        .unwrap();
+    // A control may come before a queue's first job: the queue has a row.
+    let rate = litejob::Rate::new(100, std::time::Duration::from_secs(60)).unwrap();
+    q.set_queue_limits("api", litejob::QueueLimits::new().rate(rate))
+        .unwrap();
+    let s = Server::start(&db, &[]);
+    let page = s.get("/").ok();
+    let row = |queue: &str| {
+        strip_tags(between(
+            &page,
+            &format!("<tr data-queue=\"{queue}\">"),
+            "</tr>",
+        ))
+    };
+    assert!(row("mail").contains("paused"), "{}", row("mail"));
+    assert!(
+        row("billing").contains("at most 2 running"),
+        "{}",
+        row("billing")
+    );
+    assert!(
+        row("api").contains("at most 100 starts per 1m"),
+        "{}",
+        row("api")
+    );
+    assert!(!row("default").contains("paused"), "{}", row("default"));
+}
+
 /// The ids in the jobs table of a page, in order.
 fn ids(page: &str) -> Vec<i64> {
     page.split("<tr data-id=\"")

@@ -1,9 +1,12 @@
 //! `/`: the overview. Totals on top, then its sections in [`SECTIONS`]
-//! order: jobs per queue and state with each queue's backlog age, the last
-//! hour's runs per minute, the outbox's backlog, the file. A section is a
-//! function of the overview read once for the page.
+//! order: jobs per queue and state with each queue's backlog age and its
+//! controls (paused, a cap, a rate), the last hour's runs per minute, the
+//! outbox's backlog, the file. A section is a function of the overview
+//! read once for the page.
 
-use litejob::{JobCounts, JobState, OutboxState, Overview};
+use litejob::{JobCounts, JobState, OutboxState, Overview, QueueOverview};
+
+use super::super::super::queues::describe;
 
 use super::super::html::{human_span, url, Html};
 use super::super::http::Resp;
@@ -93,7 +96,7 @@ fn state_cells(h: &mut Html, c: &JobCounts, filter: &[(&str, Option<&str>)]) {
 
 fn queues(h: &mut Html, _app: &App, o: &Overview) {
     h.raw("<section id=\"queues\"><h2>Jobs per queue</h2>");
-    if o.queues.is_empty() {
+    if o.queues.is_empty() && o.controls.is_empty() {
         h.raw("<p class=\"none\">No jobs in the file yet.</p></section>");
         return;
     }
@@ -101,8 +104,18 @@ fn queues(h: &mut Html, _app: &App, o: &Overview) {
     for state in JobState::ALL {
         h.tag("th", &[("class", "num")], state.as_str());
     }
-    h.raw("<th class=\"num\">oldest runnable waiting</th></tr></thead><tbody>");
-    for (name, q) in &o.queues {
+    h.raw("<th class=\"num\">oldest runnable waiting</th><th>controls</th></tr></thead><tbody>");
+    // Every queue with jobs, and the controlled ones that have none yet.
+    let none = QueueOverview::default();
+    let mut rows: Vec<(&str, &QueueOverview)> =
+        o.queues.iter().map(|(n, q)| (n.as_str(), q)).collect();
+    for c in &o.controls {
+        if !o.queues.contains_key(&c.name) {
+            rows.push((c.name.as_str(), &none));
+        }
+    }
+    rows.sort_by_key(|(n, _)| *n);
+    for (name, q) in rows {
         h.open("tr", &[("data-queue", name)]);
         h.raw("<td>");
         h.link(&url("/jobs", &[("queue", Some(name))]), name);
@@ -113,12 +126,17 @@ fn queues(h: &mut Html, _app: &App, o: &Overview) {
             Some(ms) => h.text(&human_span(ms as u64)),
             None => h.raw("<span class=\"none\">-</span>"),
         };
+        h.raw("</td><td class=\"controls\">");
+        match o.controls.iter().find(|c| c.name == name) {
+            Some(c) => h.text(&describe(c)),
+            None => h.raw("<span class=\"none\">-</span>"),
+        };
         h.raw("</td></tr>");
     }
     if o.queues.len() > 1 {
         h.raw("<tr><th>all</th>");
         state_cells(h, &o.jobs, &[]);
-        h.raw("<td></td></tr>");
+        h.raw("<td></td><td></td></tr>");
     }
     h.raw("</tbody></table></section>");
 }

@@ -1,0 +1,284 @@
+//! Moving a queue from its file to PostgreSQL without losing a job:
+//! [`Queue::copy_to`] reads every queue table of the file in one read
+//! snapshot and streams the rows, in batches, into one PostgreSQL
+//! transaction (`postgres/copy.rs`) that keeps their ids and keys. Writes
+//! nothing itself: the rows reach the destination's tables through the
+//! PostgreSQL store.
+
+use rusqlite::{Connection, Row};
+
+use crate::error::{Error, Result};
+use crate::inspect::in_snapshot;
+use crate::postgres::copy::{
+    AttemptRows, CopyTx, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
+    ScheduleRows,
+};
+use crate::queue::Queue;
+
+/// Rows per insert statement: large enough that a round trip is spent on
+/// thousands of rows, small enough that a batch's arrays stay a few MB.
+const BATCH: usize = 5000;
+
+const READ_JOBS: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt FROM jobs ORDER BY id";
+const READ_LEDGER: &str = "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";
+const READ_OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
+     next_attempt_at, last_error, created_at, sent_at, lease_owner, lease_expires_at, \
+     current_attempt FROM outbox ORDER BY id";
+const READ_ATTEMPTS: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
+     finished_at, outcome, error FROM attempts ORDER BY id";
+const READ_SCHEDULES: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, \
+     catch_up, catch_up_window_ms, last_slot_at, next_slot_at, created_at, updated_at \
+     FROM schedules ORDER BY name";
+const READ_QUEUES: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, \
+     updated_at FROM queues ORDER BY name";
+const READ_QUEUE_STARTS: &str =
+    "SELECT queue, started_at FROM queue_starts ORDER BY queue, started_at";
+/// The highest id each table ever gave out: `AUTOINCREMENT` remembers the
+/// ids of rows deleted since (pruned jobs, whose keys the ledger still
+/// names), and the destination must never give them out again.
+const LAST_IDS: &str = "SELECT \
+     max((SELECT coalesce(max(id), 0) FROM jobs), \
+         coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)), \
+     max((SELECT coalesce(max(id), 0) FROM outbox), \
+         coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)), \
+     max((SELECT coalesce(max(id), 0) FROM attempts), \
+         coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'attempts'), 0))";
+
+/// What a copy moved: rows per table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CopyReport {
+    /// Rows of `jobs`.
+    pub jobs: u64,
+    /// Rows of `processed_jobs` (the ledger).
+    pub processed_jobs: u64,
+    /// Rows of `outbox`.
+    pub outbox: u64,
+    /// Rows of `attempts`.
+    pub attempts: u64,
+    /// Rows of `schedules`.
+    pub schedules: u64,
+    /// Rows of `queues` (the queue controls).
+    pub queues: u64,
+    /// Rows of `queue_starts` (the starts inside each rate's window).
+    pub queue_starts: u64,
+}
+
+impl Queue {
+    /// Copies this queue's file into `dest`, a queue on PostgreSQL
+    /// ([`Queue::open_postgres`], which creates the tables when they are
+    /// missing): every job, ledger row, outbox row, attempt, schedule and
+    /// queue control (with the starts counted in each rate's window),
+    /// with their ids and keys, read in one snapshot of the file and
+    /// written in one PostgreSQL transaction — all of it, or nothing. The
+    /// destination's id sequences then continue past every id the file
+    /// gave out. Refused with [`Error::NotEmpty`], nothing written, when
+    /// the destination holds any queue row already (a second copy, or a
+    /// database in use). Stop the processes working on the file first:
+    /// what they write after the snapshot is not copied.
+    pub fn copy_to(&self, dest: &Queue) -> Result<CopyReport> {
+        let file = self.sqlite("Queue::copy_to")?;
+        let pg = dest.postgres().ok_or_else(|| {
+            Error::Unsupported(
+                "a queue is copied into a PostgreSQL database; the destination is a file".into(),
+            )
+        })?;
+        file.read(|conn| {
+            in_snapshot(conn, |conn| {
+                pg.copy_in(|tx| {
+                    let report = CopyReport {
+                        jobs: copy_jobs(conn, tx)?,
+                        processed_jobs: copy_ledger(conn, tx)?,
+                        outbox: copy_outbox(conn, tx)?,
+                        attempts: copy_attempts(conn, tx)?,
+                        schedules: copy_schedules(conn, tx)?,
+                        queues: copy_queues(conn, tx)?,
+                        queue_starts: copy_queue_starts(conn, tx)?,
+                    };
+                    let last = conn.query_row(LAST_IDS, [], |r| {
+                        Ok(LastIds {
+                            jobs: r.get(0)?,
+                            outbox: r.get(1)?,
+                            attempts: r.get(2)?,
+                        })
+                    })?;
+                    Ok((report, last))
+                })
+            })
+        })
+    }
+}
+
+/// Reads `sql`'s rows into batches of `T` (via `push`), handing each full
+/// batch and the last to `flush`; returns the number of rows.
+fn stream<T: Default>(
+    conn: &Connection,
+    sql: &str,
+    mut push: impl FnMut(&mut T, &Row<'_>) -> rusqlite::Result<()>,
+    mut flush: impl FnMut(&T) -> Result<()>,
+) -> Result<u64> {
+    let mut st = conn.prepare(sql)?;
+    let mut rows = st.query([])?;
+    let (mut batch, mut in_batch, mut total) = (T::default(), 0usize, 0u64);
+    while let Some(row) = rows.next()? {
+        push(&mut batch, row)?;
+        in_batch += 1;
+        total += 1;
+        if in_batch == BATCH {
+            flush(&batch)?;
+            batch = T::default();
+            in_batch = 0;
+        }
+    }
+    if in_batch > 0 {
+        flush(&batch)?;
+    }
+    Ok(total)
+}
+
+fn copy_jobs(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_JOBS,
+        |b: &mut JobRows, r| {
+            b.id.push(r.get(0)?);
+            b.queue.push(r.get(1)?);
+            b.kind.push(r.get(2)?);
+            b.key.push(r.get(3)?);
+            b.payload.push(r.get(4)?);
+            b.state.push(r.get(5)?);
+            b.priority.push(r.get(6)?);
+            b.run_at.push(r.get(7)?);
+            b.attempts.push(r.get(8)?);
+            b.max_attempts.push(r.get(9)?);
+            b.abandoned.push(r.get(10)?);
+            b.deliveries.push(r.get(11)?);
+            b.last_error.push(r.get(12)?);
+            b.created_at.push(r.get(13)?);
+            b.finished_at.push(r.get(14)?);
+            b.lease_owner.push(r.get(15)?);
+            b.lease_expires_at.push(r.get(16)?);
+            b.current_attempt.push(r.get(17)?);
+            Ok(())
+        },
+        |b| tx.jobs(b),
+    )
+}
+
+fn copy_ledger(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_LEDGER,
+        |b: &mut LedgerRows, r| {
+            b.key.push(r.get(0)?);
+            b.completed_at.push(r.get(1)?);
+            b.job_id.push(r.get(2)?);
+            Ok(())
+        },
+        |b| tx.ledger(b),
+    )
+}
+
+fn copy_outbox(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_OUTBOX,
+        |b: &mut OutboxRows, r| {
+            b.id.push(r.get(0)?);
+            b.key.push(r.get(1)?);
+            b.kind.push(r.get(2)?);
+            b.payload.push(r.get(3)?);
+            b.state.push(r.get(4)?);
+            b.attempts.push(r.get(5)?);
+            b.max_attempts.push(r.get(6)?);
+            b.job_id.push(r.get(7)?);
+            b.next_attempt_at.push(r.get(8)?);
+            b.last_error.push(r.get(9)?);
+            b.created_at.push(r.get(10)?);
+            b.sent_at.push(r.get(11)?);
+            b.lease_owner.push(r.get(12)?);
+            b.lease_expires_at.push(r.get(13)?);
+            b.current_attempt.push(r.get(14)?);
+            Ok(())
+        },
+        |b| tx.outbox(b),
+    )
+}
+
+fn copy_attempts(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_ATTEMPTS,
+        |b: &mut AttemptRows, r| {
+            b.id.push(r.get(0)?);
+            b.job_id.push(r.get(1)?);
+            b.outbox_id.push(r.get(2)?);
+            b.attempt.push(r.get(3)?);
+            b.key.push(r.get(4)?);
+            b.worker.push(r.get(5)?);
+            b.started_at.push(r.get(6)?);
+            b.finished_at.push(r.get(7)?);
+            b.outcome.push(r.get(8)?);
+            b.error.push(r.get(9)?);
+            Ok(())
+        },
+        |b| tx.attempts(b),
+    )
+}
+
+fn copy_schedules(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_SCHEDULES,
+        |b: &mut ScheduleRows, r| {
+            b.name.push(r.get(0)?);
+            b.cron.push(r.get(1)?);
+            b.tz.push(r.get(2)?);
+            b.kind.push(r.get(3)?);
+            b.payload.push(r.get(4)?);
+            b.queue.push(r.get(5)?);
+            b.priority.push(r.get(6)?);
+            b.max_retries.push(r.get(7)?);
+            b.catch_up.push(r.get(8)?);
+            b.catch_up_window_ms.push(r.get(9)?);
+            b.last_slot_at.push(r.get(10)?);
+            b.next_slot_at.push(r.get(11)?);
+            b.created_at.push(r.get(12)?);
+            b.updated_at.push(r.get(13)?);
+            Ok(())
+        },
+        |b| tx.schedules(b),
+    )
+}
+
+fn copy_queues(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_QUEUES,
+        |b: &mut QueueRows, r| {
+            b.name.push(r.get(0)?);
+            b.paused.push(r.get::<_, i64>(1)? != 0);
+            b.concurrency.push(r.get(2)?);
+            b.rate_limit.push(r.get(3)?);
+            b.rate_window_ms.push(r.get(4)?);
+            b.updated_at.push(r.get(5)?);
+            Ok(())
+        },
+        |b| tx.queues(b),
+    )
+}
+
+fn copy_queue_starts(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+    stream(
+        conn,
+        READ_QUEUE_STARTS,
+        |b: &mut QueueStartRows, r| {
+            b.queue.push(r.get(0)?);
+            b.started_at.push(r.get(1)?);
+            Ok(())
+        },
+        |b| tx.queue_starts(b),
+    )
+}

@@ -1,0 +1,342 @@
+//! Queue controls on PostgreSQL, the twin of the file's controls module:
+//! the operator's changes to `queues`, the listing, the cache of the
+//! controls in force that a process's claims consult, and the claim of a
+//! capped or rate-limited queue under a lock on its row. Writes `queues`,
+//! `queue_starts`, and (the limited claim) `jobs` and `attempts` through
+//! the claim statement of the run module.
+//!
+//! Exact across machines: a limited queue is claimed only in a transaction
+//! that first locks its `queues` row (`FOR UPDATE`), then counts its load
+//! in a later statement, whose snapshot sees every claim that held the
+//! lock before (READ COMMITTED), then claims at most the room it found and
+//! commits. A queue without a control costs nothing: claims skip the
+//! controlled queues by a parameter of their one statement, and the
+//! controls are read again once per poll interval, not per claim.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use postgres::ToStatement;
+use postgres::{GenericClient, Row, Statement};
+
+use super::conn::{read_err, write_err, PgConn};
+use super::run::{self, ClaimAsk, Started};
+use crate::controls::{self, Limits, QueueControl, QueueLimits, Rate};
+use crate::error::Result;
+use crate::time::Millis;
+
+const ROWS: &str =
+    "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues";
+const ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at \
+     FROM queues WHERE name = $1";
+/// The limited claim's lock: claims of the queue, and the operator's
+/// changes, take turns on it.
+const LOCK_ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at \
+     FROM queues WHERE name = $1 FOR UPDATE";
+/// Two operators changing one queue take turns even before it has a row
+/// to lock (the first argument is litejob's own key space).
+const SERIALIZE_CHANGES: &str = "SELECT pg_advisory_xact_lock(1818914658, hashtext($1))";
+const UPSERT: &str = "INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, \
+     updated_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET \
+     paused = excluded.paused, concurrency = excluded.concurrency, \
+     rate_limit = excluded.rate_limit, rate_window_ms = excluded.rate_window_ms, \
+     updated_at = excluded.updated_at";
+const DELETE: &str = "DELETE FROM queues WHERE name = $1";
+const FORGET_STARTS: &str = "DELETE FROM queue_starts WHERE queue = $1";
+const LOAD: &str = "SELECT count(*) FILTER (WHERE lease_expires_at >= $2), \
+     count(*) FILTER (WHERE current_attempt IS NULL), count(*) \
+     FROM jobs WHERE state = 'running' AND queue = $1";
+const STARTED: &str =
+    "SELECT count(*), min(started_at) FROM queue_starts WHERE queue = $1 AND started_at > $2";
+const PRUNE_STARTS: &str = "DELETE FROM queue_starts WHERE queue = $1 AND started_at <= $2";
+const RECORD_STARTS: &str = "INSERT INTO queue_starts (queue, started_at) \
+     SELECT $1, $2 FROM generate_series(1, $3::bigint)";
+const JOB_COUNTS: &str = "SELECT queue, count(*) FILTER (WHERE state = 'queued'), \
+     count(*) FILTER (WHERE state = 'running') FROM jobs GROUP BY queue";
+
+/// A row of `queues`: its name, limits and time of change.
+fn from_row(r: &Row) -> (String, Limits, Millis) {
+    let concurrency: Option<i64> = r.get(2);
+    (
+        r.get(0),
+        Limits {
+            paused: r.get(1),
+            concurrency: concurrency
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n >= 1),
+            rate: Rate::from_columns(r.get(3), r.get(4)),
+        },
+        r.get(5),
+    )
+}
+
+/// A queue's load at `now` (see [`controls::Load`]), and its jobs
+/// `running` whatever their lease.
+/// `sql` holds [`LOAD`] and [`STARTED`], as text or prepared.
+fn load<T: ToStatement + ?Sized>(
+    client: &mut impl GenericClient,
+    sql: (&T, &T),
+    queue: &str,
+    limits: &Limits,
+    now: Millis,
+) -> Result<(controls::Load, i64, Option<Millis>)> {
+    let r = client.query_one(sql.0, &[&queue, &now]).map_err(read_err)?;
+    let (running, claimed, all): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+    let (started, oldest) = match limits.rate {
+        Some(rate) => {
+            let r = client
+                .query_one(sql.1, &[&queue, &controls::window_floor(now, rate)])
+                .map_err(read_err)?;
+            (r.get::<_, i64>(0), r.get::<_, Option<i64>>(1))
+        }
+        None => (0, None),
+    };
+    Ok((
+        controls::Load {
+            running,
+            started,
+            claimed,
+        },
+        all,
+        oldest,
+    ))
+}
+
+/// Applies an operator's change to `queue`, in one transaction.
+pub(crate) fn change(
+    c: &mut PgConn,
+    queue: &str,
+    paused: Option<bool>,
+    limits: &QueueLimits,
+    now: Millis,
+) -> Result<()> {
+    let mut tx = c.client.transaction().map_err(read_err)?;
+    tx.execute(SERIALIZE_CHANGES, &[&queue]).map_err(read_err)?;
+    let current = tx
+        .query_opt(LOCK_ROW, &[&queue])
+        .map_err(read_err)?
+        .map(|r| from_row(&r).1)
+        .unwrap_or_default();
+    let next = current.changed(paused, limits);
+    if next.is_empty() {
+        tx.execute(DELETE, &[&queue]).map_err(read_err)?;
+    } else {
+        let concurrency = next.concurrency.map(i64::from);
+        let rate_limit = next.rate.map(|r| i64::from(r.limit()));
+        let window = next.rate.map(|r| r.window_ms());
+        tx.execute(
+            UPSERT,
+            &[
+                &queue,
+                &next.paused,
+                &concurrency,
+                &rate_limit,
+                &window,
+                &now,
+            ],
+        )
+        .map_err(read_err)?;
+    }
+    if next.rate.is_none() && current.rate.is_some() {
+        tx.execute(FORGET_STARTS, &[&queue]).map_err(read_err)?;
+    }
+    tx.commit().map_err(write_err)
+}
+
+/// Every queue with jobs or controls, by name, with its load at `now`.
+pub(crate) fn list(c: &mut PgConn, now: Millis) -> Result<Vec<QueueControl>> {
+    super::reads::in_snapshot(c, |tx| {
+        let mut all = std::collections::BTreeMap::new();
+        for r in tx.query(JOB_COUNTS, &[]).map_err(read_err)? {
+            let name: String = r.get(0);
+            let mut q = QueueControl::named(&name);
+            q.queued = r.get(1);
+            q.running = r.get(2);
+            all.insert(name, q);
+        }
+        for mut c in controlled(tx, now)? {
+            if let Some(q) = all.get(&c.name) {
+                c.queued = q.queued;
+                c.running = q.running;
+            }
+            all.insert(c.name.clone(), c);
+        }
+        Ok(all.into_values().collect())
+    })
+}
+
+/// The queues with controls in force (no job counts), by name, with the
+/// starts in each rate's window at `now`.
+pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec<QueueControl>> {
+    let rows: Vec<(String, Limits, Millis)> = tx
+        .query(ROWS, &[])
+        .map_err(read_err)?
+        .iter()
+        .map(from_row)
+        .collect();
+    let mut out = Vec::with_capacity(rows.len());
+    for (name, l, updated_at) in rows {
+        let (load, _, _) = load(tx, (LOAD, STARTED), &name, &l, now)?;
+        let mut q = QueueControl::named(&name);
+        q.paused = l.paused;
+        q.concurrency = l.concurrency;
+        q.rate = l.rate;
+        q.started_in_window = l.rate.map(|_| load.started);
+        q.updated_at = Some(updated_at);
+        out.push(q);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// One queue's controls and load; None when it has no control.
+pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
+    super::reads::in_snapshot(c, |tx| {
+        let Some((name, l, updated_at)) = tx
+            .query_opt(ROW, &[&queue])
+            .map_err(read_err)?
+            .map(|r| from_row(&r))
+        else {
+            return Ok(None);
+        };
+        let (load, running, _) = load(tx, (LOAD, STARTED), &name, &l, now)?;
+        let mut q = QueueControl::named(&name);
+        q.paused = l.paused;
+        q.concurrency = l.concurrency;
+        q.rate = l.rate;
+        q.running = running;
+        q.started_in_window = l.rate.map(|_| load.started);
+        q.updated_at = Some(updated_at);
+        Ok(Some(q))
+    })
+}
+
+/// The controls in force as a process last read them: every claim
+/// consults this cache, and it is read again once it is a poll interval
+/// old, so a change made anywhere is honoured within one poll interval.
+#[derive(Default)]
+pub(crate) struct Cache {
+    state: Mutex<Option<(Instant, InForce)>>,
+}
+
+/// The controls in force: each controlled queue and its limits.
+pub(crate) type InForce = Arc<Vec<(String, Limits)>>;
+
+impl Cache {
+    /// The controls, read again on `c` when older than `max_age`.
+    pub(crate) fn get(&self, c: &mut PgConn, max_age: Duration) -> Result<InForce> {
+        if let Some((at, rows)) = &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            if at.elapsed() < max_age {
+                return Ok(rows.clone());
+            }
+        }
+        let read_at = Instant::now();
+        let rows: InForce = Arc::new(
+            c.query(ROWS, &[])?
+                .iter()
+                .map(|r| {
+                    let (name, l, _) = from_row(r);
+                    (name, l)
+                })
+                .collect(),
+        );
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some((read_at, rows.clone()));
+        Ok(rows)
+    }
+
+    /// Forgets the cache (this process changed a control): the next claim
+    /// reads the table again.
+    pub(crate) fn forget(&self) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// What a claim of one limited queue took.
+pub(crate) struct LimitedClaim {
+    pub started: Vec<Started>,
+    /// The queue's room was all taken (or there was none): jobs may wait.
+    pub held_back: bool,
+    /// When a full rate's window next frees a start.
+    pub frees_at: Option<Millis>,
+    /// Room was left after this claim: another worker may take more.
+    pub more_room: bool,
+}
+
+/// Claims and starts up to `ask.limit` jobs of the limited queue `queue`
+/// in one transaction: locks its row, counts its load, takes at most the
+/// room left (under a cap, one job: a worker runs its batch's prepare
+/// steps one after another, so a second slot in its batch would sit idle
+/// while other workers, here or elsewhere, could run it), records the
+/// starts of a rate, commits.
+///
+/// `clock` is read once the lock is held: claims of the queue then count
+/// and record in the order of their times, so one that waited for the lock
+/// never counts with an older `now` than the rows its predecessor pruned.
+pub(crate) fn claim_limited(
+    c: &mut PgConn,
+    claim: &Statement,
+    queue: &str,
+    ask: &ClaimAsk<'_>,
+    clock: &dyn Fn() -> Millis,
+) -> Result<LimitedClaim> {
+    // Prepared once per connection, before the transaction borrows it.
+    let (lock, prune, count, started, record) = (
+        c.stmt(LOCK_ROW)?,
+        c.stmt(PRUNE_STARTS)?,
+        c.stmt(LOAD)?,
+        c.stmt(STARTED)?,
+        c.stmt(RECORD_STARTS)?,
+    );
+    let mut tx = c.client.transaction().map_err(read_err)?;
+    let limits = tx
+        .query_opt(&lock, &[&queue])
+        .map_err(read_err)?
+        .map(|r| from_row(&r).1)
+        .unwrap_or_default();
+    let now = clock();
+    let lease_until = now + (ask.lease_until - ask.now);
+    if let Some(rate) = limits.rate {
+        tx.execute(&prune, &[&queue, &controls::prune_floor(now, rate)])
+            .map_err(read_err)?;
+    }
+    let (load, _, oldest) = load(&mut tx, (&count, &started), queue, &limits, now)?;
+    let room = controls::room(&limits, &load);
+    let mut take = room.min(ask.limit.max(0) as usize);
+    if limits.concurrency.is_some() {
+        take = take.min(1);
+    }
+    let queues = [queue.to_string()];
+    let started = if take == 0 {
+        Vec::new()
+    } else {
+        run::claim_with(
+            &mut tx,
+            claim,
+            &ClaimAsk {
+                queues: Some(&queues),
+                skipped: None,
+                limit: take as i64,
+                now,
+                lease_until,
+                ..*ask
+            },
+        )?
+    };
+    if limits.rate.is_some() && !started.is_empty() {
+        tx.execute(&record, &[&queue, &now, &(started.len() as i64)])
+            .map_err(read_err)?;
+    }
+    tx.commit().map_err(write_err)?;
+    // A rate found or left full frees its next start when its oldest start
+    // (one of these, if none is older) leaves the window.
+    let frees_at = limits
+        .rate
+        .filter(|_| started.len() >= room)
+        .map(|rate| controls::frees_at(oldest.unwrap_or(now), rate));
+    Ok(LimitedClaim {
+        held_back: limits.limited() && (take == 0 || started.len() == take),
+        more_room: started.len() == take && room > take,
+        started,
+        frees_at,
+    })
+}
