@@ -13,7 +13,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -271,8 +271,15 @@ impl Worker {
             return Ok(true);
         }
         drop(shared);
-        // Nothing ordinary due: a suspect, alone.
-        let _alone = alone.write().unwrap_or_else(|e| e.into_inner());
+        // Nothing ordinary due: a suspect, alone, once no other worker's
+        // batch is in flight. Not waiting for them: a waiting writer holds
+        // back every other worker's next claim, so one run stuck in its
+        // prepare step would stop the whole process.
+        let _alone = match alone.try_write() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(false),
+        };
         let suspect = self.claim(true, 1)?;
         if suspect.is_empty() {
             return Ok(false);
@@ -378,13 +385,19 @@ impl Worker {
     }
 
     /// Prepares, applies and records a batch; a batch whose transaction
-    /// failed is given back uncharged.
+    /// failed is given back uncharged. Once the runtime is stopping, the
+    /// runs whose user code has not started are given back, and those whose
+    /// prepare step ran finish: the grace period is theirs.
     fn run_batch(&mut self, batch: Vec<Started>) {
-        let mut runs: Vec<Run> = batch.into_iter().filter_map(|j| self.begin(j)).collect();
-        if self.s.stopping.load(Ordering::SeqCst) {
-            // Stopping before any of its user code ran in a transaction:
-            // give the batch back (its prepare steps ran; nothing else).
-            self.give_back(&runs, "released at shutdown");
+        let mut runs = Vec::with_capacity(batch.len());
+        for j in batch {
+            if self.s.stopping.load(Ordering::SeqCst) {
+                self.give_back_one(j.id, j.attempt_id, "released at shutdown");
+            } else if let Some(r) = self.begin(j) {
+                runs.push(r);
+            }
+        }
+        if runs.is_empty() {
             return;
         }
         match self.apply(&mut runs) {

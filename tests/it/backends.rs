@@ -1,6 +1,9 @@
-//! The behaviour suite both backends share: every test in `backends/` runs
-//! once on a SQLite file and once on PostgreSQL (`both!`), through the
-//! public API and the real binary, and checks the database with plain SQL.
+//! The behaviour suite both backends share: every test written with
+//! `both!` (here in `backends/`, and across `enqueue/`, `runtime/`,
+//! `outbox.rs` and `cli/`) runs once on a SQLite file and once on
+//! PostgreSQL, through the public API and the real binary, and checks the
+//! database with plain SQL. This file is its support: the test's queue,
+//! its SQL on either engine, and handlers written once for both.
 //!
 //! PostgreSQL is the server `LITEJOB_TEST_PG` names (a URL to a database
 //! the tests may create schemas in); each test gets a schema of its own,
@@ -9,21 +12,19 @@
 //! and sets it: there a missing variable or an unreachable server fails.
 
 mod admin;
-mod asynchronous;
 pub(crate) mod child;
-mod cli;
 mod controls;
-mod enqueue;
 mod faults;
-mod outbox;
 mod processes;
-mod runs;
 mod schedules;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use litejob::pg::{Client, NoTls};
-use litejob::{HandlerError, JobContext, Outcome, Queue, QueueOptions, RuntimeBuilder};
+use litejob::{
+    BackendKind, HandlerError, JobContext, Outcome, Queue, QueueOptions, RuntimeBuilder,
+};
 use serde_json::Value;
 
 /// Which backend a test runs on.
@@ -66,6 +67,9 @@ pub struct TestQueue {
     pub location: String,
     _dir: Option<tempfile::TempDir>,
     schema: Option<(String, String)>,
+    /// The connection [`TestQueue::exec`] and the reads use on PostgreSQL,
+    /// opened once.
+    pg: Mutex<Option<Client>>,
 }
 
 impl TestQueue {
@@ -86,6 +90,7 @@ impl TestQueue {
                     location,
                     _dir: Some(dir),
                     schema: None,
+                    pg: Mutex::new(None),
                 })
             }
             Engine::Postgres => {
@@ -113,6 +118,7 @@ impl TestQueue {
                     location,
                     _dir: None,
                     schema: Some((base, schema)),
+                    pg: Mutex::new(None),
                 })
             }
         }
@@ -138,9 +144,12 @@ impl TestQueue {
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
             Engine::Postgres => {
-                let mut c = Client::connect(&self.location, NoTls).unwrap();
-                c.batch_execute(sql)
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                if let Err(e) = self.pg(|c| c.batch_execute(sql)) {
+                    // Out of a transaction the statements left open, which
+                    // would hold its locks.
+                    let _ = self.pg(|c| c.batch_execute("ROLLBACK"));
+                    panic!("{sql}: {e}");
+                }
             }
         }
     }
@@ -156,9 +165,8 @@ impl TestQueue {
                     .unwrap_or_else(|e| panic!("{sql}: {e}"))
             }
             Engine::Postgres => {
-                let mut c = Client::connect(&self.location, NoTls).unwrap();
-                let r = c
-                    .query_one(sql, &[])
+                let r = self
+                    .pg(|c| c.query_one(sql, &[]))
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
                 // count(*) is bigint; a sum may be numeric.
                 r.try_get::<_, i64>(0)
@@ -177,14 +185,58 @@ impl TestQueue {
                 let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
                 rows.collect::<rusqlite::Result<_>>().unwrap()
             }
-            Engine::Postgres => {
-                let mut c = Client::connect(&self.location, NoTls).unwrap();
-                c.query(sql, &[])
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
-                    .iter()
-                    .map(|r| r.get::<_, String>(0))
-                    .collect()
+            Engine::Postgres => self
+                .pg(|c| c.query(sql, &[]))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect(),
+        }
+    }
+
+    /// Runs `f` on the test's own connection to the schema, opened the
+    /// first time; once more on a new one if it turns out closed (the
+    /// server restarted).
+    fn pg<R>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> Result<R, litejob::pg::Error>,
+    ) -> Result<R, litejob::pg::Error> {
+        let mut slot = self.pg.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().map_or(true, Client::is_closed) {
+            *slot = Some(Client::connect(&self.location, NoTls)?);
+        }
+        let c = slot.as_mut().expect("just connected");
+        match f(c) {
+            Err(_) if c.is_closed() => {
+                let c = slot.insert(Client::connect(&self.location, NoTls)?);
+                f(c)
             }
+            other => other,
+        }
+    }
+
+    /// Whether anything of the queue was created: the file, or a table in
+    /// the schema.
+    pub fn created(&self) -> bool {
+        match self.engine {
+            Engine::Sqlite => std::path::Path::new(&self.location).exists(),
+            Engine::Postgres => {
+                self.count(
+                    "SELECT count(*) FROM information_schema.tables \
+                     WHERE table_schema = current_schema()",
+                ) > 0
+            }
+        }
+    }
+
+    /// How far a time litejob stored may lie outside the test's own clock
+    /// readings around it, in ms: none on a file; on PostgreSQL times are
+    /// on the server's clock, which litejob knows to within half a round
+    /// trip and the server's rounding to the millisecond.
+    pub fn clock_slack_ms(&self) -> i64 {
+        match self.engine {
+            Engine::Sqlite => 0,
+            Engine::Postgres => 2,
         }
     }
 
@@ -197,11 +249,115 @@ impl TestQueue {
 
 impl Drop for TestQueue {
     fn drop(&mut self) {
+        // Closed first: the schema is dropped from another connection.
+        if let Ok(mut c) = self.pg.lock() {
+            c.take();
+        }
         if let Some((base, schema)) = &self.schema {
             if let Ok(mut c) = Client::connect(base, NoTls) {
                 let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
             }
         }
+    }
+}
+
+/// A job's transaction on either engine, as the suite's handlers use it:
+/// the application's row, an outbox row, a statement of its own.
+pub enum AppTx<'a, 'b, 't> {
+    Sqlite(&'a litejob::JobTx<'b>),
+    Postgres(&'a mut litejob::PgJobTx<'b, 't>),
+}
+
+impl AppTx<'_, '_, '_> {
+    /// The job this transaction runs.
+    pub fn job(&self) -> &JobContext {
+        match self {
+            AppTx::Sqlite(t) => t.job(),
+            AppTx::Postgres(t) => t.job(),
+        }
+    }
+
+    /// Inserts the job's key and `note` into `app_rows`: it commits only
+    /// with the run.
+    pub fn record(&mut self, note: &str) -> Result<(), HandlerError> {
+        self.insert_row(Some(note))
+    }
+
+    fn insert_row(&mut self, note: Option<&str>) -> Result<(), HandlerError> {
+        let key = self.job().key.clone();
+        match self {
+            AppTx::Sqlite(t) => {
+                t.execute(
+                    "INSERT INTO app_rows (key, note) VALUES (?1, ?2)",
+                    (&key, note),
+                )?;
+            }
+            AppTx::Postgres(t) => {
+                t.execute(
+                    "INSERT INTO app_rows (key, note) VALUES ($1, $2)",
+                    &[&key, &note],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `sql` (statements without results) in the job's transaction.
+    pub fn batch(&mut self, sql: &str) -> Result<(), HandlerError> {
+        match self {
+            AppTx::Sqlite(t) => t.execute_batch(sql)?,
+            AppTx::Postgres(t) => t.batch_execute(sql)?,
+        }
+        Ok(())
+    }
+
+    /// Adds an outbox row (see `JobTx::outbox`).
+    pub fn outbox(
+        &mut self,
+        kind: &str,
+        key: &str,
+        payload: &impl serde::Serialize,
+    ) -> litejob::Result<(i64, bool)> {
+        match self {
+            AppTx::Sqlite(t) => t.outbox(kind, key, payload),
+            AppTx::Postgres(t) => t.outbox(kind, key, payload),
+        }
+    }
+}
+
+/// Registers on `b` the handler of `kind`, written once for both engines:
+/// `handler` on a file, `pg_handler` on PostgreSQL.
+pub fn handler<T, F>(b: RuntimeBuilder, kind: &str, f: F) -> RuntimeBuilder
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(&mut AppTx<'_, '_, '_>, T) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+{
+    match b.queue_kind() {
+        BackendKind::Sqlite => b.handler(kind, move |tx, p: T| f(&mut AppTx::Sqlite(tx), p)),
+        BackendKind::Postgres => b.pg_handler(kind, move |tx, p: T| f(&mut AppTx::Postgres(tx), p)),
+    }
+}
+
+/// [`handler`] with a prepare step, run outside the job's transaction.
+pub fn handler_with_prepare<T, P, Prep, App>(
+    b: RuntimeBuilder,
+    kind: &str,
+    prepare: Prep,
+    apply: App,
+) -> RuntimeBuilder
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    P: Send + 'static,
+    Prep: Fn(&JobContext, T) -> Result<P, HandlerError> + Send + Sync + 'static,
+    App: Fn(&mut AppTx<'_, '_, '_>, P) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+{
+    match b.queue_kind() {
+        BackendKind::Sqlite => b.handler_with_prepare(kind, prepare, move |tx, p: P| {
+            apply(&mut AppTx::Sqlite(tx), p)
+        }),
+        BackendKind::Postgres => b.pg_handler_with_prepare(kind, prepare, move |tx, p: P| {
+            apply(&mut AppTx::Postgres(tx), p)
+        }),
     }
 }
 
@@ -214,17 +370,15 @@ pub fn app_handler(
     kind: &str,
     decide: impl Fn(&JobContext, &Value) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
 ) -> RuntimeBuilder {
-    match engine {
-        Engine::Sqlite => b.handler(kind, move |tx, p: Value| {
-            tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [&tx.job().key])?;
-            decide(tx.job(), &p)
-        }),
-        Engine::Postgres => b.pg_handler(kind, move |tx, p: Value| {
-            let key = tx.job().key.clone();
-            tx.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&key])?;
-            decide(tx.job(), &p)
-        }),
-    }
+    assert_eq!(
+        engine == Engine::Postgres,
+        b.queue_kind() == BackendKind::Postgres,
+        "the queue is not on {engine:?}"
+    );
+    handler(b, kind, move |tx, p: Value| {
+        tx.insert_row(None)?;
+        decide(tx.job(), &p)
+    })
 }
 
 /// A handler that writes its row and says `Done`.
@@ -242,15 +396,15 @@ macro_rules! both {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            fn run($q: &$crate::backends::TestQueue) $body
+            fn test_body($q: &$crate::backends::TestQueue) $body
             #[test]
             fn sqlite() {
-                run(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite).unwrap())
+                test_body(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite).unwrap())
             }
             #[test]
             fn postgres() {
                 if let Some(q) = $crate::backends::TestQueue::new($crate::backends::Engine::Postgres) {
-                    run(&q)
+                    test_body(&q)
                 }
             }
         }

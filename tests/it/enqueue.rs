@@ -1,10 +1,11 @@
-//! The producer, a file per behaviour it pins: dedup at the door (threads
-//! and processes), options stored right, batches and transactional enqueue
-//! all-or-nothing, bad input refused with nothing written, an enqueue
-//! not starved by back-to-back writes, and enqueues from async code that
-//! never block their executor.
+//! The producer, a file per behaviour it pins, on both backends unless the
+//! behaviour is the file's own: dedup at the door (threads, queues and
+//! processes), options stored right, batches and transactional enqueue
+//! all-or-nothing, bad input refused with nothing written, an enqueue not
+//! starved by back-to-back writes on the file, and enqueues from async code
+//! that never block their executor.
 //!
-//! Shared here: counting the file's jobs.
+//! Shared here: counting the queue's jobs.
 
 mod batches;
 mod dedup;
@@ -14,9 +15,9 @@ mod input;
 mod options;
 mod transactions;
 
-use crate::support::TestDb;
+use crate::backends::TestQueue;
 
-/// How many job rows the file holds.
-fn jobs(db: &TestDb) -> i64 {
-    db.count("SELECT count(*) FROM jobs")
+/// How many job rows the queue holds.
+fn jobs(q: &TestQueue) -> i64 {
+    q.count("SELECT count(*) FROM jobs")
 }

@@ -1,30 +1,37 @@
-//! Which file the command opens: `--db`, else `LITEJOB_DB`, else
-//! `litejob.db` in the current directory.
+//! Which queue the command opens: `--db`, else `LITEJOB_DB` (a file or a
+//! PostgreSQL URL, on both backends), else the file `litejob.db` in the
+//! current directory.
 
 use std::process::Command;
 
+use crate::both;
 use crate::support::{bin, show, TestDb};
 
-#[test]
-fn litejob_db_names_the_file_when_db_is_not_given() {
-    let db = TestDb::new();
-    let run = |args: &[&str]| {
-        Command::new(bin())
-            .args(args)
-            .env("LITEJOB_DB", &db.path)
-            .current_dir(db.dir.path())
-            .output()
-            .unwrap()
-    };
-    let out = run(&["enqueue", "k", "--key", "env"]);
-    assert_eq!(out.status.code(), Some(0), "{}", show(&["enqueue"], &out));
-    assert_eq!(db.count("SELECT count(*) FROM jobs"), 1);
-    // --db wins over the environment.
-    let other = db.dir.path().join("other.db");
-    let out = run(&["--db", other.to_str().unwrap(), "init"]);
-    assert_eq!(out.status.code(), Some(0), "{}", show(&["init"], &out));
-    assert!(other.exists());
-    assert!(!db.dir.path().join("litejob.db").exists());
+both! {
+    /// `LITEJOB_DB` names the queue (a file or a PostgreSQL URL) when
+    /// `--db` is not given; `--db` wins over it; neither makes a
+    /// `./litejob.db`.
+    fn litejob_db_names_the_queue_when_db_is_not_given(q) {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            Command::new(bin())
+                .args(args)
+                .env("LITEJOB_DB", &q.location)
+                .current_dir(dir.path())
+                .output()
+                .unwrap()
+        };
+        let out = run(&["enqueue", "k", "--key", "env"]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&["enqueue"], &out));
+        assert_eq!(q.count("SELECT count(*) FROM jobs WHERE idempotency_key = 'env'"), 1);
+        // --db wins over the environment.
+        let other = dir.path().join("other.db");
+        let out = run(&["--db", other.to_str().unwrap(), "enqueue", "k", "--key", "db"]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&["enqueue"], &out));
+        assert!(other.exists());
+        assert_eq!(q.count("SELECT count(*) FROM jobs"), 1);
+        assert!(!dir.path().join("litejob.db").exists());
+    }
 }
 
 #[test]

@@ -1,142 +1,132 @@
 //! The reading commands: `jobs` with its filters and aligned columns, `show`
-//! (a missing id exits 1, a missing file is not created) and `stats`.
+//! (a missing id exits 1; on a file, a missing file is not created) and
+//! `stats`.
 
 use litejob::NewJob;
 use serde_json::{json, Value};
 
-use super::{json_of, stderr_of};
-use crate::support::{litejob, litejob_ok, show, TestDb};
+use super::{json_of, ok, run, stderr_of};
+use crate::backends::Engine;
+use crate::both;
+use crate::support::{litejob, show};
 
-#[test]
-fn jobs_lists_with_filters_and_json() {
-    let db = TestDb::new();
-    let q = db.open();
-    for i in 0..6 {
-        let kind = if i % 2 == 0 { "even" } else { "odd" };
-        let queue = if i < 3 { "low" } else { "high" };
-        q.enqueue(NewJob::new(kind, format!("k{i}"), &i).with_queue(queue))
-            .unwrap();
-    }
-    db.sql()
-        .execute(
-            "UPDATE jobs SET state = 'dead', finished_at = 1 WHERE idempotency_key = 'k0'",
-            [],
-        )
-        .unwrap();
-    let ids = |v: &Value| -> Vec<i64> {
-        v["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|j| j["id"].as_i64().unwrap())
-            .collect()
-    };
-    assert_eq!(ids(&json_of(&db, &["jobs"], 0)), vec![6, 5, 4, 3, 2, 1]);
-    assert_eq!(
-        ids(&json_of(&db, &["jobs", "--kind", "even"], 0)),
-        vec![5, 3, 1]
-    );
-    assert_eq!(
-        ids(&json_of(&db, &["jobs", "--queue", "high"], 0)),
-        vec![6, 5, 4]
-    );
-    assert_eq!(ids(&json_of(&db, &["jobs", "--state", "dead"], 0)), vec![1]);
-    assert_eq!(
-        ids(&json_of(
-            &db,
-            &["jobs", "--kind", "even", "--queue", "low"],
-            0
-        )),
-        vec![3, 1]
-    );
-    assert_eq!(ids(&json_of(&db, &["jobs", "--limit", "2"], 0)), vec![6, 5]);
-    let v = json_of(&db, &["jobs", "--limit", "1"], 0);
-    let j = &v["jobs"][0];
-    assert_eq!(j["idempotency_key"], "k5");
-    assert_eq!(j["state"], "queued");
-    assert_eq!(j["kind"], "odd");
+both! {
+    fn jobs_lists_with_filters_and_json(q) {
+        let queue = q.open();
+        for i in 0..6 {
+            let kind = if i % 2 == 0 { "even" } else { "odd" };
+            let name = if i < 3 { "low" } else { "high" };
+            queue
+                .enqueue(NewJob::new(kind, format!("k{i}"), &i).with_queue(name))
+                .unwrap();
+        }
+        q.exec("UPDATE jobs SET state = 'dead', finished_at = 1 WHERE idempotency_key = 'k0'");
+        let ids = |v: &Value| -> Vec<i64> {
+            v["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].as_i64().unwrap())
+                .collect()
+        };
+        assert_eq!(ids(&json_of(q, &["jobs"], 0)), vec![6, 5, 4, 3, 2, 1]);
+        assert_eq!(ids(&json_of(q, &["jobs", "--kind", "even"], 0)), vec![5, 3, 1]);
+        assert_eq!(ids(&json_of(q, &["jobs", "--queue", "high"], 0)), vec![6, 5, 4]);
+        assert_eq!(ids(&json_of(q, &["jobs", "--state", "dead"], 0)), vec![1]);
+        assert_eq!(
+            ids(&json_of(q, &["jobs", "--kind", "even", "--queue", "low"], 0)),
+            vec![3, 1]
+        );
+        assert_eq!(ids(&json_of(q, &["jobs", "--limit", "2"], 0)), vec![6, 5]);
+        let v = json_of(q, &["jobs", "--limit", "1"], 0);
+        let j = &v["jobs"][0];
+        assert_eq!(j["idempotency_key"], "k5");
+        assert_eq!(j["state"], "queued");
+        assert_eq!(j["kind"], "odd");
 
-    let text = litejob_ok(&db.path, &["jobs"], 0);
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 7, "{text}");
-    assert!(
-        lines[0].starts_with("ID") && lines[0].contains("KEY"),
-        "{text}"
-    );
-    // Columns are aligned: every row's STATE starts where the header's does.
-    let col = lines[0].find("STATE").unwrap();
-    for l in &lines[1..] {
+        let text = ok(q, &["jobs"], 0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 7, "{text}");
         assert!(
-            l[col..].starts_with("queued") || l[col..].starts_with("dead"),
+            lines[0].starts_with("ID") && lines[0].contains("KEY"),
+            "{text}"
+        );
+        // Columns are aligned: every row's STATE starts where the header's does.
+        let col = lines[0].find("STATE").unwrap();
+        for l in &lines[1..] {
+            assert!(
+                l[col..].starts_with("queued") || l[col..].starts_with("dead"),
+                "{text}"
+            );
+        }
+        assert_eq!(ok(q, &["jobs", "--kind", "none"], 0).trim(), "no jobs");
+    }
+}
+
+both! {
+    /// A job with its payload as given, its deliveries, no attempts and no
+    /// outbox rows yet; a missing id exits 1 with nothing on stdout.
+    fn show_prints_a_job_and_a_missing_id_exits_1(q) {
+        ok(q, &["enqueue", "k", "--key", "s1", "--payload", "[1,2]"], 0);
+        ok(q, &["enqueue", "k", "--key", "s1"], 0);
+        let v = json_of(q, &["show", "1"], 0);
+        assert_eq!(v["job"]["idempotency_key"], "s1");
+        assert_eq!(v["job"]["payload"], "[1,2]");
+        assert_eq!(v["job"]["deliveries"], 2);
+        assert_eq!(v["attempts"], json!([]));
+        assert_eq!(v["outbox"], json!([]));
+        let text = ok(q, &["show", "1"], 0);
+        assert!(text.contains("s1") && text.contains("queued"), "{text}");
+
+        let e = stderr_of(q, &["show", "99"], 1);
+        assert!(e.contains("litejob: error:") && e.contains("99"), "{e}");
+        assert!(run(q, &["show", "99"]).stdout.is_empty());
+        if q.engine == Engine::Sqlite {
+            // Read commands refuse a missing file instead of creating one.
+            let dir = tempfile::tempdir().unwrap();
+            let missing = dir.path().join("typo.db");
+            let out = litejob(&missing, &["jobs"]);
+            assert_eq!(out.status.code(), Some(1), "{}", show(&["jobs"], &out));
+            assert!(!missing.exists());
+        }
+    }
+}
+
+both! {
+    /// Counts per state, kind and queue, the due backlog, the ledger, and
+    /// the sizes (on PostgreSQL the tables' size stands for the file's).
+    fn stats_counts_states_kinds_queues_and_sizes(q) {
+        let queue = q.open();
+        for i in 0..5 {
+            let kind = if i < 3 { "a" } else { "b" };
+            queue
+                .enqueue(
+                    NewJob::new(kind, format!("s{i}"), &i)
+                        .with_queue(if i == 0 { "x" } else { "default" }),
+                )
+                .unwrap();
+        }
+        drop(queue);
+        q.exec("UPDATE jobs SET state = 'dead', finished_at = 1 WHERE id = 5");
+        let v = json_of(q, &["stats"], 0);
+        assert_eq!(v["jobs"]["total"], 5);
+        assert_eq!(v["jobs"]["queued"], 4);
+        assert_eq!(v["jobs"]["dead"], 1);
+        assert_eq!(v["by_kind"]["a"]["queued"], 3);
+        assert_eq!(v["by_kind"]["b"]["dead"], 1);
+        assert_eq!(v["by_queue"]["x"]["total"], 1);
+        assert_eq!(v["by_queue"]["default"]["total"], 4);
+        assert_eq!(v["outbox"]["total"], 0);
+        assert_eq!(v["queued_due"], 4);
+        assert!(v["oldest_queued_age_ms"].as_i64().unwrap() >= 0);
+        assert!(v["file_bytes"].as_u64().unwrap() > 0);
+        assert!(v["wal_bytes"].is_u64());
+        assert_eq!(v["schema_version"], litejob::SCHEMA_VERSION);
+        assert_eq!(v["ledger_rows"], 0);
+        let text = ok(q, &["stats"], 0);
+        assert!(
+            text.contains("4 queued") && text.contains("1 dead"),
             "{text}"
         );
     }
-    assert_eq!(
-        litejob_ok(&db.path, &["jobs", "--kind", "none"], 0).trim(),
-        "no jobs"
-    );
-}
-
-#[test]
-fn show_prints_a_job_and_a_missing_id_exits_1() {
-    let db = TestDb::new();
-    litejob_ok(
-        &db.path,
-        &["enqueue", "k", "--key", "s1", "--payload", "[1,2]"],
-        0,
-    );
-    let v = json_of(&db, &["show", "1"], 0);
-    assert_eq!(v["job"]["idempotency_key"], "s1");
-    assert_eq!(v["attempts"], json!([]));
-    assert_eq!(v["outbox"], json!([]));
-    let text = litejob_ok(&db.path, &["show", "1"], 0);
-    assert!(text.contains("s1") && text.contains("queued"), "{text}");
-
-    let e = stderr_of(&db, &["show", "99"], 1);
-    assert!(e.contains("litejob: error:") && e.contains("99"), "{e}");
-    // Read commands refuse a missing file instead of creating one.
-    let missing = db.dir.path().join("typo.db");
-    let out = litejob(&missing, &["jobs"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&["jobs"], &out));
-    assert!(!missing.exists());
-}
-
-#[test]
-fn stats_counts_states_kinds_queues_and_sizes() {
-    let db = TestDb::new();
-    let q = db.open();
-    for i in 0..5 {
-        let kind = if i < 3 { "a" } else { "b" };
-        q.enqueue(
-            NewJob::new(kind, format!("s{i}"), &i).with_queue(if i == 0 { "x" } else { "default" }),
-        )
-        .unwrap();
-    }
-    drop(q);
-    db.sql()
-        .execute(
-            "UPDATE jobs SET state = 'dead', finished_at = 1 WHERE id = 5",
-            [],
-        )
-        .unwrap();
-    let v = json_of(&db, &["stats"], 0);
-    assert_eq!(v["jobs"]["total"], 5);
-    assert_eq!(v["jobs"]["queued"], 4);
-    assert_eq!(v["jobs"]["dead"], 1);
-    assert_eq!(v["by_kind"]["a"]["queued"], 3);
-    assert_eq!(v["by_kind"]["b"]["dead"], 1);
-    assert_eq!(v["by_queue"]["x"]["total"], 1);
-    assert_eq!(v["by_queue"]["default"]["total"], 4);
-    assert_eq!(v["outbox"]["total"], 0);
-    assert_eq!(v["queued_due"], 4);
-    assert!(v["oldest_queued_age_ms"].as_i64().unwrap() >= 0);
-    assert!(v["file_bytes"].as_u64().unwrap() > 0);
-    assert!(v["wal_bytes"].is_u64());
-    assert_eq!(v["schema_version"], litejob::SCHEMA_VERSION);
-    assert_eq!(v["ledger_rows"], 0);
-    let text = litejob_ok(&db.path, &["stats"], 0);
-    assert!(
-        text.contains("4 queued") && text.contains("1 dead"),
-        "{text}"
-    );
 }

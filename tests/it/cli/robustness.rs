@@ -1,62 +1,66 @@
 //! The command in a hostile world: a broken pipe exits quietly, a newer
-//! schema is refused with both versions and the file left unchanged, and
-//! every command works while workers run on the same file.
+//! schema is refused with both versions and a file left byte for byte as
+//! it was (on both backends: `backends::faults`), and every command works
+//! while workers run on the same queue.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use litejob::{NewJob, Outcome, Queue};
+use litejob::{NewJob, Outcome};
 use serde_json::Value;
 
-use super::{init, json_of, stderr_of};
-use crate::support::{bin, litejob_ok, wait_until, TestDb, LONG};
+use super::{init, json_of, ok, stderr_of};
+use crate::backends::handler;
+use crate::both;
+use crate::support::{bin, wait_until, TestDb, LONG};
 
-#[test]
-fn a_broken_pipe_exits_quietly() {
-    let db = TestDb::new();
-    let q = db.open();
-    let jobs: Vec<NewJob> = (0..3000)
-        .map(|i| NewJob::new("k", format!("pipe-key-with-some-length-{i:06}"), &i))
-        .collect();
-    q.enqueue_many(jobs).unwrap();
-    drop(q);
-    for args in [
-        vec!["jobs", "--limit", "3000"],
-        vec!["jobs", "--limit", "3000", "--json"],
-    ] {
-        let mut child = Command::new(bin())
-            .arg("--db")
-            .arg(&db.path)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Read one byte (like `head -c1`), then close the read end.
-        let mut stdout = child.stdout.take().unwrap();
-        let mut one = [0u8; 1];
-        stdout.read_exact(&mut one).unwrap();
-        drop(stdout);
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        let status = child.wait().unwrap();
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
-        assert!(err.is_empty(), "{args:?}: {err}");
+both! {
+    /// The reader closes the pipe after one byte (like `head -c1`): exit 0,
+    /// nothing on stderr, as text and as JSON.
+    fn a_broken_pipe_exits_quietly(q) {
+        let queue = q.open();
+        let jobs: Vec<NewJob> = (0..3000)
+            .map(|i| NewJob::new("k", format!("pipe-key-with-some-length-{i:06}"), &i))
+            .collect();
+        queue.enqueue_many(jobs).unwrap();
+        drop(queue);
+        for args in [
+            vec!["jobs", "--limit", "3000"],
+            vec!["jobs", "--limit", "3000", "--json"],
+        ] {
+            let mut child = Command::new(bin())
+                .arg("--db")
+                .arg(&q.location)
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdout = child.stdout.take().unwrap();
+            let mut one = [0u8; 1];
+            stdout.read_exact(&mut one).unwrap();
+            drop(stdout);
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            let status = child.wait().unwrap();
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+            assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+            assert!(err.is_empty(), "{args:?}: {err}");
+        }
     }
 }
 
 #[test]
-fn a_newer_schema_is_refused_with_both_versions_and_left_unchanged() {
+fn a_newer_schema_is_refused_with_both_versions_and_the_file_left_unchanged() {
     let db = TestDb::new();
-    init(&db);
-    litejob_ok(&db.path, &["enqueue", "k", "--key", "v"], 0);
+    ok(&db, &["init"], 0);
+    ok(&db, &["enqueue", "k", "--key", "v"], 0);
     {
         let c = db.sql();
         c.pragma_update(None, "user_version", 99).unwrap();
@@ -72,32 +76,32 @@ fn a_newer_schema_is_refused_with_both_versions_and_left_unchanged() {
         vec!["stats", "--json"],
     ] {
         let e = stderr_of(&db, &args, 1);
-        assert!(e.contains("99") && e.contains("version 3"), "{args:?}: {e}");
+        let known = format!("version {}", litejob::SCHEMA_VERSION);
+        assert!(e.contains("99") && e.contains(&known), "{args:?}: {e}");
     }
     assert_eq!(std::fs::read(&db.path).unwrap(), before, "the file changed");
 }
 
-#[test]
-fn the_command_works_while_workers_run_on_the_same_file() {
-    let db = TestDb::new();
-    init(&db);
-    let q = Queue::open(&db.path).unwrap();
-    let mut rt = q
-        .runtime()
-        .handler("live", |_tx, _v: Value| Ok(Outcome::Done))
-        .poll_interval(Duration::from_millis(10))
-        .start()
-        .unwrap();
-    for i in 0..10 {
-        let key = format!("live-{i}");
-        litejob_ok(&db.path, &["enqueue", "live", "--key", &key], 0);
-        litejob_ok(&db.path, &["jobs", "--limit", "5"], 0);
+both! {
+    /// enqueue, jobs, stats and prune beside a runtime working the jobs.
+    fn the_command_works_while_workers_run_on_the_same_queue(q) {
+        init(q);
+        let queue = q.open();
+        let b = queue.runtime().poll_interval(Duration::from_millis(10));
+        let mut rt = handler(b, "live", |_, _: Value| Ok(Outcome::Done))
+            .start()
+            .unwrap();
+        for i in 0..10 {
+            let key = format!("live-{i}");
+            ok(q, &["enqueue", "live", "--key", &key], 0);
+            ok(q, &["jobs", "--limit", "5"], 0);
+        }
+        json_of(q, &["stats"], 0);
+        wait_until("every job succeeded", LONG, || {
+            q.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'") == 10
+        });
+        let v = json_of(q, &["prune", "--older-than", "0s"], 0);
+        assert_eq!(v["jobs"], 10, "{v}");
+        rt.stop();
     }
-    json_of(&db, &["stats"], 0);
-    wait_until("every job succeeded", LONG, || {
-        db.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'") == 10
-    });
-    let v = json_of(&db, &["prune", "--older-than", "0s"], 0);
-    assert_eq!(v["jobs"], 10, "{v}");
-    rt.stop();
 }

@@ -1,93 +1,126 @@
 //! Dedup at the door: a second enqueue of a key is a duplicate of the same
 //! id and counts a delivery, a key in the ledger stays a duplicate after its
-//! job is pruned, and racing threads, queues and processes (even ones
-//! creating the file together) make one job.
+//! job is pruned, and racing threads, queues and processes creating the
+//! queue together make one job (processes racing on an existing queue:
+//! `backends::processes`).
 
 use std::sync::{Arc, Barrier};
-use std::time::Duration;
 
 use litejob::{Enqueued, JobState, NewJob, Outcome, Queue};
 use serde_json::json;
 
 use super::jobs;
-use crate::support::{bin, wait_until, TestDb};
+use crate::backends::{handler, Engine, TestQueue};
+use crate::both;
+use crate::support::{bin, wait_state};
 
-#[test]
-fn a_second_enqueue_is_a_duplicate_of_the_same_id_and_counts_a_delivery() {
-    let db = TestDb::new();
-    let q = db.open();
-    let first = q
-        .enqueue(NewJob::new("mail", "evt_1", &json!({"to": "a"})))
-        .unwrap();
-    assert!(matches!(first, Enqueued::New(_)), "{first:?}");
-    for n in 2..=4 {
-        // Even with another payload and options: the key decides.
-        let again = q
-            .enqueue(
-                NewJob::new("mail", "evt_1", &json!({"to": "b"}))
-                    .with_priority(-5)
-                    .with_queue("other"),
-            )
+both! {
+    /// Even with another payload and options: the key decides, and the
+    /// first delivery's job is kept as it was.
+    fn a_second_enqueue_is_a_duplicate_of_the_same_id_and_counts_a_delivery(q) {
+        let queue = q.open();
+        let first = queue
+            .enqueue(NewJob::new("mail", "evt_1", &json!({"to": "a"})))
             .unwrap();
-        assert_eq!(again, Enqueued::Duplicate(first.id()));
-        let job = q.job(first.id()).unwrap().unwrap();
-        assert_eq!(job.deliveries, n);
-        assert_eq!(job.payload, r#"{"to":"a"}"#);
-        assert_eq!(job.priority, 0);
-        assert_eq!(job.queue, "default");
+        assert!(matches!(first, Enqueued::New(_)), "{first:?}");
+        for n in 2..=4 {
+            let again = queue
+                .enqueue(
+                    NewJob::new("mail", "evt_1", &json!({"to": "b"}))
+                        .with_priority(-5)
+                        .with_queue("other"),
+                )
+                .unwrap();
+            assert_eq!(again, Enqueued::Duplicate(first.id()));
+            let job = queue.job(first.id()).unwrap().unwrap();
+            assert_eq!((job.deliveries, job.state), (n, JobState::Queued));
+            assert_eq!(job.payload, r#"{"to":"a"}"#);
+            assert_eq!(job.priority, 0);
+            assert_eq!(job.queue, "default");
+        }
+        assert_eq!(jobs(q), 1);
     }
-    assert_eq!(jobs(&db), 1);
 }
 
-#[test]
-fn a_key_in_the_ledger_is_a_duplicate_even_when_its_job_row_is_gone() {
-    let db = TestDb::new();
-    let q = db.open();
-    let id = q
-        .enqueue(NewJob::new("k", "done:1", &json!({})))
-        .unwrap()
-        .id();
-    let mut rt = q
-        .runtime()
-        .handler("k", |_tx, _: serde_json::Value| Ok(Outcome::Done))
-        .start()
-        .unwrap();
-    wait_until("job done", Duration::from_secs(20), || {
-        q.job(id).unwrap().unwrap().state == JobState::Succeeded
-    });
-    rt.stop();
-    // Pruned: the job row and its attempts go, the ledger stays.
-    db.sql()
-        .execute("DELETE FROM jobs WHERE id = ?1", [id])
-        .unwrap();
-    assert_eq!(jobs(&db), 0);
-    let again = q.enqueue(NewJob::new("k", "done:1", &json!({}))).unwrap();
-    assert_eq!(again, Enqueued::Duplicate(id));
-    assert_eq!(jobs(&db), 0, "a pruned key came back as a new job");
-    // A ledger row written by someone else (plain SQL), never a job here.
-    db.sql()
-        .execute_batch(
-            "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES ('other:1', 1, 4242)",
-        )
-        .unwrap();
-    let r = q.enqueue(NewJob::new("k", "other:1", &json!({}))).unwrap();
-    assert_eq!(r, Enqueued::Duplicate(4242));
-    assert_eq!(jobs(&db), 0);
+both! {
+    /// A job run and pruned: its key's ledger row answers the next enqueue
+    /// with the job id it recorded; so does a ledger row written by plain
+    /// SQL for a job this queue never had.
+    fn a_key_in_the_ledger_is_a_duplicate_even_when_its_job_row_is_gone(q) {
+        let queue = q.open();
+        let id = queue
+            .enqueue(NewJob::new("k", "done:1", &json!({})))
+            .unwrap()
+            .id();
+        let mut rt = handler(queue.runtime(), "k", |_, _: serde_json::Value| Ok(Outcome::Done))
+            .start()
+            .unwrap();
+        wait_state(&queue, id, JobState::Succeeded);
+        rt.stop();
+        // Pruned: the job row and its attempts go, the ledger stays.
+        q.exec(&format!("DELETE FROM jobs WHERE id = {id}"));
+        assert_eq!(jobs(q), 0);
+        let again = queue.enqueue(NewJob::new("k", "done:1", &json!({}))).unwrap();
+        assert_eq!(again, Enqueued::Duplicate(id));
+        assert_eq!(jobs(q), 0, "a pruned key came back as a new job");
+        q.exec("INSERT INTO processed_jobs (key, completed_at, job_id) VALUES ('other:1', 1, 4242)");
+        let r = queue.enqueue(NewJob::new("k", "other:1", &json!({}))).unwrap();
+        assert_eq!(r, Enqueued::Duplicate(4242));
+        assert_eq!(jobs(q), 0);
+    }
 }
 
-#[test]
-fn eight_threads_enqueueing_one_key_make_one_job_and_all_learn_its_id() {
-    let db = TestDb::new();
-    let q = db.open();
-    for round in 0..5 {
+both! {
+    /// Eight threads enqueue the same 50 keys in the same order at once:
+    /// each key is one job, exactly one caller of each learns it is new,
+    /// every caller learns its id, and every enqueue counts a delivery.
+    fn eight_threads_enqueueing_the_same_keys_make_one_job_each_and_all_learn_its_id(q) {
+        let queue = q.open();
         let barrier = Arc::new(Barrier::new(8));
-        let key = format!("race:{round}");
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let (queue, barrier) = (queue.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    (0..50)
+                        .map(|i| {
+                            let key = format!("race:{i}");
+                            let e = queue.enqueue(NewJob::new("k", key.clone(), &json!({ "thread": t })));
+                            (key, e.expect("no caller sees an error"))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<(String, Enqueued)> =
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        for i in 0..50 {
+            let key = format!("race:{i}");
+            let answers: Vec<Enqueued> =
+                results.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
+            assert_eq!(answers.iter().filter(|e| !e.is_duplicate()).count(), 1, "{key}: {answers:?}");
+            let job = queue.job_by_key(&key).unwrap().unwrap();
+            assert!(answers.iter().all(|e| e.id() == job.id), "{key}: {answers:?}");
+            assert_eq!(job.deliveries, 8, "{key}");
+        }
+        assert_eq!(jobs(q), 50);
+        assert_eq!(q.count("SELECT CAST(sum(deliveries) AS BIGINT) FROM jobs"), 400);
+    }
+}
+
+both! {
+    /// Separate Queue handles are separate writers (on a file) or pools (on
+    /// PostgreSQL): the same situation as separate processes, decided by
+    /// the database instead of one handle's channel.
+    fn eight_queues_on_one_database_enqueueing_one_key_make_one_job(q) {
+        let queues: Vec<Queue> = (0..4).map(|_| q.open()).collect();
+        let barrier = Arc::new(Barrier::new(8));
         let handles: Vec<_> = (0..8)
             .map(|i| {
-                let (q, b, key) = (q.clone(), barrier.clone(), key.clone());
+                let (queue, b) = (queues[i % 4].clone(), barrier.clone());
                 std::thread::spawn(move || {
                     b.wait();
-                    q.enqueue(NewJob::new("k", key, &json!({ "thread": i })))
+                    queue.enqueue(NewJob::new("k", "shared", &json!({})))
                 })
             })
             .collect();
@@ -95,49 +128,21 @@ fn eight_threads_enqueueing_one_key_make_one_job_and_all_learn_its_id() {
             .into_iter()
             .map(|h| h.join().unwrap().expect("no caller sees an error"))
             .collect();
-        let new = results.iter().filter(|r| !r.is_duplicate()).count();
-        assert_eq!(new, 1, "{results:?}");
-        let id = results[0].id();
-        assert!(results.iter().all(|r| r.id() == id), "{results:?}");
-        assert_eq!(q.job(id).unwrap().unwrap().deliveries, 8);
+        assert_eq!(results.iter().filter(|r| !r.is_duplicate()).count(), 1);
+        assert!(results.iter().all(|r| r.id() == results[0].id()));
+        assert_eq!(jobs(q), 1);
+        assert_eq!(q.count("SELECT deliveries FROM jobs"), 8);
     }
-    assert_eq!(jobs(&db), 5);
 }
 
-#[test]
-fn eight_queues_on_one_file_enqueueing_one_key_make_one_job() {
-    // Separate Queue handles are separate writers: the same situation as
-    // separate processes, decided by SQLite's lock instead of our channel.
-    let db = TestDb::new();
-    let queues: Vec<Queue> = (0..4).map(|_| db.open()).collect();
-    let barrier = Arc::new(Barrier::new(8));
-    let handles: Vec<_> = (0..8)
-        .map(|i| {
-            let (q, b) = (queues[i % 4].clone(), barrier.clone());
-            std::thread::spawn(move || {
-                b.wait();
-                q.enqueue(NewJob::new("k", "shared", &json!({})))
-            })
-        })
-        .collect();
-    let results: Vec<Enqueued> = handles
-        .into_iter()
-        .map(|h| h.join().unwrap().expect("no caller sees an error"))
-        .collect();
-    assert_eq!(results.iter().filter(|r| !r.is_duplicate()).count(), 1);
-    assert!(results.iter().all(|r| r.id() == results[0].id()));
-    assert_eq!(jobs(&db), 1);
-    assert_eq!(db.count("SELECT deliveries FROM jobs"), 8);
-}
-
-/// The real binary, `n` copies at once, enqueueing the same key; returns
-/// each copy's (id, duplicate) after asserting it succeeded.
-fn enqueue_in_processes(db: &TestDb, n: usize, key: &str) -> Vec<(i64, bool)> {
+/// The real binary, `n` copies at once, enqueueing the same key into `q`;
+/// returns each copy's (id, duplicate) after asserting it succeeded.
+fn enqueue_in_processes(q: &TestQueue, n: usize, key: &str) -> Vec<(i64, bool)> {
     let children: Vec<_> = (0..n)
         .map(|_| {
             std::process::Command::new(bin())
                 .arg("--db")
-                .arg(&db.path)
+                .arg(&q.location)
                 .args(["enqueue", "proc", "--key", key, "--json"])
                 .env_remove("LITEJOB_DB")
                 .stdout(std::process::Stdio::piped())
@@ -167,34 +172,34 @@ fn enqueue_in_processes(db: &TestDb, n: usize, key: &str) -> Vec<(i64, bool)> {
         .collect()
 }
 
-/// Several processes: the real binary enqueues the same key in parallel.
-#[test]
-fn several_processes_enqueueing_one_key_make_one_job() {
-    let db = TestDb::new();
-    drop(db.open());
-    let runs = enqueue_in_processes(&db, 8, "proc:1");
-    let ids: Vec<i64> = runs.iter().map(|r| r.0).collect();
-    assert_eq!(runs.iter().filter(|r| !r.1).count(), 1, "{runs:?}");
-    assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
-    assert_eq!(jobs(&db), 1);
-    assert_eq!(db.count("SELECT deliveries FROM jobs"), 8);
-}
-
-/// Processes that find no file yet create it together: none of them is
-/// refused with "database is locked" (switching a new file to WAL needs a
-/// lock the others' reads can hold for a moment), and there is one schema
-/// and one job. Several rounds, each on a new file: the race is narrow.
-#[test]
-fn several_processes_creating_the_file_at_once_all_succeed() {
-    for round in 0..40 {
-        let db = TestDb::new();
-        let runs = enqueue_in_processes(&db, 6, "first");
-        assert_eq!(
-            runs.iter().filter(|r| !r.1).count(),
-            1,
-            "round {round}: {runs:?}"
-        );
-        assert_eq!(jobs(&db), 1, "round {round}");
-        assert_eq!(db.count("PRAGMA user_version"), litejob::SCHEMA_VERSION);
+both! {
+    /// Processes that find no queue yet create it together and enqueue the
+    /// same key (`litejob enqueue --json`): none of them is refused (on a file, "database is locked": switching a new file to
+    /// WAL needs a lock the others' reads can hold for a moment; on
+    /// PostgreSQL, two creating the same tables), there is one schema and
+    /// one job, and every process learns its id. Several rounds, each on a new queue: the race is narrow.
+    fn several_processes_creating_the_queue_at_once_all_succeed(q) {
+        let rounds = match q.engine {
+            Engine::Sqlite => 40,
+            Engine::Postgres => 10,
+        };
+        for round in 0..rounds {
+            let fresh = TestQueue::new(q.engine).unwrap();
+            let runs = enqueue_in_processes(&fresh, 6, "first");
+            assert_eq!(
+                runs.iter().filter(|r| !r.1).count(),
+                1,
+                "round {round}: {runs:?}"
+            );
+            let ids: Vec<i64> = runs.iter().map(|r| r.0).collect();
+            assert!(ids.iter().all(|&i| i == ids[0]), "round {round}: {ids:?}");
+            assert_eq!(jobs(&fresh), 1, "round {round}");
+            assert_eq!(fresh.count("SELECT deliveries FROM jobs"), 6, "round {round}");
+            let version = match q.engine {
+                Engine::Sqlite => fresh.count("PRAGMA user_version"),
+                Engine::Postgres => fresh.count("SELECT max(version) FROM litejob_schema"),
+            };
+            assert_eq!(version, litejob::SCHEMA_VERSION);
+        }
     }
 }

@@ -1,110 +1,177 @@
-//! Transactional enqueue: `write` commits the application's row and the job
-//! together or neither, and `enqueue_in` commits or rolls back with the
-//! application's own transaction (a duplicate's delivery too).
+//! Transactional enqueue: `write` (`pg_write` on PostgreSQL) commits the
+//! application's row and the job together or neither, and `enqueue_in`
+//! (`pg_enqueue_in`) commits or rolls back with the application's own
+//! transaction (a duplicate's delivery too).
 
-use litejob::{Error, NewJob, Queue};
+use litejob::{Enqueued, Error, NewJob, Queue};
 use serde_json::json;
 
 use super::jobs;
-use crate::support::TestDb;
+use crate::backends::{Engine, TestQueue};
+use crate::both;
 
-/// The application's own `orders` table.
-fn app_table(q: &Queue) {
-    q.write(|tx| {
-        tx.execute_batch("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, note TEXT)")?;
-        Ok(())
-    })
-    .unwrap();
+/// `Queue::write` on a file, `Queue::pg_write` on PostgreSQL: inserts
+/// `note` into `app_rows`, then enqueues what `f` gives it.
+fn write<R>(
+    queue: &Queue,
+    note: &'static str,
+    f: impl FnOnce(&mut dyn FnMut(NewJob) -> litejob::Result<Enqueued>) -> litejob::Result<R>
+        + Send
+        + 'static,
+) -> litejob::Result<R>
+where
+    R: Send + 'static,
+{
+    match queue.backend_kind() {
+        litejob::BackendKind::Sqlite => queue.write(move |tx| {
+            tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [note])?;
+            f(&mut |job| tx.enqueue(job))
+        }),
+        litejob::BackendKind::Postgres => queue.pg_write(move |tx| {
+            tx.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&note])
+                .map_err(Error::Postgres)?;
+            f(&mut |job| tx.enqueue(job))
+        }),
+    }
 }
 
-#[test]
-fn write_commits_the_app_row_and_the_job_together_or_neither() {
-    let db = TestDb::new();
-    let q = db.open();
-    app_table(&q);
-    let id = q
-        .write(|tx| {
-            tx.execute("INSERT INTO orders (note) VALUES ('first')", [])?;
-            let e = tx.enqueue(NewJob::new("ship", "order:1", &json!({"order": 1})))?;
-            Ok(e.id())
+both! {
+    /// The closure's row and its job commit together; its own error, or an
+    /// invalid enqueue propagated with `?`, undoes the row too.
+    fn write_commits_the_app_row_and_the_job_together_or_neither(q) {
+        q.create_app_table();
+        let queue = q.open();
+        let id = write(&queue, "first", |enqueue| {
+            Ok(enqueue(NewJob::new("ship", "order:1", &json!({"order": 1})))?.id())
         })
         .unwrap();
-    assert!(q.job(id).unwrap().is_some());
-    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
+        assert!(queue.job(id).unwrap().is_some());
+        assert_eq!(q.strings("SELECT key FROM app_rows"), ["first"]);
 
-    let err = q
-        .write(|tx| {
-            tx.execute("INSERT INTO orders (note) VALUES ('second')", [])?;
-            tx.enqueue(NewJob::new("ship", "order:2", &json!({"order": 2})))?;
+        let err = write(&queue, "second", |enqueue| {
+            enqueue(NewJob::new("ship", "order:2", &json!({"order": 2})))?;
             Err::<(), _>(Error::InvalidInput("the app changed its mind".into()))
         })
         .unwrap_err();
-    assert!(err.to_string().contains("changed its mind"), "{err}");
-    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
-    assert!(q.job_by_key("order:2").unwrap().is_none());
+        assert!(err.to_string().contains("changed its mind"), "{err}");
+        assert_eq!(q.strings("SELECT key FROM app_rows"), ["first"]);
+        assert!(queue.job_by_key("order:2").unwrap().is_none());
 
-    // An invalid enqueue inside the closure, propagated with `?`, undoes the
-    // app row too.
-    let err = q
-        .write(|tx| {
-            tx.execute("INSERT INTO orders (note) VALUES ('third')", [])?;
-            tx.enqueue(NewJob::new("ship", " ", &json!({})))?;
+        let err = write(&queue, "third", |enqueue| {
+            enqueue(NewJob::new("ship", " ", &json!({})))?;
             Ok(())
         })
         .unwrap_err();
-    assert!(err.is_invalid_input(), "{err:?}");
-    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
-    assert_eq!(jobs(&db), 1);
+        assert!(err.is_invalid_input(), "{err:?}");
+        assert_eq!(q.strings("SELECT key FROM app_rows"), ["first"]);
+        assert_eq!(jobs(q), 1);
+    }
 }
 
-#[test]
-fn enqueue_in_commits_or_rolls_back_with_the_apps_own_transaction() {
-    let db = TestDb::new();
-    let q = db.open();
-    app_table(&q);
-    let mut conn = q.connect().unwrap();
-    {
-        let tx = litejob::immediate(&mut conn).unwrap();
-        tx.execute("INSERT INTO orders (note) VALUES ('kept')", [])
+/// The application's own connection: `Queue::connect` on a file, its own
+/// client on PostgreSQL.
+enum Own {
+    Sqlite(rusqlite::Connection),
+    Postgres(litejob::pg::Client),
+}
+
+/// The application's own transaction, as the test drives it.
+trait OwnTx {
+    /// Inserts `note` into `app_rows`.
+    fn insert(&mut self, note: &str);
+    /// `enqueue_in` on a file, `pg_enqueue_in` on PostgreSQL.
+    fn enqueue_in(&mut self, queue: &Queue, job: &NewJob) -> litejob::Result<Enqueued>;
+}
+
+impl OwnTx for rusqlite::Transaction<'_> {
+    fn insert(&mut self, note: &str) {
+        self.execute("INSERT INTO app_rows (key) VALUES (?1)", [note])
             .unwrap();
-        let e = q
-            .enqueue_in(&tx, &NewJob::new("ship", "own:1", &json!({})))
-            .unwrap();
-        assert!(!e.is_duplicate());
-        // Not visible to others before the commit.
-        assert!(q.job_by_key("own:1").unwrap().is_none());
-        tx.commit().unwrap();
     }
-    q.notify();
-    assert!(q.job_by_key("own:1").unwrap().is_some());
-    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
-    {
-        let tx = litejob::immediate(&mut conn).unwrap();
-        tx.execute("INSERT INTO orders (note) VALUES ('dropped')", [])
-            .unwrap();
-        q.enqueue_in(&tx, &NewJob::new("ship", "own:2", &json!({})))
-            .unwrap();
-        // A duplicate inside the app's transaction counts a delivery...
-        assert!(q
-            .enqueue_in(&tx, &NewJob::new("ship", "own:1", &json!({})))
-            .unwrap()
-            .is_duplicate());
-        tx.rollback().unwrap();
+    fn enqueue_in(&mut self, queue: &Queue, job: &NewJob) -> litejob::Result<Enqueued> {
+        queue.enqueue_in(self, job)
     }
-    assert!(q.job_by_key("own:2").unwrap().is_none());
-    // ...that rolls back with it.
-    assert_eq!(q.job_by_key("own:1").unwrap().unwrap().deliveries, 1);
-    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
-    // Bad input inside the app's transaction: refused, the transaction is
-    // still usable.
-    let tx = litejob::immediate(&mut conn).unwrap();
-    let err = q
-        .enqueue_in(&tx, &NewJob::from_json("ship", "own:3", "nope"))
-        .unwrap_err();
-    assert!(err.is_invalid_input());
-    tx.execute("INSERT INTO orders (note) VALUES ('after')", [])
-        .unwrap();
-    tx.commit().unwrap();
-    assert!(q.job_by_key("own:3").unwrap().is_none());
-    assert_eq!(db.count("SELECT count(*) FROM orders"), 2);
+}
+
+impl OwnTx for litejob::pg::Transaction<'_> {
+    fn insert(&mut self, note: &str) {
+        self.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&note])
+            .unwrap();
+    }
+    fn enqueue_in(&mut self, queue: &Queue, job: &NewJob) -> litejob::Result<Enqueued> {
+        queue.pg_enqueue_in(self, job)
+    }
+}
+
+impl Own {
+    fn open(q: &TestQueue, queue: &Queue) -> Own {
+        match q.engine {
+            Engine::Sqlite => Own::Sqlite(queue.connect().unwrap()),
+            Engine::Postgres => Own::Postgres(
+                litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap(),
+            ),
+        }
+    }
+
+    /// Runs `f` in a transaction of the application's, then commits it
+    /// (`commit`) or rolls it back.
+    fn transaction(&mut self, commit: bool, f: impl FnOnce(&mut dyn OwnTx)) {
+        match self {
+            Own::Sqlite(c) => {
+                let mut tx = litejob::immediate(c).unwrap();
+                f(&mut tx);
+                if commit { tx.commit() } else { tx.rollback() }.unwrap();
+            }
+            Own::Postgres(c) => {
+                let mut tx = c.transaction().unwrap();
+                f(&mut tx);
+                if commit { tx.commit() } else { tx.rollback() }.unwrap();
+            }
+        }
+    }
+}
+
+both! {
+    /// The job exists if and only if the application's transaction
+    /// commits; a duplicate's delivery rolls back with it; bad input is
+    /// refused and leaves the transaction usable.
+    fn enqueue_in_commits_or_rolls_back_with_the_apps_own_transaction(q) {
+        q.create_app_table();
+        let queue = q.open();
+        let mut own = Own::open(q, &queue);
+        own.transaction(true, |tx| {
+            tx.insert("kept");
+            let e = tx.enqueue_in(&queue, &NewJob::new("ship", "own:1", &json!({}))).unwrap();
+            assert!(!e.is_duplicate());
+            // Not visible to others before the commit.
+            assert!(queue.job_by_key("own:1").unwrap().is_none());
+        });
+        queue.notify();
+        assert!(queue.job_by_key("own:1").unwrap().is_some());
+        assert_eq!(q.strings("SELECT key FROM app_rows"), ["kept"]);
+        own.transaction(false, |tx| {
+            tx.insert("dropped");
+            tx.enqueue_in(&queue, &NewJob::new("ship", "own:2", &json!({}))).unwrap();
+            // A duplicate inside the app's transaction counts a delivery...
+            assert!(tx
+                .enqueue_in(&queue, &NewJob::new("ship", "own:1", &json!({})))
+                .unwrap()
+                .is_duplicate());
+        });
+        assert!(queue.job_by_key("own:2").unwrap().is_none());
+        // ...that rolls back with it.
+        assert_eq!(queue.job_by_key("own:1").unwrap().unwrap().deliveries, 1);
+        assert_eq!(q.strings("SELECT key FROM app_rows"), ["kept"]);
+        // Bad input inside the app's transaction: refused, the transaction
+        // is still usable.
+        own.transaction(true, |tx| {
+            let err = tx
+                .enqueue_in(&queue, &NewJob::from_json("ship", "own:3", "nope"))
+                .unwrap_err();
+            assert!(err.is_invalid_input());
+            tx.insert("after");
+        });
+        assert!(queue.job_by_key("own:3").unwrap().is_none());
+        assert_eq!(q.count("SELECT count(*) FROM app_rows"), 2);
+    }
 }

@@ -7,105 +7,111 @@ use litejob::{AttemptOutcome, JobState, Outcome};
 use serde_json::Value;
 
 use super::{enqueue, outcomes};
-use crate::support::{now_ms, wait_state, wait_until, TestDb, LONG};
+use crate::backends::{handler, TestQueue};
+use crate::both;
+use crate::support::{now_ms, wait_state, wait_until, LONG};
 
 /// Makes a job look like a dead process was running it: state running, a
 /// lease that ran out, an attempt row still `running`.
-fn simulate_dead_process_run(db: &TestDb, id: i64, key: &str) {
-    let c = db.sql();
+fn simulate_dead_process_run(q: &TestQueue, id: i64, key: &str) {
     let now = now_ms();
-    let tx = c.unchecked_transaction().unwrap();
-    tx.execute(
-        "INSERT INTO attempts (job_id, attempt, key, worker, started_at) \
-         SELECT id, attempts + 1, ?2, '999999/litejob-worker-1', ?3 FROM jobs WHERE id = ?1",
-        (id, key, now - 10_000),
-    )
-    .unwrap();
-    let attempt = tx.last_insert_rowid();
-    tx.execute(
-        "UPDATE jobs SET state = 'running', attempts = attempts + 1, lease_owner = 'dead-proc', \
-         lease_expires_at = ?2, current_attempt = ?3 WHERE id = ?1 AND state = 'queued'",
-        (id, now - 1_000, attempt),
-    )
-    .unwrap();
-    tx.commit().unwrap();
+    q.exec(&format!(
+        "BEGIN; \
+         INSERT INTO attempts (job_id, attempt, key, worker, started_at) \
+         SELECT id, attempts + 1, '{key}', '999999/litejob-worker-1', {started} \
+         FROM jobs WHERE id = {id}; \
+         UPDATE jobs SET state = 'running', attempts = attempts + 1, lease_owner = 'dead-proc', \
+         lease_expires_at = {expired}, \
+         current_attempt = (SELECT max(id) FROM attempts WHERE job_id = {id}) \
+         WHERE id = {id} AND state = 'queued'; \
+         COMMIT",
+        started = now - 10_000,
+        expired = now - 1_000,
+    ));
 }
 
-#[test]
-fn a_dead_processs_run_is_abandoned_uncharged_and_the_job_runs_again() {
-    let db = TestDb::new();
-    let q = db.open();
-    let id = enqueue(&q, "k", "crash:1");
-    simulate_dead_process_run(&db, id, "crash:1");
-    let mut rt = q
-        .runtime()
-        .poll_interval(Duration::from_millis(20))
-        .handler("k", |_tx, _: Value| Ok(Outcome::Done))
+both! {
+    /// The reaper records the dead process's run abandoned, gives the job
+    /// back uncharged, and its next run does the work once.
+    fn a_dead_processs_run_is_abandoned_uncharged_and_the_job_runs_again(q) {
+        q.create_app_table();
+        let queue = q.open();
+        let id = enqueue(&queue, "k", "crash:1");
+        simulate_dead_process_run(q, id, "crash:1");
+        let mut rt = handler(queue.runtime().poll_interval(Duration::from_millis(20)), "k", |tx, _: Value| {
+            tx.record("run")?;
+            Ok(Outcome::Done)
+        })
         .start()
         .unwrap();
-    wait_state(&q, id, JobState::Succeeded);
-    rt.stop();
-    let j = q.job(id).unwrap().unwrap();
-    assert_eq!((j.attempts, j.abandoned), (1, 1));
-    let a = q.attempts(id).unwrap();
-    assert_eq!(
-        a.iter().map(|a| a.outcome).collect::<Vec<_>>(),
-        vec![AttemptOutcome::Abandoned, AttemptOutcome::Succeeded]
-    );
-    assert!(a[0].finished_at.is_some());
-    assert!(a[0].error.as_deref().unwrap().contains("abandoned"));
+        wait_state(&queue, id, JobState::Succeeded);
+        rt.stop();
+        let j = queue.job(id).unwrap().unwrap();
+        assert_eq!((j.attempts, j.abandoned), (1, 1), "the abandoned run was not charged");
+        let a = queue.attempts(id).unwrap();
+        assert_eq!(
+            a.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+            vec![AttemptOutcome::Abandoned, AttemptOutcome::Succeeded]
+        );
+        assert!(a[0].finished_at.is_some());
+        assert!(a[0].error.as_deref().unwrap().contains("abandoned"));
+        assert_eq!(q.count("SELECT count(*) FROM app_rows"), 1, "the work committed once");
+    }
 }
 
 /// Reaps `expected` abandoned runs of one job, then checks it is dead.
-fn poison(max_abandoned: Option<u32>, expected: i64) {
-    let db = TestDb::new();
-    let q = db.open();
-    let id = enqueue(&q, "pill", "pill:1");
+fn poison(q: &TestQueue, max_abandoned: Option<u32>, expected: i64) {
+    let queue = q.open();
+    let key = format!("pill:{expected}");
+    let id = enqueue(&queue, "pill", &key);
     // A runtime that reaps but has no handler for the pill: every run of it
     // is a "crash" written by the test.
-    let mut b = q
-        .runtime()
-        .poll_interval(Duration::from_millis(20))
-        .handler("other", |_tx, _: Value| Ok(Outcome::Done));
+    let mut b = handler(
+        queue.runtime().poll_interval(Duration::from_millis(20)),
+        "other",
+        |_, _: Value| Ok(Outcome::Done),
+    );
     if let Some(n) = max_abandoned {
         b = b.max_abandoned(n);
     }
     let mut rt = b.start().unwrap();
     for n in 1..=expected {
-        simulate_dead_process_run(&db, id, "pill:1");
+        simulate_dead_process_run(q, id, &key);
         wait_until(&format!("abandoned run {n} reaped"), LONG, || {
-            let j = q.job(id).unwrap().unwrap();
+            let j = queue.job(id).unwrap().unwrap();
             j.abandoned == n && j.state != JobState::Running
         });
-        let j = q.job(id).unwrap().unwrap();
+        let j = queue.job(id).unwrap().unwrap();
         assert_eq!(j.attempts, 0, "an abandoned run was charged: {j:?}");
         if n < expected {
             assert_eq!(j.state, JobState::Queued, "{j:?}");
         }
     }
     rt.stop();
-    let j = q.job(id).unwrap().unwrap();
+    let j = queue.job(id).unwrap().unwrap();
     assert_eq!(j.state, JobState::Dead, "{j:?}");
     assert_eq!(j.attempts, 0);
     let msg = j.last_error.unwrap();
     assert!(
-        msg.contains(&format!("abandoned {expected} times")),
+        msg.contains(&format!("abandoned {expected} times")) && msg.contains("poison pill"),
         "{msg}"
     );
     assert!(j.finished_at.is_some() && j.lease_owner.is_none());
     assert_eq!(
-        outcomes(&q, id),
+        outcomes(&queue, id),
         vec![AttemptOutcome::Abandoned; expected as usize]
     );
 }
 
-#[test]
-fn the_third_abandoned_run_makes_a_poison_pill_dead() {
-    poison(None, 3);
+both! {
+    fn the_third_abandoned_run_makes_a_poison_pill_dead(q) {
+        poison(q, None, 3);
+    }
 }
 
-#[test]
-fn max_abandoned_is_configurable() {
-    poison(Some(1), 1);
-    poison(Some(5), 5);
+both! {
+    fn max_abandoned_is_configurable(q) {
+        poison(q, Some(1), 1);
+        poison(q, Some(5), 5);
+    }
 }

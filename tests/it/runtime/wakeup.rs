@@ -5,105 +5,124 @@
 
 use std::time::Duration;
 
-use litejob::{JobState, NewJob, Outcome};
+use litejob::{JobState, NewJob, Outcome, Queue};
 use serde_json::{json, Value};
 
 use super::enqueue;
-use crate::support::{now_ms, wait_state, TestDb};
+use crate::backends::{handler, Engine, TestQueue};
+use crate::both;
+use crate::support::{now_ms, wait_state};
 
-#[test]
-fn an_in_process_enqueue_wakes_an_idle_worker_without_polling() {
-    let db = TestDb::new();
-    let q = db.open();
-    let mut rt = q
-        .runtime()
-        .poll_interval(Duration::from_secs(3600))
-        .handler("k", |_tx, _: Value| Ok(Outcome::Done))
-        .start()
-        .unwrap();
-    // Let the runtime's first look find nothing, so only a wake-up can find
-    // what comes next.
-    let warmup = enqueue(&q, "k", "wake:0");
-    wait_state(&q, warmup, JobState::Succeeded);
-    for i in 1..=3 {
-        let id = enqueue(&q, "k", &format!("wake:{i}"));
-        wait_state(&q, id, JobState::Succeeded);
-    }
-    // Through a batch and a transactional write too.
-    let batch = q
-        .enqueue_many(vec![
-            NewJob::new("k", "wake:b1", &json!({})),
-            NewJob::new("k", "wake:b2", &json!({})),
-        ])
-        .unwrap();
-    let tx = q
-        .write(|tx| Ok(tx.enqueue(NewJob::new("k", "wake:tx", &json!({})))?.id()))
-        .unwrap();
-    for id in batch.iter().map(|e| e.id()).chain([tx]) {
-        wait_state(&q, id, JobState::Succeeded);
-    }
-    // enqueue_in in the app's own transaction, then notify.
-    let mut conn = q.connect().unwrap();
-    let t = litejob::immediate(&mut conn).unwrap();
-    let id = q
-        .enqueue_in(&t, &NewJob::new("k", "wake:own", &json!({})))
-        .unwrap()
-        .id();
-    t.commit().unwrap();
-    q.notify();
-    wait_state(&q, id, JobState::Succeeded);
-    rt.stop();
-}
-
-#[test]
-fn work_written_by_another_connection_is_found_by_polling() {
-    let db = TestDb::new();
-    let q = db.open();
-    let mut rt = q
-        .runtime()
-        .poll_interval(Duration::from_millis(30))
-        .handler("k", |_tx, _: Value| Ok(Outcome::Done))
-        .start()
-        .unwrap();
-    // Plain SQL, as an operator or another program would.
-    let now = now_ms();
-    db.sql()
-        .execute(
-            "INSERT INTO jobs (kind, idempotency_key, payload, run_at, created_at) \
-             VALUES ('k', 'poll:sql', '{}', ?1, ?1)",
-            [now],
-        )
-        .unwrap();
-    // Another Queue on the file: another process's writer and wake channel.
-    let other = db.open();
-    let id = enqueue(&other, "k", "poll:other");
-    wait_state(&q, id, JobState::Succeeded);
-    let sql_job = q.job_by_key("poll:sql").unwrap().unwrap();
-    wait_state(&q, sql_job.id, JobState::Succeeded);
-    rt.stop();
-}
-
-#[test]
-fn two_runtimes_on_one_queue_are_both_woken_by_an_in_process_enqueue() {
-    // Regression: the wake-up channel was shared by every runtime of a
-    // queue, so one runtime could swallow the wake meant for the other.
-    let db = TestDb::new();
-    let q = db.open();
-    let start = |kind: &'static str| {
-        q.runtime()
-            .poll_interval(Duration::from_secs(3600))
-            .handler(kind, |_tx, _: Value| Ok(Outcome::Done))
-            .start()
-            .unwrap()
+/// Enqueues `key` in a transaction of the application's own (`enqueue_in`
+/// on a file, `pg_enqueue_in` on PostgreSQL), commits and notifies.
+fn enqueue_in_own_transaction(q: &TestQueue, queue: &Queue, key: &str) -> i64 {
+    let job = NewJob::new("k", key, &json!({}));
+    let id = match q.engine {
+        Engine::Sqlite => {
+            let mut conn = queue.connect().unwrap();
+            let t = litejob::immediate(&mut conn).unwrap();
+            let id = queue.enqueue_in(&t, &job).unwrap().id();
+            t.commit().unwrap();
+            id
+        }
+        Engine::Postgres => {
+            let mut c = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
+            let mut t = c.transaction().unwrap();
+            let id = queue.pg_enqueue_in(&mut t, &job).unwrap().id();
+            t.commit().unwrap();
+            id
+        }
     };
-    let mut a = start("a");
-    let mut b = start("b");
-    for i in 0..10 {
-        let ida = enqueue(&q, "a", &format!("two:a{i}"));
-        wait_state(&q, ida, JobState::Succeeded);
-        let idb = enqueue(&q, "b", &format!("two:b{i}"));
-        wait_state(&q, idb, JobState::Succeeded);
+    queue.notify();
+    id
+}
+
+/// A transactional write of the queue's (`write`, `pg_write`) enqueueing
+/// `key`.
+fn enqueue_in_write(queue: &Queue, key: &'static str) -> i64 {
+    let job = NewJob::new("k", key, &json!({}));
+    match queue.backend_kind() {
+        litejob::BackendKind::Sqlite => queue.write(move |tx| Ok(tx.enqueue(job)?.id())),
+        litejob::BackendKind::Postgres => queue.pg_write(move |tx| Ok(tx.enqueue(job)?.id())),
     }
-    a.stop();
-    b.stop();
+    .unwrap()
+}
+
+both! {
+    /// Polling once an hour: only a wake-up can find the jobs in time.
+    fn an_in_process_enqueue_wakes_an_idle_worker_without_polling(q) {
+        let queue = q.open();
+        let b = queue.runtime().poll_interval(Duration::from_secs(3600));
+        let mut rt = handler(b, "k", |_, _: Value| Ok(Outcome::Done))
+            .start()
+            .unwrap();
+        // Let the runtime's first look find nothing, so only a wake-up can
+        // find what comes next.
+        let warmup = enqueue(&queue, "k", "wake:0");
+        wait_state(&queue, warmup, JobState::Succeeded);
+        for i in 1..=3 {
+            let id = enqueue(&queue, "k", &format!("wake:{i}"));
+            wait_state(&queue, id, JobState::Succeeded);
+        }
+        // Through a batch and a transactional write too.
+        let batch = queue
+            .enqueue_many(vec![
+                NewJob::new("k", "wake:b1", &json!({})),
+                NewJob::new("k", "wake:b2", &json!({})),
+            ])
+            .unwrap();
+        let tx = enqueue_in_write(&queue, "wake:tx");
+        for id in batch.iter().map(|e| e.id()).chain([tx]) {
+            wait_state(&queue, id, JobState::Succeeded);
+        }
+        // In the app's own transaction, then notify.
+        let id = enqueue_in_own_transaction(q, &queue, "wake:own");
+        wait_state(&queue, id, JobState::Succeeded);
+        rt.stop();
+    }
+}
+
+both! {
+    /// Plain SQL (an operator, another program) sends no wake-up; another
+    /// Queue on the same database (another process's) wakes its own.
+    fn work_written_by_another_connection_is_found_by_polling(q) {
+        let queue = q.open();
+        let b = queue.runtime().poll_interval(Duration::from_millis(30));
+        let mut rt = handler(b, "k", |_, _: Value| Ok(Outcome::Done))
+            .start()
+            .unwrap();
+        let now = now_ms();
+        q.exec(&format!(
+            "INSERT INTO jobs (kind, idempotency_key, payload, run_at, created_at) \
+             VALUES ('k', 'poll:sql', '{{}}', {now}, {now})"
+        ));
+        let other = q.open();
+        let id = enqueue(&other, "k", "poll:other");
+        wait_state(&queue, id, JobState::Succeeded);
+        let sql_job = queue.job_by_key("poll:sql").unwrap().unwrap();
+        wait_state(&queue, sql_job.id, JobState::Succeeded);
+        rt.stop();
+    }
+}
+
+both! {
+    /// Regression: the wake-up channel was shared by every runtime of a
+    /// queue, so one runtime could swallow the wake meant for the other.
+    fn two_runtimes_on_one_queue_are_both_woken_by_an_in_process_enqueue(q) {
+        let queue = q.open();
+        let start = |kind: &'static str| {
+            let b = queue.runtime().poll_interval(Duration::from_secs(3600));
+            handler(b, kind, |_, _: Value| Ok(Outcome::Done)).start().unwrap()
+        };
+        let mut a = start("a");
+        let mut b = start("b");
+        for i in 0..10 {
+            let ida = enqueue(&queue, "a", &format!("two:a{i}"));
+            wait_state(&queue, ida, JobState::Succeeded);
+            let idb = enqueue(&queue, "b", &format!("two:b{i}"));
+            wait_state(&queue, idb, JobState::Succeeded);
+        }
+        a.stop();
+        b.stop();
+    }
 }
