@@ -92,38 +92,58 @@
 //! # drop(runtime);
 //! ```
 //!
+//! # On PostgreSQL
+//!
+//! The same queue across machines: [`Queue::open_postgres`] (or
+//! [`Queue::open_location`], which takes a path or a URL) creates or
+//! migrates its tables in the database. Everything above works the same,
+//! except the handler's SQL, which gets the job's PostgreSQL transaction
+//! ([`PgJobTx`], which derefs to [`pg::Transaction`]):
+//!
+//! ```no_run
+//! # #[cfg(feature = "postgres")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use litejob::{NewJob, Outcome, Queue};
+//!
+//! let queue = Queue::open_postgres("postgres://app:secret@db.internal:5432/app")?;
+//! queue.enqueue(NewJob::new("payment.succeeded", "evt_1", &4200_i64))?;
+//! let mut runtime = queue
+//!     .runtime()
+//!     .pg_handler("payment.succeeded", |tx, cents: i64| {
+//!         tx.execute("INSERT INTO invoices (cents) VALUES ($1)", &[&cents])?;
+//!         tx.outbox("send_receipt", &format!("receipt:{}", tx.job().key), &cents)?;
+//!         Ok(Outcome::Done)
+//!     })
+//!     .start()?;
+//! runtime.stop();
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "postgres"))]
+//! # fn main() {}
+//! ```
+//!
+//! [`Queue::pg_write`] and [`Queue::pg_enqueue_in`] are the forms of
+//! [`Queue::write`] and [`Queue::enqueue_in`] for the application's own
+//! PostgreSQL transactions.
+//!
 //! # Layout
 //!
-//! One file per concept; see ARCHITECTURE.md for the codemap and invariants.
-//! [`Queue`] opens the file and enqueues; [`Queue::runtime`] builds the
+//! One file per concept; ARCHITECTURE.md has the codemap and invariants.
+//! [`Queue`] opens the queue and enqueues; [`Queue::runtime`] builds the
 //! worker threads; a handler returns an [`Outcome`]; library failures are
-//! [`Error`]s. In `src/`:
-//!
-//! - `queue.rs`: [`Queue`], [`QueueOptions`], [`WriteTx`], and in `queue/`
-//!   the async forms of enqueue and write; `reply.rs`: the [`WriteFuture`]
-//!   they return; `admin.rs`: the operator's repairs (retry, cancel, outbox
-//!   retry, prune); `inspect.rs`: the operator's reports (stats, job detail,
-//!   explain).
-//! - `job.rs`, `enqueue.rs`: jobs as data and the producer's insert;
-//!   `claim.rs`, `execute.rs`, `handler.rs`: leases, a run's transaction, and
-//!   what user code plugs in; `outbox.rs`: side effects after commit;
-//!   `history.rs`: the attempt rows; `ledger.rs`: the `processed_jobs` ledger.
-//! - `src/schedule/`: periodic jobs ([`Schedule`], [`CatchUp`]), their slot
-//!   arithmetic and the `schedules` table; the runtime's scheduler fires them.
-//! - `src/writer/`: the one writer thread and its group commit;
-//!   `checkpoint.rs`: checkpoints off the write path; `src/runtime/`: workers,
-//!   the supervisor and effect dispatchers.
-//! - `db.rs`, `schema.rs`: connections, pragmas and migrations; `error.rs`,
-//!   `time.rs`, `retry.rs`, `fault.rs`: errors, milliseconds, backoff, and the
-//!   crash points of the `fault-injection` feature.
-//! - `src/cli/` and `main.rs`: the `litejob` command (the `cli` feature), a
-//!   client of this API like any application.
+//! [`Error`]s. Behind them, `src/backend/` is the boundary between the
+//! queue's operations and its storage: the SQLite file (`src/writer/`, the
+//! one writer thread and its group commit) and PostgreSQL
+//! (`src/postgres/`).
 //!
 //! # Features
 //!
 //! - `cli` (default): the `litejob` command and its dependencies (clap,
-//!   env_logger, ctrlc). An application that embeds the library sets
-//!   `default-features = false` and gets none of them.
+//!   env_logger, ctrlc, tiny_http); it turns on `postgres`. An application
+//!   that embeds the library sets `default-features = false` and gets none
+//!   of them.
+//! - `postgres`: the PostgreSQL backend (the `postgres` and `r2d2_postgres`
+//!   crates).
 //! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
 //!   Off, the library never aborts the process and never writes to stderr.
 

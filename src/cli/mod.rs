@@ -39,17 +39,18 @@ use clap::{Parser, Subcommand};
 use litejob::{Error, JobState, OutboxState, Queue};
 use serde::Serialize;
 
-/// `litejob [--db PATH] [--json] COMMAND`
+/// `litejob [--db PATH|URL] [--json] COMMAND`
 #[derive(Debug, Parser)]
 #[command(
     name = "litejob",
     version,
-    about = "A job queue in one SQLite file: inspect and repair it, enqueue, run the demo.",
-    after_help = "Examples:\n  litejob init\n  litejob enqueue payment.succeeded --key evt_42 --payload '{\"cents\": 4200}'\n  litejob explain evt_42\n  litejob --db /var/lib/app/jobs.db stats --json\n\nExit status: 0 success (a duplicate enqueue too), 1 failure, 2 bad usage or bad input."
+    about = "A job queue in one SQLite file (or a PostgreSQL database): inspect and repair it, enqueue, serve a dashboard, run the demo.",
+    after_help = "Examples:\n  litejob init\n  litejob enqueue payment.succeeded --key evt_42 --payload '{\"cents\": 4200}'\n  litejob explain evt_42\n  litejob --db /var/lib/app/jobs.db stats --json\n  litejob --db postgres://app:secret@db.internal/app stats\n\nExit status: 0 success (a duplicate enqueue too), 1 failure, 2 bad usage or bad input."
 )]
 pub struct Cli {
-    /// The queue file [default: $LITEJOB_DB, else ./litejob.db].
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The queue: a file, or a PostgreSQL URL (postgres://user:password@host:port/database)
+    /// [default: $LITEJOB_DB, else ./litejob.db].
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
     /// Print machine-readable JSON (one document) instead of text.
     #[arg(long, global = true)]
@@ -207,7 +208,7 @@ pub fn main() -> i32 {
     }
 }
 
-/// The file `--db`, `$LITEJOB_DB` or `./litejob.db` names.
+/// The file or URL `--db`, `$LITEJOB_DB` or `./litejob.db` names.
 fn db_path(cli: &Cli) -> PathBuf {
     if let Some(p) = &cli.db {
         return p.clone();

@@ -9,9 +9,13 @@ use crate::time::Millis;
 
 /// Rows a run's transaction holds locked are skipped (`SKIP LOCKED`): the
 /// renewal never waits behind a run, and a locked row cannot be taken over
-/// anyway — the reaper skips it too.
+/// anyway — the reaper skips it too. A lease owner is set only while a job
+/// runs (a CHECK of the table): the statements below fence on it (or on
+/// `current_attempt`) rather than on `state = 'running'`, which would let
+/// the planner walk the partial index `jobs_lease` and its dead entries
+/// instead of probing the primary key.
 const RENEW_JOBS: &str = "UPDATE jobs SET lease_expires_at = $3 WHERE id IN \
-     (SELECT id FROM jobs WHERE id = ANY($2) AND state = 'running' AND lease_owner = $1 \
+     (SELECT id FROM jobs WHERE id = ANY($2) AND lease_owner = $1 \
       FOR UPDATE SKIP LOCKED)";
 const RENEW_OUTBOX: &str = "UPDATE outbox SET lease_expires_at = $3 WHERE id IN \
      (SELECT id FROM outbox WHERE id = ANY($2) AND state = 'sending' AND lease_owner = $1 \
@@ -73,13 +77,12 @@ SELECT count(*) FROM back";
 const REAP_OUTBOX_MSG: &str = "abandoned: the lease expired (the process died or hung during \
      the effect); the effect may have been performed";
 const RELEASE_CLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
-     lease_expires_at = NULL WHERE id = $1 AND state = 'running' AND lease_owner = $2 \
-     AND current_attempt IS NULL";
+     lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2 AND current_attempt IS NULL";
 const RELEASE_RUN: &str = "\
 WITH back AS (
     UPDATE jobs SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_owner = NULL,
         lease_expires_at = NULL, current_attempt = NULL
-    WHERE id = $1 AND state = 'running' AND current_attempt = $2
+    WHERE id = $1 AND current_attempt = $2
     RETURNING id
 ),
 ended AS (
