@@ -1,8 +1,9 @@
 //! Which page answers what: the token check first, then the method and
-//! path. GETs only read; a POST is an action, refused (403, nothing
-//! written) unless actions are allowed and its form carries this process's
-//! CSRF token. Unknown paths are 404, a bad id 400, a known path with the
-//! wrong method 405.
+//! path. GETs only read; a POST is an action (retry a dead job, cancel a
+//! queued one, retry a dead outbox row, pause or resume a queue), refused
+//! (403, nothing written) unless actions are allowed and its form carries
+//! this process's CSRF token. Unknown paths are 404, a bad id or an empty
+//! queue name 400, a known path with the wrong method 405.
 
 use litejob::{BackendKind, Error, Queue};
 
@@ -59,7 +60,7 @@ pub fn route(app: &App, req: &Req) -> Resp {
         .with_header("WWW-Authenticate", "Bearer".into());
     }
     let r = match (req.method, seg.as_slice()) {
-        (Method::Get, []) => pages::overview::page(app),
+        (Method::Get, []) => pages::overview::page(app, req),
         (Method::Get, ["jobs"]) => pages::jobs::page(app, req),
         (Method::Get, ["jobs", id]) => match parse_id(id) {
             Ok(id) => pages::job::page(app, req, id),
@@ -71,14 +72,27 @@ pub fn route(app: &App, req: &Req) -> Resp {
         (Method::Get, ["schedules"]) => pages::schedules::page(app),
         (Method::Get, ["metrics"]) => metrics(app),
         (Method::Get, ["healthz"]) => Ok(health(app)),
-        (Method::Post, ["jobs", id, action]) => act(app, req, id, |q, id| match *action {
-            "retry" => Some(q.retry_job(id).map(|()| "retried")),
-            "cancel" => Some(q.cancel_job(id).map(|()| "cancelled")),
-            _ => None,
-        }),
-        (Method::Post, ["outbox", id, "retry"]) => act(app, req, id, |q, id| {
+        (Method::Post, ["jobs", id, action]) => {
+            act(app, req, parse_id(id), |q, id| match *action {
+                "retry" => Some(q.retry_job(id).map(|()| "retried")),
+                "cancel" => Some(q.cancel_job(id).map(|()| "cancelled")),
+                _ => None,
+            })
+        }
+        (Method::Post, ["outbox", id, "retry"]) => act(app, req, parse_id(id), |q, id| {
             Some(q.retry_outbox(id).map(|()| "retried"))
         }),
+        (Method::Post, ["queues", name, action]) => {
+            act(app, req, queue_name(name), |q, name| match *action {
+                "pause" => Some(q.pause_queue(name).map(|()| "paused")),
+                "resume" => Some(q.resume_queue(name).map(|()| "resumed")),
+                _ => None,
+            })
+        }
+        // `/queues//pause`: the empty segment is dropped, the name is empty.
+        (Method::Post, ["queues", "pause" | "resume"]) => {
+            act(app, req, queue_name(""), |_, _| None)
+        }
         (_, path) if known(path) => Ok(pages::error(405, "method not allowed here")),
         _ => Ok(pages::error(404, "no such page")),
     };
@@ -96,6 +110,8 @@ fn known(path: &[&str]) -> bool {
             | ["failures"]
             | ["outbox"]
             | ["outbox", _, "retry"]
+            | ["queues", _, "pause" | "resume"]
+            | ["queues", "pause" | "resume"]
             | ["schedules"]
             | ["metrics"]
             | ["healthz"]
@@ -113,35 +129,34 @@ fn parse_id(s: &str) -> Result<i64, Resp> {
     }
 }
 
-/// An action: refused unless actions are allowed and the form carries the
-/// CSRF token; otherwise `f` writes through the queue and says what it did,
-/// and the browser goes back to the page the form was on (its `back`
-/// field). `f` returns `None` for an action it does not know.
-fn act(
+/// A queue's name from the path (percent-decoded already): not blank, or
+/// 400.
+fn queue_name(s: &str) -> Result<&str, Resp> {
+    if s.trim().is_empty() {
+        return Err(pages::error(400, "the queue's name is empty"));
+    }
+    Ok(s)
+}
+
+/// An action on `target` (a row id, a queue's name, parsed from the path):
+/// refused unless [`may_act`]; then a bad target is answered (400), or `f`
+/// writes through the queue and says what it did, and the browser goes
+/// back to the page the form was on (its `back` field). `f` returns `None`
+/// for an action it does not know.
+fn act<T>(
     app: &App,
     req: &Req,
-    id: &str,
-    f: impl FnOnce(&Queue, i64) -> Option<litejob::Result<&'static str>>,
+    target: Result<T, Resp>,
+    f: impl FnOnce(&Queue, T) -> Option<litejob::Result<&'static str>>,
 ) -> litejob::Result<Resp> {
-    if !app.actions {
-        return Ok(pages::error(
-            403,
-            "actions are off: this server was started without --allow-actions, and the file \
-             is open read-only",
-        ));
+    if let Err(refused) = may_act(app, req) {
+        return Ok(refused);
     }
-    if !req.field("csrf").is_some_and(|t| auth::same(t, &app.csrf)) {
-        return Ok(pages::error(
-            403,
-            "this form is missing this server's CSRF token (or it is from another server \
-             process): reload the page and try again",
-        ));
-    }
-    let id = match parse_id(id) {
-        Ok(id) => id,
+    let target = match target {
+        Ok(t) => t,
         Err(r) => return Ok(r),
     };
-    match f(&app.queue, id) {
+    match f(&app.queue, target) {
         None => Ok(pages::error(404, "no such action")),
         Some(Ok(done)) => {
             let back = back_to(req.field("back"));
@@ -150,6 +165,26 @@ fn act(
         }
         Some(Err(e)) => Ok(lib_error(&e)),
     }
+}
+
+/// Whether a POST may write: actions are allowed and its form carries
+/// this process's CSRF token; otherwise the 403 that says which is missing.
+fn may_act(app: &App, req: &Req) -> Result<(), Resp> {
+    if !app.actions {
+        return Err(pages::error(
+            403,
+            "actions are off: this server was started without --allow-actions, and the file \
+             is open read-only",
+        ));
+    }
+    if !req.field("csrf").is_some_and(|t| auth::same(t, &app.csrf)) {
+        return Err(pages::error(
+            403,
+            "this form is missing this server's CSRF token (or it is from another server \
+             process): reload the page and try again",
+        ));
+    }
+    Ok(())
 }
 
 /// Where to go after an action: the form's own page, if it is a path on

@@ -5,12 +5,14 @@
 //! file stays byte for byte the same, a database's tables row for row,
 //! and a write through the read-only queue is refused before it is sent.
 
-use litejob::{Error, NewJob, Queue, QueueOptions};
+use std::path::Path;
+
+use litejob::{Error, NewJob, Queue, QueueLimits, QueueOptions};
 
 use super::{between, Server};
 use crate::backends::{Engine, TestQueue};
 use crate::both;
-use crate::support::{litejob, show, TestDb};
+use crate::support::{litejob, litejob_ok, show, TestDb};
 
 #[test]
 fn a_non_loopback_bind_without_a_token_is_refused_with_exit_2() {
@@ -164,6 +166,174 @@ both! {
     }
 }
 
+/// The paused queues, by name, as `litejob queues --json` lists them.
+fn paused(q: &TestQueue) -> Vec<String> {
+    let out = litejob_ok(Path::new(&q.location), &["queues", "--json"], 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["paused"] == true)
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The overview's row of queue `name` (found by its escaped name).
+fn queue_row<'a>(page: &'a str, name: &str) -> &'a str {
+    let escaped = name
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;");
+    between(page, &format!("<tr data-queue=\"{escaped}\">"), "</tr>")
+}
+
+both! {
+    fn a_queue_is_paused_and_resumed_with_the_overviews_buttons(q) {
+        let odd = "mail/eu <b>&\"x\"";
+        let queue = q.open();
+        for name in ["default", "mail", odd] {
+            queue
+                .enqueue(NewJob::new("k", format!("j-{name}"), &1).with_queue(name))
+                .unwrap();
+        }
+        // A queue with a control and no job yet has a row, and a button.
+        queue
+            .set_queue_limits("api", QueueLimits::new().concurrency(2))
+            .unwrap();
+        drop(queue);
+        let s = Server::on(&q.location, &["--allow-actions"]);
+        let page = s.get("/").ok();
+        let token = csrf(&page);
+        for name in ["api", "default", "mail"] {
+            let row = queue_row(&page, name);
+            assert!(
+                row.contains(&format!("action=\"/queues/{name}/pause\""))
+                    && row.contains(">Pause</button>")
+                    && !row.contains("Resume"),
+                "{row}"
+            );
+        }
+        // The odd name is escaped on the page and percent-encoded in its
+        // form's path.
+        let encoded = "mail%2Feu%20%3Cb%3E%26%22x%22";
+        assert!(
+            queue_row(&page, odd).contains(&format!("action=\"/queues/{encoded}/pause\"")),
+            "{}",
+            queue_row(&page, odd)
+        );
+        assert!(!page.contains("<b>"), "{page}");
+
+        let form = format!("csrf={token}&back=/");
+        let r = s.request("POST", "/queues/mail/pause", &[], &form);
+        assert_eq!(r.status, 303, "{}", r.body);
+        assert_eq!(r.header("Location").unwrap(), "/?done=paused");
+        assert_eq!(paused(q), ["mail"]);
+        let page = s.get("/?done=paused").ok();
+        assert!(between(&page, "id=\"flash\">", "</p>").starts_with("Paused"), "{page}");
+        let row = queue_row(&page, "mail");
+        assert!(
+            row.contains("action=\"/queues/mail/resume\"")
+                && row.contains(">Resume</button>")
+                && !row.contains("Pause<"),
+            "{row}"
+        );
+        assert!(queue_row(&page, "default").contains(">Pause</button>"));
+
+        let r = s.request("POST", &format!("/queues/{encoded}/pause"), &[], &form);
+        assert_eq!(r.status, 303, "{}", r.body);
+        assert_eq!(paused(q), ["mail", odd]);
+
+        let r = s.request("POST", "/queues/mail/resume", &[], &form);
+        assert_eq!(r.status, 303, "{}", r.body);
+        assert_eq!(r.header("Location").unwrap(), "/?done=resumed");
+        assert_eq!(paused(q), [odd]);
+        let page = s.get("/?done=resumed").ok();
+        assert!(between(&page, "id=\"flash\">", "</p>").starts_with("Resumed"), "{page}");
+        let row = queue_row(&page, "mail");
+        assert!(
+            row.contains(">Pause</button>") && !row.contains("Resume"),
+            "{row}"
+        );
+        // A resumed queue keeps its other controls.
+        let r = s.request("POST", "/queues/api/pause", &[], &form);
+        assert_eq!(r.status, 303, "{}", r.body);
+        let r = s.request("POST", "/queues/api/resume", &[], &form);
+        assert_eq!(r.status, 303, "{}", r.body);
+        assert!(queue_row(&s.get("/").ok(), "api").contains("at most 2 running"));
+
+        // An empty name, a blank one, an action no queue has.
+        for (path, status) in [
+            ("/queues//pause", 400),
+            ("/queues/%20/resume", 400),
+            ("/queues/mail/stop", 404),
+        ] {
+            let r = s.request("POST", path, &[], &form);
+            assert_eq!(r.status, status, "{path}: {}", r.body);
+        }
+        assert_eq!(paused(q), [odd]);
+    }
+}
+
+both! {
+    fn pausing_or_resuming_a_queue_without_the_forms_csrf_token_is_refused_and_changes_nothing(q) {
+        let queue = q.open();
+        queue.enqueue(NewJob::new("k", "m1", &1).with_queue("mail")).unwrap();
+        queue.pause_queue("held").unwrap();
+        drop(queue);
+        let rows = || q.strings("SELECT name || ':' || CAST(updated_at AS TEXT) FROM queues");
+        let before = rows();
+        let s = Server::on(&q.location, &["--allow-actions"]);
+        assert_eq!(csrf(&s.get("/").ok()).len(), 32);
+        for body in [
+            "",
+            "csrf=",
+            "csrf=0123456789abcdef0123456789abcdef",
+            "back=/",
+        ] {
+            for path in ["/queues/mail/pause", "/queues/held/resume", "/queues//pause"] {
+                let r = s.request("POST", path, &[], body);
+                assert_eq!(r.status, 403, "{path} {body}: {}", r.body);
+                assert!(r.body.contains("CSRF"), "{}", r.body);
+            }
+        }
+        // A GET of an action's path changes nothing either.
+        for path in ["/queues/mail/pause", "/queues/held/resume"] {
+            assert_eq!(s.get(path).status, 405, "{path}");
+        }
+        assert_eq!(paused(q), ["held"]);
+        assert_eq!(rows(), before);
+    }
+}
+
+both! {
+    fn without_allow_actions_a_queue_is_neither_paused_nor_resumed(q) {
+        let queue = q.open();
+        queue.enqueue(NewJob::new("k", "m1", &1).with_queue("mail")).unwrap();
+        queue.pause_queue("held").unwrap();
+        drop(queue);
+        let rows = || q.strings("SELECT name || ':' || CAST(updated_at AS TEXT) FROM queues");
+        let before = rows();
+        let s = Server::on(&q.location, &[]);
+        let page = s.get("/").ok();
+        assert!(queue_row(&page, "held").contains("paused"), "{page}");
+        assert!(
+            !page.contains("<form") && !page.contains("Pause<") && !page.contains("Resume<"),
+            "no buttons when actions are off: {page}"
+        );
+        for path in ["/queues/mail/pause", "/queues/held/resume"] {
+            let r = s.request("POST", path, &[], "csrf=x&back=/");
+            assert_eq!(r.status, 403, "{path}: {}", r.body);
+            assert!(r.body.contains("--allow-actions"), "{}", r.body);
+            assert_eq!(s.get(path).status, 405, "{path}");
+        }
+        drop(s);
+        assert_eq!(paused(q), ["held"]);
+        assert_eq!(rows(), before);
+    }
+}
+
 /// The database file and its WAL, as bytes.
 fn contents(db: &TestDb) -> (Vec<u8>, Vec<u8>) {
     let mut wal = db.path.clone().into_os_string();
@@ -228,9 +398,14 @@ fn by_default_the_file_is_opened_read_only_and_never_changes() {
         !page.contains("name=\"csrf\""),
         "no action form when actions are off"
     );
-    let r = s.request("POST", &format!("/jobs/{dead}/retry"), &[], "csrf=x");
-    assert_eq!(r.status, 403);
-    assert!(r.body.contains("--allow-actions"), "{}", r.body);
+    for path in [
+        format!("/jobs/{dead}/retry"),
+        "/queues/default/pause".into(),
+    ] {
+        let r = s.request("POST", &path, &[], "csrf=x");
+        assert_eq!(r.status, 403, "{path}");
+        assert!(r.body.contains("--allow-actions"), "{}", r.body);
+    }
     drop(s);
     assert!(contents(&db) == before, "the file changed");
 }
@@ -293,6 +468,7 @@ fn fingerprint(q: &TestQueue) -> Vec<String> {
         "outbox",
         "attempts",
         "schedules",
+        "queues",
         "litejob_schema",
     ] {
         if !present.iter().any(|t| t == table) {
@@ -356,9 +532,14 @@ fn by_default_a_database_is_served_read_only_and_its_tables_never_change() {
         !page.contains("name=\"csrf\""),
         "no action form when actions are off"
     );
-    let r = s.request("POST", &format!("/jobs/{dead}/retry"), &[], "csrf=x");
-    assert_eq!(r.status, 403);
-    assert!(r.body.contains("--allow-actions"), "{}", r.body);
+    for path in [
+        format!("/jobs/{dead}/retry"),
+        "/queues/default/pause".into(),
+    ] {
+        let r = s.request("POST", &path, &[], "csrf=x");
+        assert_eq!(r.status, 403, "{path}");
+        assert!(r.body.contains("--allow-actions"), "{}", r.body);
+    }
     // No notifier and no async thread: nothing in the process would write.
     let names = threads(s.pid());
     assert!(

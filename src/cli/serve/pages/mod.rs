@@ -144,6 +144,8 @@ pub fn flash(h: &mut Html, done: Option<&str>) {
     let msg = match done {
         Some("retried") => "Requeued with a fresh attempt budget.",
         Some("cancelled") => "Cancelled: it will not run.",
+        Some("paused") => "Paused: nothing new of the queue starts; its running jobs finish.",
+        Some("resumed") => "Resumed: its jobs start again (a cap or a rate stays in force).",
         _ => return,
     };
     h.tag("p", &[("class", "flash"), ("id", "flash")], msg);

@@ -1,18 +1,19 @@
 //! `/`: the overview. Totals on top, then its sections in [`SECTIONS`]
 //! order: jobs per queue and state with each queue's backlog age and its
-//! controls (paused, a cap, a rate), the last hour's runs per minute, the
-//! outbox's backlog, the schedules (when there are any), the file or
-//! database. A section is a function of the overview read once for the page.
+//! controls (paused, a cap, a rate; with actions allowed, a button to pause
+//! or resume it), the last hour's runs per minute, the outbox's backlog,
+//! the schedules (when there are any), the file or database. A section is a
+//! function of the overview read once for the page.
 
 use litejob::{BackendKind, JobCounts, JobState, OutboxState, Overview, QueueOverview};
 
 use super::super::super::queues::describe;
 
-use super::super::html::{human_span, url, Html};
-use super::super::http::Resp;
+use super::super::html::{human_span, pct, url, Html};
+use super::super::http::{Req, Resp};
 use super::super::routes::App;
 use super::super::svg;
-use super::{count_cell, layout};
+use super::{action, count_cell, flash, layout};
 
 /// One part of the overview.
 type Section = fn(&mut Html, &App, &Overview);
@@ -24,10 +25,11 @@ const SECTIONS: &[Section] = &[queues, activity, outbox, schedules, storage];
 const SCHEDULES_SHOWN: usize = 10;
 
 /// The overview page.
-pub fn page(app: &App) -> litejob::Result<Resp> {
+pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
     let o = app.queue.overview()?;
     let mut h = Html::new();
     h.raw("<h1>Overview</h1>");
+    flash(&mut h, req.param("done"));
     cards(&mut h, &o);
     for section in SECTIONS {
         section(&mut h, app, &o);
@@ -97,7 +99,7 @@ fn state_cells(h: &mut Html, c: &JobCounts, filter: &[(&str, Option<&str>)]) {
     }
 }
 
-fn queues(h: &mut Html, _app: &App, o: &Overview) {
+fn queues(h: &mut Html, app: &App, o: &Overview) {
     h.raw("<section id=\"queues\"><h2>Jobs per queue</h2>");
     if o.queues.is_empty() && o.controls.is_empty() {
         h.raw("<p class=\"none\">No jobs in the queue yet.</p></section>");
@@ -130,10 +132,20 @@ fn queues(h: &mut Html, _app: &App, o: &Overview) {
             None => h.raw("<span class=\"none\">-</span>"),
         };
         h.raw("</td><td class=\"controls\">");
-        match o.controls.iter().find(|c| c.name == name) {
+        let control = o.controls.iter().find(|c| c.name == name);
+        match control {
             Some(c) => h.text(&describe(c)),
             None => h.raw("<span class=\"none\">-</span>"),
         };
+        if app.actions {
+            let (verb, label) = match control {
+                Some(c) if c.paused => ("resume", "Resume"),
+                _ => ("pause", "Pause"),
+            };
+            h.raw(" ");
+            let path = format!("/queues/{}/{verb}", pct(name));
+            action(h, app, &path, "/", label, false);
+        }
         h.raw("</td></tr>");
     }
     if o.queues.len() > 1 {
