@@ -9,7 +9,8 @@
 //! The parts: [`conn`] (connections, the pool, errors), [`schema`]
 //! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
 //! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
-//! [`tx`] (the transactions user code gets), [`notify`] (wake-ups and the
+//! [`tx`] (the transactions user code gets), [`group`] (concurrent
+//! enqueues in one commit), [`notify`] (wake-ups and the
 //! clock), [`controls`] (queue controls: the operator's changes, the cache
 //! claims consult, the claim of a limited queue under its row's lock),
 //! [`copy`] (a queue file's rows moved in). This file: [`PgStore`], which
@@ -24,6 +25,7 @@ pub(crate) mod controls;
 pub(crate) mod copy;
 pub(crate) mod enqueue;
 pub(crate) mod failures;
+pub(crate) mod group;
 pub(crate) mod leases;
 pub(crate) mod notify;
 pub(crate) mod outbox;
@@ -76,6 +78,13 @@ pub(crate) struct PgStore {
     /// The queue controls in force, as this process's claims last read
     /// them.
     pub controls: controls::Cache,
+    /// Producers calling at the same moment, inserted together.
+    enqueues: group::Group,
+    /// The connections of those combined inserts: one batch is in flight
+    /// at a time. Their sessions always use the generic plan: a batch's
+    /// size varies from call to call, and the custom plan the server would
+    /// otherwise make for each cost more than inserting a few rows.
+    enqueue_pool: Pool,
     /// The async API's writes, for its threads (closed on drop, which ends
     /// them; they hold no handle to the store).
     offload: Option<crossbeam_channel::Sender<Box<dyn FnOnce() + Send>>>,
@@ -228,6 +237,11 @@ impl PgStore {
         let clock = Arc::new(Clock::default());
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
+        let mut generic = session.clone();
+        generic
+            .setup
+            .push_str("; SET plan_cache_mode = force_generic_plan");
+        let enqueue_pool = conn::pool(&generic, 2, opts.busy_timeout);
         let notifier = Notifier::start(session.clone(), clock.clone())?;
         let (offload, jobs) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
         let offload_threads = (1..=ASYNC_THREADS)
@@ -246,6 +260,8 @@ impl PgStore {
             clock,
             notifier,
             controls: controls::Cache::default(),
+            enqueues: group::Group::default(),
+            enqueue_pool,
             offload: Some(offload),
             offload_threads,
             schema_version,
@@ -294,10 +310,12 @@ impl PgStore {
         Ok(PgStore {
             location,
             session,
-            pool,
+            pool: pool.clone(),
             clock,
             notifier: Notifier::none(),
             controls: controls::Cache::default(),
+            enqueues: group::Group::default(),
+            enqueue_pool: pool,
             offload: None,
             offload_threads: Vec::new(),
             schema_version: found,
@@ -400,7 +418,12 @@ impl Backend for PgStore {
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
         self.writable()?;
-        let r = self.with_conn(true, |c| enqueue::insert_one(c, &job, now))?;
+        let r = self.enqueues.enqueue(job, |jobs| {
+            with_conn(&self.enqueue_pool, true, |c| match jobs {
+                [one] => enqueue::insert_one(c, one, now).map(|e| vec![e]),
+                _ => enqueue::insert_many(c, jobs, now),
+            })
+        })?;
         if !r.is_duplicate() {
             self.notifier.jobs();
         }

@@ -46,6 +46,8 @@ pub(super) struct RuntimeConfig {
     pub(super) effect_backoff: Backoff,
     pub(super) outbox_max_retries: u32,
     pub(super) claim_ahead: usize,
+    /// `claim_ahead` was set: on PostgreSQL it is then the batch size too.
+    pub(super) claim_ahead_set: bool,
 }
 
 impl RuntimeBuilder {
@@ -69,6 +71,7 @@ impl RuntimeBuilder {
                 effect_backoff: Backoff::default(),
                 outbox_max_retries: 1,
                 claim_ahead: 64,
+                claim_ahead_set: false,
             },
         }
     }
@@ -325,8 +328,15 @@ impl RuntimeBuilder {
     /// wait for a worker meanwhile, holding a lease but no attempt: if the
     /// process dies they go back to `queued` uncharged once the lease
     /// expires; at shutdown they are released at once.
+    ///
+    /// On PostgreSQL it is the most jobs one worker claims at once (its
+    /// batch: one transaction, one commit), at most 100, the default.
+    /// Smaller batches start a job enqueued behind a backlog sooner, larger
+    /// ones process more per second (on a 2-core machine 100 processed about
+    /// 1.5× as many as 32).
     pub fn claim_ahead(mut self, n: usize) -> Self {
         self.cfg.claim_ahead = n;
+        self.cfg.claim_ahead_set = true;
         self
     }
 

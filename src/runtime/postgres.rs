@@ -37,8 +37,8 @@ use super::effects::effect_loop;
 use super::leases::{heartbeat, reap};
 use super::{sleep_or_stop, spawn, worker_name, Shared};
 
-/// Most jobs one worker's claim takes: a batch shares one transaction and
-/// one commit.
+/// Most jobs one worker's claim takes, and its default: a batch shares one
+/// transaction and one commit, whose fixed costs a larger batch spreads.
 const MAX_BATCH: usize = 100;
 
 /// Starts the workers, the effect threads, the keeper and the listener.
@@ -52,7 +52,11 @@ pub(super) fn start(
     // while a suspect runs.
     let alone = Arc::new(RwLock::new(()));
     if !s.pg_handlers.is_empty() {
-        let batch = (s.cfg.claim_ahead / 2).clamp(1, MAX_BATCH);
+        let batch = if s.cfg.claim_ahead_set {
+            s.cfg.claim_ahead.clamp(1, MAX_BATCH)
+        } else {
+            MAX_BATCH
+        };
         for i in 0..s.cfg.workers {
             let (s, stop, alone) = (s.clone(), stop.clone(), alone.clone());
             let session = worker_session(store, &s);

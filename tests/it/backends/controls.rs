@@ -89,9 +89,12 @@ fn slow_runtime(
         .workers(workers)
         .lease(lease)
         .poll_interval(POLL)
-        // Small batches: on PostgreSQL a worker's batch is claim_ahead / 2
-        // jobs, run one after another.
-        .claim_ahead(4)
+        // Small batches: on PostgreSQL a worker's batch is claim_ahead jobs,
+        // run one after another.
+        .claim_ahead(match engine {
+            Engine::Sqlite => 4,
+            Engine::Postgres => 2,
+        })
         .grace_period(Duration::from_secs(5));
     let prepare = move |_: &JobContext, _: Value| -> Result<(), HandlerError> {
         std::thread::sleep(sleep);

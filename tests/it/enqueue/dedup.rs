@@ -109,6 +109,57 @@ both! {
 }
 
 both! {
+    /// Producers calling at once share commits (on PostgreSQL their jobs are
+    /// inserted together): eight threads, each with keys of its own and
+    /// keys shared with all the others, in another order each. Every caller
+    /// gets its own job's answer, never a neighbour's: its own keys new with
+    /// its own payload, each shared key new for exactly one of them.
+    fn concurrent_producers_each_get_their_own_answer_when_their_enqueues_are_combined(q) {
+        let queue = q.open();
+        let barrier = Arc::new(Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let (queue, barrier) = (queue.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let mut out = Vec::new();
+                    for i in 0..60 {
+                        let own = format!("own:{t}:{i}");
+                        let e = queue.enqueue(NewJob::new("k", own.clone(), &json!({ "t": t, "i": i })));
+                        out.push((own, e.expect("an own key is enqueued")));
+                        // Shared keys, each thread from another starting point.
+                        let shared = format!("shared:{}", (i + t * 7) % 60);
+                        let e = queue.enqueue(NewJob::new("k", shared.clone(), &json!({ "t": t })));
+                        out.push((shared, e.expect("a shared key is enqueued")));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let results: Vec<(String, Enqueued)> =
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        for (key, e) in results.iter().filter(|(k, _)| k.starts_with("own:")) {
+            let job = queue.job_by_key(key).unwrap().unwrap();
+            assert_eq!(*e, Enqueued::New(job.id), "{key}");
+            let (t, i) = key["own:".len()..].split_once(':').unwrap();
+            let payload: serde_json::Value = serde_json::from_str(&job.payload).unwrap();
+            assert_eq!(payload, json!({ "t": t.parse::<i64>().unwrap(), "i": i.parse::<i64>().unwrap() }));
+        }
+        for i in 0..60 {
+            let key = format!("shared:{i}");
+            let answers: Vec<Enqueued> =
+                results.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
+            let job = queue.job_by_key(&key).unwrap().unwrap();
+            assert_eq!(answers.len(), 8, "{key}");
+            assert_eq!(answers.iter().filter(|e| !e.is_duplicate()).count(), 1, "{key}: {answers:?}");
+            assert!(answers.iter().all(|e| e.id() == job.id), "{key}: {answers:?}");
+            assert_eq!(job.deliveries, 8, "{key}");
+        }
+        assert_eq!(jobs(q), 8 * 60 + 60);
+    }
+}
+
+both! {
     /// Separate Queue handles are separate writers (on a file) or pools (on
     /// PostgreSQL): the same situation as separate processes, decided by
     /// the database instead of one handle's channel.

@@ -55,7 +55,7 @@ both! {
 both! {
     /// One worker runs the first of three jobs and holds the other two: on
     /// a file claimed ahead (not started: no attempt at all), on PostgreSQL
-    /// claimed and started with it in one batch (`claim_ahead / 2` jobs).
+    /// claimed and started with it in one batch (`claim_ahead` jobs).
     /// The stop releases all three uncharged; the stuck handler, finishing
     /// late, is fenced off.
     fn stop_releases_running_and_claimed_ahead_jobs_without_charging_them(q) {
@@ -74,7 +74,7 @@ both! {
             .collect();
         let claim_ahead = match q.engine {
             Engine::Sqlite => 2,
-            Engine::Postgres => 6,
+            Engine::Postgres => 3,
         };
         let mut rt = handler_with_prepare(
             queue.runtime().workers(1).claim_ahead(claim_ahead),
