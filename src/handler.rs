@@ -235,6 +235,8 @@ where
 /// steps, the apply step on a [`crate::PgJobTx`].
 #[cfg(feature = "postgres")]
 pub(crate) trait ErasedPgHandler: Send + Sync {
+    /// False for a handler registered without a prepare step.
+    fn has_prepare(&self) -> bool;
     fn prepare(
         &self,
         ctx: &JobContext,
@@ -277,6 +279,8 @@ fn downcast<P: 'static>(prepared: Prepared) -> std::result::Result<P, HandlerErr
 pub(crate) struct FnPgHandler<T, P, Prep, App> {
     pub prepare: Prep,
     pub apply: App,
+    /// `prepare` is the user's (not only the payload's decoding).
+    pub user_prepare: bool,
     pub _types: PhantomData<fn(T) -> P>,
 }
 
@@ -293,6 +297,10 @@ where
         + Send
         + Sync,
 {
+    fn has_prepare(&self) -> bool {
+        self.user_prepare
+    }
+
     fn prepare(
         &self,
         ctx: &JobContext,

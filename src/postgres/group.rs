@@ -13,9 +13,48 @@
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+use std::time::Duration;
+
+use super::conn::{self, Pool, Session};
+use super::{enqueue, with_conn};
 use crate::enqueue::ValidJob;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
+use crate::time::Millis;
+
+/// A queue's combined enqueues and the connections they use.
+pub(crate) struct Enqueuer {
+    group: Group,
+    /// One batch is in flight at a time; a second connection stands by for
+    /// a retry after a broken one. Their sessions always use the generic
+    /// plan: a batch's size varies from call to call, and the custom plan
+    /// the server would otherwise make for each cost more than inserting a
+    /// few rows.
+    pool: Pool,
+}
+
+impl Enqueuer {
+    pub(crate) fn new(session: &Session, wait: Duration) -> Enqueuer {
+        let mut generic = session.clone();
+        generic
+            .setup
+            .push_str("; SET plan_cache_mode = force_generic_plan");
+        Enqueuer {
+            group: Group::default(),
+            pool: conn::pool(&generic, 2, wait),
+        }
+    }
+
+    /// Enqueues `job` with the producers calling at the same moment.
+    pub(crate) fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
+        self.group.enqueue(job, |jobs| {
+            with_conn(&self.pool, true, |c| match jobs {
+                [one] => enqueue::insert_one(c, one, now).map(|e| vec![e]),
+                _ => enqueue::insert_many(c, jobs, now),
+            })
+        })
+    }
+}
 
 /// Most jobs one combined insert carries; the rest wait for the next.
 const MAX_GROUP: usize = 256;

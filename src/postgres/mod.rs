@@ -78,13 +78,9 @@ pub(crate) struct PgStore {
     /// The queue controls in force, as this process's claims last read
     /// them.
     pub controls: controls::Cache,
-    /// Producers calling at the same moment, inserted together.
-    enqueues: group::Group,
-    /// The connections of those combined inserts: one batch is in flight
-    /// at a time. Their sessions always use the generic plan: a batch's
-    /// size varies from call to call, and the custom plan the server would
-    /// otherwise make for each cost more than inserting a few rows.
-    enqueue_pool: Pool,
+    /// Producers calling at the same moment (the async API's threads
+    /// too), inserted together.
+    enqueues: Arc<group::Enqueuer>,
     /// The async API's writes, for its threads (closed on drop, which ends
     /// them; they hold no handle to the store).
     offload: Option<crossbeam_channel::Sender<Box<dyn FnOnce() + Send>>>,
@@ -101,13 +97,14 @@ pub(crate) struct PgStore {
 #[derive(Clone)]
 pub(crate) struct PgHandle {
     pool: Pool,
+    enqueues: Arc<group::Enqueuer>,
     notify: Option<NotifyHandle>,
 }
 
 impl PgHandle {
     /// [`Backend::enqueue`], on this thread.
     pub(crate) fn enqueue(&self, job: &ValidJob, now: Millis) -> Result<Enqueued> {
-        let r = with_conn(&self.pool, true, |c| enqueue::insert_one(c, job, now))?;
+        let r = self.enqueues.enqueue(job.clone(), now)?;
         if !r.is_duplicate() {
             self.notify_jobs();
         }
@@ -237,11 +234,7 @@ impl PgStore {
         let clock = Arc::new(Clock::default());
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
-        let mut generic = session.clone();
-        generic
-            .setup
-            .push_str("; SET plan_cache_mode = force_generic_plan");
-        let enqueue_pool = conn::pool(&generic, 2, opts.busy_timeout);
+        let enqueues = Arc::new(group::Enqueuer::new(&session, opts.busy_timeout));
         let notifier = Notifier::start(session.clone(), clock.clone())?;
         let (offload, jobs) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
         let offload_threads = (1..=ASYNC_THREADS)
@@ -260,8 +253,7 @@ impl PgStore {
             clock,
             notifier,
             controls: controls::Cache::default(),
-            enqueues: group::Group::default(),
-            enqueue_pool,
+            enqueues,
             offload: Some(offload),
             offload_threads,
             schema_version,
@@ -307,15 +299,17 @@ impl PgStore {
         let clock = Arc::new(Clock::default());
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
+        // Never used (every write is refused first); its pool opens no
+        // connection until one is asked for.
+        let enqueues = Arc::new(group::Enqueuer::new(&session, opts.busy_timeout));
         Ok(PgStore {
             location,
             session,
-            pool: pool.clone(),
+            pool,
             clock,
             notifier: Notifier::none(),
             controls: controls::Cache::default(),
-            enqueues: group::Group::default(),
-            enqueue_pool: pool,
+            enqueues,
             offload: None,
             offload_threads: Vec::new(),
             schema_version: found,
@@ -362,6 +356,7 @@ impl PgStore {
     pub(crate) fn handle(&self) -> PgHandle {
         PgHandle {
             pool: self.pool.clone(),
+            enqueues: self.enqueues.clone(),
             notify: self.notifier.handle(),
         }
     }
@@ -418,12 +413,7 @@ impl Backend for PgStore {
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
         self.writable()?;
-        let r = self.enqueues.enqueue(job, |jobs| {
-            with_conn(&self.enqueue_pool, true, |c| match jobs {
-                [one] => enqueue::insert_one(c, one, now).map(|e| vec![e]),
-                _ => enqueue::insert_many(c, jobs, now),
-            })
-        })?;
+        let r = self.enqueues.enqueue(job, now)?;
         if !r.is_duplicate() {
             self.notifier.jobs();
         }

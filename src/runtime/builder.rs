@@ -150,7 +150,7 @@ impl RuntimeBuilder {
             + Sync
             + 'static,
     {
-        self.insert_pg_handler(kind, |_: &JobContext, t: T| Ok(t), apply)
+        self.insert_pg_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
     }
 
     /// [`RuntimeBuilder::handler_with_prepare`] for a queue on PostgreSQL:
@@ -172,7 +172,7 @@ impl RuntimeBuilder {
             + Sync
             + 'static,
     {
-        self.insert_pg_handler(kind, prepare, apply)
+        self.insert_pg_handler(kind, prepare, apply, true)
     }
 
     #[cfg(feature = "postgres")]
@@ -181,6 +181,7 @@ impl RuntimeBuilder {
         kind: impl Into<String>,
         prepare: Prep,
         apply: App,
+        user_prepare: bool,
     ) -> Self
     where
         T: DeserializeOwned + Send + 'static,
@@ -196,6 +197,7 @@ impl RuntimeBuilder {
             Arc::new(crate::handler::FnPgHandler {
                 prepare,
                 apply,
+                user_prepare,
                 _types: PhantomData::<fn(T) -> P>,
             }),
         );
@@ -330,10 +332,11 @@ impl RuntimeBuilder {
     /// expires; at shutdown they are released at once.
     ///
     /// On PostgreSQL it is the most jobs one worker claims at once (its
-    /// batch: one transaction, one commit), at most 100, the default.
-    /// Smaller batches start a job enqueued behind a backlog sooner, larger
-    /// ones process more per second (on a 2-core machine 100 processed about
-    /// 1.5× as many as 32).
+    /// batch: one transaction, one commit), at most 100. The default is 100
+    /// when no handler has a prepare step, else 32: a batch's prepare steps
+    /// run one after another before its commit. Smaller batches start a job
+    /// enqueued behind a backlog sooner, larger ones process more per
+    /// second (on a 2-core machine 100 processed about 1.5× as many as 32).
     pub fn claim_ahead(mut self, n: usize) -> Self {
         self.cfg.claim_ahead = n;
         self.cfg.claim_ahead_set = true;

@@ -41,6 +41,9 @@ use super::{sleep_or_stop, spawn, worker_name, Shared};
 /// transaction and one commit, whose fixed costs a larger batch spreads.
 const MAX_BATCH: usize = 100;
 
+/// A worker's batch by default when a handler has a prepare step.
+const PREPARE_BATCH: usize = 32;
+
 /// Starts the workers, the effect threads, the keeper and the listener.
 pub(super) fn start(
     s: &Arc<Shared>,
@@ -54,6 +57,10 @@ pub(super) fn start(
     if !s.pg_handlers.is_empty() {
         let batch = if s.cfg.claim_ahead_set {
             s.cfg.claim_ahead.clamp(1, MAX_BATCH)
+        } else if s.pg_handlers.values().any(|h| h.has_prepare()) {
+            // A batch's prepare steps run one after another, each holding
+            // the whole batch's commit back.
+            PREPARE_BATCH
         } else {
             MAX_BATCH
         };

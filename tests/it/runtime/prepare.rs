@@ -71,8 +71,8 @@ fn prepare_runs_outside_the_write_lock_and_in_parallel() {
 both! {
     /// Many more jobs than the runs in flight at once (a file's writer
     /// claims ahead up to 64 per worker; a PostgreSQL worker claims
-    /// batches of 100): a worker stuck in user code must not hold up the
-    /// claims of the others' kinds.
+    /// batches of 32 when a handler has a prepare step): a worker stuck in
+    /// user code must not hold up the claims of the others' kinds.
     fn apply_only_jobs_keep_running_while_a_worker_is_stuck_in_a_prepare_step(q) {
         let queue = q.open();
         let (release, held) = crossbeam_channel::bounded::<()>(0);
