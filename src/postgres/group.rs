@@ -7,12 +7,17 @@
 //! Why: one enqueue alone is a statement whose fixed costs (planning the
 //! dedup, executor start, commit, flush) are most of its time; eight
 //! producers each paying them serialise on the server's CPU and on the WAL
-//! flush, where eight rows in one statement cost little more than one. A
-//! producer alone pays only a lock: its batch is itself.
+//! flush, where eight rows in one statement cost little more than one.
+//!
+//! Every member of a combined insert that failed for a reason of one of
+//! its rows (the server refused a row, a key was locked by an open
+//! transaction past the combined insert's short lock timeout) inserts its
+//! job alone, as without the group: each on its own thread and connection,
+//! so one producer's wait or failure is never another's — not even that of
+//! the producer whose own open transaction holds the key.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
-
 use std::time::Duration;
 
 use super::conn::{self, Pool, Session};
@@ -22,42 +27,58 @@ use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::time::Millis;
 
+/// Most jobs one combined insert carries; the rest wait for the next.
+const MAX_GROUP: usize = 256;
+
+/// How long a combined insert waits for a key another transaction holds
+/// before its members insert their jobs alone (each then waits the full
+/// lock timeout, as a producer alone does). Shorter than the server's
+/// deadlock timeout (1 s by default), so two processes' combined inserts
+/// crossing on each other's keys give up before a deadlock is declared.
+const TOGETHER_LOCK_TIMEOUT_MS: u64 = 100;
+
 /// A queue's combined enqueues and the connections they use.
 pub(crate) struct Enqueuer {
     group: Group,
-    /// One batch is in flight at a time; a second connection stands by for
-    /// a retry after a broken one. Their sessions always use the generic
-    /// plan: a batch's size varies from call to call, and the custom plan
-    /// the server would otherwise make for each cost more than inserting a
-    /// few rows.
-    pool: Pool,
+    /// The combined inserts' connections: one insert is in flight at a
+    /// time, a second connection stands by for a retry after a broken one.
+    /// Their sessions always use the generic plan (a batch's size varies
+    /// from call to call, and the custom plan the server would otherwise
+    /// make for each cost more than inserting a few rows) and the short
+    /// lock timeout above.
+    together: Pool,
+    /// The store's pool: a producer's insert of its job alone.
+    alone: Pool,
 }
 
 impl Enqueuer {
-    pub(crate) fn new(session: &Session, wait: Duration) -> Enqueuer {
-        let mut generic = session.clone();
-        generic
-            .setup
-            .push_str("; SET plan_cache_mode = force_generic_plan");
+    pub(crate) fn new(session: &Session, alone: Pool, wait: Duration) -> Enqueuer {
+        let mut together = session.clone();
+        together.setup.push_str(&format!(
+            "; SET plan_cache_mode = force_generic_plan; \
+             SET lock_timeout = '{TOGETHER_LOCK_TIMEOUT_MS}ms'"
+        ));
         Enqueuer {
             group: Group::default(),
-            pool: conn::pool(&generic, 2, wait),
+            together: conn::pool(&together, 2, wait),
+            alone,
         }
     }
 
     /// Enqueues `job` with the producers calling at the same moment.
     pub(crate) fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
-        self.group.enqueue(job, |jobs| {
-            with_conn(&self.pool, true, |c| match jobs {
-                [one] => enqueue::insert_one(c, one, now).map(|e| vec![e]),
-                _ => enqueue::insert_many(c, jobs, now),
-            })
-        })
+        self.group.enqueue(
+            job,
+            |jobs| {
+                with_conn(&self.together, true, |c| match jobs {
+                    [one] => enqueue::insert_one(c, one, now).map(|e| vec![e]),
+                    _ => enqueue::insert_many(c, jobs, now),
+                })
+            },
+            |one| with_conn(&self.alone, true, |c| enqueue::insert_one(c, one, now)),
+        )
     }
 }
-
-/// Most jobs one combined insert carries; the rest wait for the next.
-const MAX_GROUP: usize = 256;
 
 /// The producers waiting for an insert, and the answers of those whose
 /// insert is done.
@@ -71,31 +92,44 @@ pub(crate) struct Group {
 struct State {
     next_ticket: u64,
     waiting: Vec<(u64, ValidJob)>,
-    /// An insert is in flight: its leader answers it.
+    /// A combined insert is in flight: its leader answers it.
     leading: bool,
-    answers: HashMap<u64, Result<Enqueued>>,
+    answers: HashMap<u64, Answer>,
+}
+
+/// What a member of a combined insert learns.
+#[derive(Debug)]
+enum Answer {
+    Done(Result<Enqueued>),
+    /// Insert your job yourself.
+    Alone,
 }
 
 impl Group {
-    /// Enqueues `job` with the producers calling at the same moment:
-    /// `insert` runs a batch (its keys in order) in one transaction. A
-    /// batch that fails as a whole for a reason of one of its rows (the
-    /// server refused a row, two batches deadlocked on each other's keys)
-    /// is run again one job at a time, so one producer's failure is never
-    /// another's; a broken connection or an unreachable server is every
-    /// member's answer, as it would have been alone.
+    /// Enqueues `job` with the producers waiting at the same moment, by
+    /// `together` (their jobs in key order, in one statement: a batch of
+    /// one when nobody else waits), or by `alone`, on this thread, when the
+    /// combined insert failed for a reason of one of its rows. A broken
+    /// connection or an unreachable server is every member's answer, as it
+    /// would have been alone.
     pub(crate) fn enqueue(
         &self,
         job: ValidJob,
-        insert: impl Fn(&[ValidJob]) -> Result<Vec<Enqueued>>,
+        together: impl Fn(&[ValidJob]) -> Result<Vec<Enqueued>>,
+        alone: impl Fn(&ValidJob) -> Result<Enqueued>,
     ) -> Result<Enqueued> {
         let mut st = self.lock();
         let ticket = st.next_ticket;
         st.next_ticket += 1;
-        st.waiting.push((ticket, job));
+        st.waiting.push((ticket, job.clone()));
         loop {
-            if let Some(answer) = st.answers.remove(&ticket) {
-                return answer;
+            match st.answers.remove(&ticket) {
+                Some(Answer::Done(r)) => return r,
+                Some(Answer::Alone) => {
+                    drop(st);
+                    return alone(&job);
+                }
+                None => {}
             }
             if st.leading {
                 st = self
@@ -104,25 +138,28 @@ impl Group {
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
                 continue;
             }
-            st.leading = true;
             let take = st.waiting.len().min(MAX_GROUP);
             let mut batch: Vec<(u64, ValidJob)> = st.waiting.drain(..take).collect();
+            // Even a batch of one is in flight: the producers that call
+            // meanwhile gather behind it.
+            st.leading = true;
             drop(st);
-            // In key order: two processes' batches then take the unique
-            // index's entries in the same order, and cannot deadlock on
-            // new keys.
+            // In key order: two processes' combined inserts then take the
+            // unique index's entries in the same order.
             batch.sort_by(|a, b| a.1.key.cmp(&b.1.key));
             // The leader must hand back leadership however the insert
             // ends, or every producer would wait for ever.
             let answers =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&batch, &insert)))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&batch, &together)))
                     .unwrap_or_else(|_| {
                         batch
                             .iter()
                             .map(|_| {
-                                Err(Error::Internal(
-                                    "the enqueue panicked: its outcome is unknown".into(),
-                                ))
+                                Answer::Done(Err(Error::OutcomeUnknown(
+                            "the combined enqueue panicked: its outcome is unknown (enqueue \
+                             again with the same key)"
+                                .into(),
+                        )))
                             })
                             .collect()
                     });
@@ -142,32 +179,42 @@ impl Group {
     }
 }
 
-/// Each member's answer to its batch.
+/// Each member's answer to a combined insert: one per member, in order.
 fn run(
     batch: &[(u64, ValidJob)],
-    insert: &impl Fn(&[ValidJob]) -> Result<Vec<Enqueued>>,
-) -> Vec<Result<Enqueued>> {
+    together: &impl Fn(&[ValidJob]) -> Result<Vec<Enqueued>>,
+) -> Vec<Answer> {
     let jobs: Vec<ValidJob> = batch.iter().map(|(_, j)| j.clone()).collect();
-    match insert(&jobs) {
-        Ok(answers) => answers.into_iter().map(Ok).collect(),
-        Err(e) if jobs.len() == 1 || shared(&e) => {
-            jobs.iter().map(|_| Err(e.duplicate())).collect()
+    match together(&jobs) {
+        Ok(answers) if answers.len() == jobs.len() => {
+            answers.into_iter().map(|a| Answer::Done(Ok(a))).collect()
         }
-        Err(_) => jobs
+        Ok(answers) => {
+            let e = Error::OutcomeUnknown(format!(
+                "the combined enqueue answered {} of {} jobs (enqueue again with the same key)",
+                answers.len(),
+                jobs.len()
+            ));
+            jobs.iter()
+                .map(|_| Answer::Done(Err(e.duplicate())))
+                .collect()
+        }
+        Err(e) if shared(&e) => jobs
             .iter()
-            .map(|j| {
-                insert(std::slice::from_ref(j)).map(|mut a| a.pop().expect("one answer per job"))
-            })
+            .map(|_| Answer::Done(Err(e.duplicate())))
             .collect(),
+        // Rolled back (the statement is one transaction): nothing of it was
+        // written, so each member's insert alone is the first.
+        Err(_) => jobs.iter().map(|_| Answer::Alone).collect(),
     }
 }
 
-/// A failure of the connection or the server, not of a row: every
-/// member's, and not made better by trying each alone.
+/// A failure of the connection or the server, or one after the commit:
+/// every member's, and not made better by trying each alone.
 fn shared(e: &Error) -> bool {
     matches!(
         e,
-        Error::Connection(_) | Error::OutcomeUnknown(_) | Error::Busy(_) | Error::ReadOnly(_)
+        Error::Connection(_) | Error::OutcomeUnknown(_) | Error::ReadOnly(_) | Error::Internal(_)
     )
 }
 
@@ -198,30 +245,36 @@ mod tests {
     #[test]
     fn producers_calling_together_share_inserts_and_each_gets_its_own_answer() {
         let group = Arc::new(Group::default());
-        let calls = Arc::new(AtomicUsize::new(0));
+        let inserts = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..8)
             .map(|t| {
-                let (group, calls) = (group.clone(), calls.clone());
+                let (group, inserts) = (group.clone(), inserts.clone());
                 std::thread::spawn(move || {
-                    (0..50)
-                        .map(|i| {
-                            let key = format!("k{t}-{i}");
-                            let got = group
-                                .enqueue(job(&key), |jobs| {
-                                    calls.fetch_add(1, Ordering::SeqCst);
-                                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    for i in 0..50 {
+                        let key = format!("k{t}-{i}");
+                        let slow = || std::thread::sleep(std::time::Duration::from_millis(1));
+                        let got = group
+                            .enqueue(
+                                job(&key),
+                                |jobs| {
+                                    inserts.fetch_add(1, Ordering::SeqCst);
+                                    slow();
                                     Ok(jobs.iter().map(|j| Enqueued::New(id_of(&j.key))).collect())
-                                })
-                                .unwrap();
-                            assert_eq!(got, Enqueued::New(id_of(&key)));
-                        })
-                        .count()
+                                },
+                                |one| {
+                                    inserts.fetch_add(1, Ordering::SeqCst);
+                                    slow();
+                                    Ok(Enqueued::New(id_of(&one.key)))
+                                },
+                            )
+                            .unwrap();
+                        assert_eq!(got, Enqueued::New(id_of(&key)));
+                    }
                 })
             })
             .collect();
-        let done: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-        assert_eq!(done, 400);
-        let inserts = calls.load(Ordering::SeqCst);
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let inserts = inserts.load(Ordering::SeqCst);
         assert!(
             inserts < 400,
             "{inserts} inserts for 400 concurrent enqueues"
@@ -229,37 +282,49 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_refused_for_one_row_is_retried_alone_so_only_that_producer_fails() {
-        let group = Group::default();
-        let insert = |jobs: &[ValidJob]| {
-            if jobs.iter().any(|j| j.key == "bad") {
-                Err(Error::InvalidInput("the server refused the payload".into()))
+    fn a_combined_insert_refused_for_one_row_leaves_each_member_to_insert_alone() {
+        let together = |jobs: &[ValidJob]| {
+            if jobs.iter().any(|j| j.key == "held") {
+                Err(Error::Busy("a key is locked by an open transaction".into()))
             } else {
                 Ok(jobs.iter().map(|_| Enqueued::New(1)).collect())
             }
         };
-        let batch = vec![(0, job("bad")), (1, job("good"))];
-        let answers = run(&batch, &insert);
-        assert!(matches!(answers[0], Err(Error::InvalidInput(_))));
-        assert_eq!(*answers[1].as_ref().unwrap(), Enqueued::New(1));
-        assert_eq!(
-            group.enqueue(job("good"), insert).unwrap(),
-            Enqueued::New(1)
+        let batch = vec![(0, job("held")), (1, job("free"))];
+        let answers = run(&batch, &together);
+        assert!(
+            answers.iter().all(|a| matches!(a, Answer::Alone)),
+            "{answers:?}"
         );
     }
 
     #[test]
     fn a_broken_connection_is_every_members_answer_without_a_retry_each() {
         let calls = AtomicUsize::new(0);
-        let insert = |_: &[ValidJob]| -> Result<Vec<Enqueued>> {
+        let together = |_: &[ValidJob]| -> Result<Vec<Enqueued>> {
             calls.fetch_add(1, Ordering::SeqCst);
             Err(Error::OutcomeUnknown("the connection broke".into()))
         };
         let batch = vec![(0, job("a")), (1, job("b")), (2, job("c"))];
-        let answers = run(&batch, &insert);
+        let answers = run(&batch, &together);
         assert!(answers
             .iter()
-            .all(|a| matches!(a, Err(Error::OutcomeUnknown(_)))));
+            .all(|a| matches!(a, Answer::Done(Err(Error::OutcomeUnknown(_))))));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_lone_producer_whose_key_is_locked_inserts_it_alone_after_the_short_wait() {
+        let group = Group::default();
+        let got = group.enqueue(
+            job("k1-1"),
+            |_| {
+                Err(Error::Busy(
+                    "the key is locked by an open transaction".into(),
+                ))
+            },
+            |one| Ok(Enqueued::Duplicate(id_of(&one.key))),
+        );
+        assert_eq!(got.unwrap(), Enqueued::Duplicate(1001));
     }
 }

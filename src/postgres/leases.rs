@@ -10,10 +10,12 @@ use crate::time::Millis;
 /// Rows a run's transaction holds locked are skipped (`SKIP LOCKED`): the
 /// renewal never waits behind a run, and a locked row cannot be taken over
 /// anyway — the reaper skips it too. A lease owner is set only while a job
-/// runs (a CHECK of the table): the statements below fence on it (or on
-/// `current_attempt`) rather than on `state = 'running'`, which would let
-/// the planner walk the partial index `jobs_lease` and its dead entries
-/// instead of probing the primary key.
+/// runs: every statement that ends a run clears it with `lease_expires_at`,
+/// which a CHECK of the table ties to `running` (and `current_attempt` is
+/// NULL outside `running` by another CHECK). The statements below fence on
+/// them rather than on `state = 'running'`, which would let the planner
+/// walk the partial index `jobs_lease` and its dead entries instead of
+/// probing the primary key.
 const RENEW_JOBS: &str = "UPDATE jobs SET lease_expires_at = $3 WHERE id IN \
      (SELECT id FROM jobs WHERE id = ANY($2) AND lease_owner = $1 \
       FOR UPDATE SKIP LOCKED)";

@@ -158,14 +158,15 @@ impl PgHandle {
 }
 
 /// Runs `f` on a connection of `pool`. When the connection turns out to be
-/// broken and `retry` says the call is safe to repeat (a read, or an
-/// enqueue, which its key makes safe), it runs again on another.
+/// broken, or the server rolled the call back (a deadlock), and `retry`
+/// says the call is safe to repeat (a read, or an enqueue, which its key
+/// makes safe), it runs again.
 fn with_conn<R>(
     pool: &Pool,
     retry: bool,
     mut f: impl FnMut(&mut PgConn) -> Result<R>,
 ) -> Result<R> {
-    let mut tries = 0;
+    let (mut tries, mut aborts) = (0, 0);
     loop {
         let mut conn = pool
             .get()
@@ -176,9 +177,30 @@ fn with_conn<R>(
             {
                 tries += 1;
             }
+            // The server rolled the statement back to break a deadlock
+            // (two producers' batches taking the same new keys in other
+            // orders): nothing of it was written.
+            Err(Error::Aborted(_)) if retry && aborts + 1 < ABORTED_TRIES => {
+                aborts += 1;
+                drop(conn);
+                std::thread::sleep(Duration::from_millis(1 + fastrand_ms(aborts)));
+            }
             other => return other,
         }
     }
+}
+
+/// Tries of a retryable call that the server rolled back (a deadlock or
+/// a serialization failure).
+const ABORTED_TRIES: usize = 5;
+
+/// A few milliseconds, more with each try and different per thread, so
+/// two retries that crossed do not cross again.
+fn fastrand_ms(tries: usize) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(tries);
+    h.finish() % (5 * tries as u64)
 }
 
 /// Tries of a call that met a broken pooled connection (the server
@@ -234,7 +256,11 @@ impl PgStore {
         let clock = Arc::new(Clock::default());
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
-        let enqueues = Arc::new(group::Enqueuer::new(&session, opts.busy_timeout));
+        let enqueues = Arc::new(group::Enqueuer::new(
+            &session,
+            pool.clone(),
+            opts.busy_timeout,
+        ));
         let notifier = Notifier::start(session.clone(), clock.clone())?;
         let (offload, jobs) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
         let offload_threads = (1..=ASYNC_THREADS)
@@ -301,7 +327,11 @@ impl PgStore {
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
         // Never used (every write is refused first); its pool opens no
         // connection until one is asked for.
-        let enqueues = Arc::new(group::Enqueuer::new(&session, opts.busy_timeout));
+        let enqueues = Arc::new(group::Enqueuer::new(
+            &session,
+            pool.clone(),
+            opts.busy_timeout,
+        ));
         Ok(PgStore {
             location,
             session,

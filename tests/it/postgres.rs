@@ -8,6 +8,7 @@
 //! a test says so and passes, unless `CI` is set, where it fails.
 
 mod connect;
+mod contention;
 mod copy;
 mod crash;
 mod outage;
