@@ -147,26 +147,24 @@ impl Group {
             // In key order: two processes' combined inserts then take the
             // unique index's entries in the same order.
             batch.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+            let (tickets, jobs): (Vec<u64>, Vec<ValidJob>) = batch.into_iter().unzip();
             // The leader must hand back leadership however the insert
             // ends, or every producer would wait for ever.
-            let answers =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&batch, &together)))
-                    .unwrap_or_else(|_| {
-                        batch
-                            .iter()
-                            .map(|_| {
-                                Answer::Done(Err(Error::OutcomeUnknown(
-                            "the combined enqueue panicked: its outcome is unknown (enqueue \
-                             again with the same key)"
-                                .into(),
-                        )))
-                            })
-                            .collect()
-                    });
+            let insert = std::panic::AssertUnwindSafe(|| run(&jobs, &together));
+            let answers = std::panic::catch_unwind(insert).unwrap_or_else(|_| {
+                let e = Error::OutcomeUnknown(
+                    "the combined enqueue panicked: its outcome is unknown (enqueue again with \
+                     the same key)"
+                        .into(),
+                );
+                jobs.iter()
+                    .map(|_| Answer::Done(Err(e.duplicate())))
+                    .collect()
+            });
             st = self.lock();
             st.leading = false;
-            for ((t, _), a) in batch.iter().zip(answers) {
-                st.answers.insert(*t, a);
+            for (t, a) in tickets.into_iter().zip(answers) {
+                st.answers.insert(t, a);
             }
             self.answered.notify_all();
         }
@@ -180,12 +178,8 @@ impl Group {
 }
 
 /// Each member's answer to a combined insert: one per member, in order.
-fn run(
-    batch: &[(u64, ValidJob)],
-    together: &impl Fn(&[ValidJob]) -> Result<Vec<Enqueued>>,
-) -> Vec<Answer> {
-    let jobs: Vec<ValidJob> = batch.iter().map(|(_, j)| j.clone()).collect();
-    match together(&jobs) {
+fn run(jobs: &[ValidJob], together: &impl Fn(&[ValidJob]) -> Result<Vec<Enqueued>>) -> Vec<Answer> {
+    match together(jobs) {
         Ok(answers) if answers.len() == jobs.len() => {
             answers.into_iter().map(|a| Answer::Done(Ok(a))).collect()
         }
@@ -290,8 +284,7 @@ mod tests {
                 Ok(jobs.iter().map(|_| Enqueued::New(1)).collect())
             }
         };
-        let batch = vec![(0, job("held")), (1, job("free"))];
-        let answers = run(&batch, &together);
+        let answers = run(&[job("held"), job("free")], &together);
         assert!(
             answers.iter().all(|a| matches!(a, Answer::Alone)),
             "{answers:?}"
@@ -305,8 +298,7 @@ mod tests {
             calls.fetch_add(1, Ordering::SeqCst);
             Err(Error::OutcomeUnknown("the connection broke".into()))
         };
-        let batch = vec![(0, job("a")), (1, job("b")), (2, job("c"))];
-        let answers = run(&batch, &together);
+        let answers = run(&[job("a"), job("b"), job("c")], &together);
         assert!(answers
             .iter()
             .all(|a| matches!(a, Answer::Done(Err(Error::OutcomeUnknown(_))))));

@@ -183,7 +183,10 @@ fn with_conn<R>(
             Err(Error::Aborted(_)) if retry && aborts + 1 < ABORTED_TRIES => {
                 aborts += 1;
                 drop(conn);
-                std::thread::sleep(Duration::from_millis(1 + fastrand_ms(aborts)));
+                // A few ms, more with each try and different per thread,
+                // so two retries that crossed do not cross again.
+                let spread = crate::retry::Rng::from_entropy().next_u64() % (5 * aborts as u64);
+                std::thread::sleep(Duration::from_millis(1 + spread));
             }
             other => return other,
         }
@@ -193,15 +196,6 @@ fn with_conn<R>(
 /// Tries of a retryable call that the server rolled back (a deadlock or
 /// a serialization failure).
 const ABORTED_TRIES: usize = 5;
-
-/// A few milliseconds, more with each try and different per thread, so
-/// two retries that crossed do not cross again.
-fn fastrand_ms(tries: usize) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_usize(tries);
-    h.finish() % (5 * tries as u64)
-}
 
 /// Tries of a call that met a broken pooled connection (the server
 /// restarted: every idle connection in the pool is dead, and each one that

@@ -62,9 +62,10 @@ pub struct BenchArgs {
     /// afterwards: the succeeded count is then --jobs.
     #[arg(long)]
     pub prune_check: bool,
-    /// Jobs one claim takes beyond one per worker (`RuntimeBuilder::claim_ahead`, default 64). Fewer
-    /// shorten the writer's cycles, and with them the enqueue -> handler
-    /// start latency at full rate, at some cost in throughput
+    /// Jobs one claim takes beyond one per worker (`RuntimeBuilder::claim_ahead`, default 64); on
+    /// PostgreSQL a worker's batch (default 100, at most 100). Fewer shorten the writer's cycles
+    /// or the batches, and with them the enqueue -> handler start latency at full rate, at some
+    /// cost in throughput
     #[arg(long, value_name = "N")]
     pub claim_ahead: Option<usize>,
     /// Also declare a schedule on the measuring runtime, firing a no-op

@@ -4,7 +4,7 @@
 //! queue together make one job (processes racing on an existing queue:
 //! `backends::processes`).
 
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 use litejob::{Enqueued, JobState, NewJob, Outcome, Queue};
 use serde_json::json;
@@ -13,6 +13,24 @@ use super::jobs;
 use crate::backends::{handler, Engine, TestQueue};
 use crate::both;
 use crate::support::{bin, wait_state};
+
+/// Runs `f(0)` … `f(n - 1)` on `n` threads released at the same moment;
+/// their results in that order.
+fn at_once<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|t| {
+                let (barrier, f) = (&barrier, &f);
+                s.spawn(move || {
+                    barrier.wait();
+                    f(t)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
 
 both! {
     /// Even with another payload and options: the key decides, and the
@@ -76,24 +94,18 @@ both! {
     /// every caller learns its id, and every enqueue counts a delivery.
     fn eight_threads_enqueueing_the_same_keys_make_one_job_each_and_all_learn_its_id(q) {
         let queue = q.open();
-        let barrier = Arc::new(Barrier::new(8));
-        let handles: Vec<_> = (0..8)
-            .map(|t| {
-                let (queue, barrier) = (queue.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    (0..50)
-                        .map(|i| {
-                            let key = format!("race:{i}");
-                            let e = queue.enqueue(NewJob::new("k", key.clone(), &json!({ "thread": t })));
-                            (key, e.expect("no caller sees an error"))
-                        })
-                        .collect::<Vec<_>>()
+        let results: Vec<(String, Enqueued)> = at_once(8, |t| {
+            (0..50)
+                .map(|i| {
+                    let key = format!("race:{i}");
+                    let e = queue.enqueue(NewJob::new("k", key.clone(), &json!({ "thread": t })));
+                    (key, e.expect("no caller sees an error"))
                 })
-            })
-            .collect();
-        let results: Vec<(String, Enqueued)> =
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
         for i in 0..50 {
             let key = format!("race:{i}");
             let answers: Vec<Enqueued> =
@@ -116,28 +128,22 @@ both! {
     /// its own payload, each shared key new for exactly one of them.
     fn concurrent_producers_each_get_their_own_answer_when_their_enqueues_are_combined(q) {
         let queue = q.open();
-        let barrier = Arc::new(Barrier::new(8));
-        let handles: Vec<_> = (0..8)
-            .map(|t| {
-                let (queue, barrier) = (queue.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let mut out = Vec::new();
-                    for i in 0..60 {
-                        let own = format!("own:{t}:{i}");
-                        let e = queue.enqueue(NewJob::new("k", own.clone(), &json!({ "t": t, "i": i })));
-                        out.push((own, e.expect("an own key is enqueued")));
-                        // Shared keys, each thread from another starting point.
-                        let shared = format!("shared:{}", (i + t * 7) % 60);
-                        let e = queue.enqueue(NewJob::new("k", shared.clone(), &json!({ "t": t })));
-                        out.push((shared, e.expect("a shared key is enqueued")));
-                    }
-                    out
-                })
-            })
-            .collect();
-        let results: Vec<(String, Enqueued)> =
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let results: Vec<(String, Enqueued)> = at_once(8, |t| {
+            let mut out = Vec::new();
+            for i in 0..60 {
+                let own = format!("own:{t}:{i}");
+                let e = queue.enqueue(NewJob::new("k", own.clone(), &json!({ "t": t, "i": i })));
+                out.push((own, e.expect("an own key is enqueued")));
+                // Shared keys, each thread from another starting point.
+                let shared = format!("shared:{}", (i + t * 7) % 60);
+                let e = queue.enqueue(NewJob::new("k", shared.clone(), &json!({ "t": t })));
+                out.push((shared, e.expect("a shared key is enqueued")));
+            }
+            out
+        })
+        .into_iter()
+        .flatten()
+        .collect();
         for (key, e) in results.iter().filter(|(k, _)| k.starts_with("own:")) {
             let job = queue.job_by_key(key).unwrap().unwrap();
             assert_eq!(*e, Enqueued::New(job.id), "{key}");
@@ -165,20 +171,11 @@ both! {
     /// the database instead of one handle's channel.
     fn eight_queues_on_one_database_enqueueing_one_key_make_one_job(q) {
         let queues: Vec<Queue> = (0..4).map(|_| q.open()).collect();
-        let barrier = Arc::new(Barrier::new(8));
-        let handles: Vec<_> = (0..8)
-            .map(|i| {
-                let (queue, b) = (queues[i % 4].clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    b.wait();
-                    queue.enqueue(NewJob::new("k", "shared", &json!({})))
-                })
-            })
-            .collect();
-        let results: Vec<Enqueued> = handles
-            .into_iter()
-            .map(|h| h.join().unwrap().expect("no caller sees an error"))
-            .collect();
+        let results: Vec<Enqueued> = at_once(8, |i| {
+            queues[i % 4]
+                .enqueue(NewJob::new("k", "shared", &json!({})))
+                .expect("no caller sees an error")
+        });
         assert_eq!(results.iter().filter(|r| !r.is_duplicate()).count(), 1);
         assert!(results.iter().all(|r| r.id() == results[0].id()));
         assert_eq!(jobs(q), 1);

@@ -190,6 +190,9 @@ fn queue_row<'a>(page: &'a str, name: &str) -> &'a str {
 }
 
 both! {
+    /// With actions allowed the overview's buttons pause and resume a
+    /// queue (one with only a controls row too, whatever its name holds),
+    /// and say so; an empty name is 400, an unknown action 404.
     fn a_queue_is_paused_and_resumed_with_the_overviews_buttons(q) {
         let odd = "mail/eu <b>&\"x\"";
         let queue = q.open();
@@ -276,14 +279,27 @@ both! {
     }
 }
 
+/// A queue `mail` with a job, and a queue `held` paused with none: its
+/// `queues` rows, to show later that nothing changed.
+fn mail_and_held(q: &TestQueue) -> Vec<String> {
+    let queue = q.open();
+    queue
+        .enqueue(NewJob::new("k", "m1", &1).with_queue("mail"))
+        .unwrap();
+    queue.pause_queue("held").unwrap();
+    queue_rows(q)
+}
+
+/// Every row of `queues`, as text.
+fn queue_rows(q: &TestQueue) -> Vec<String> {
+    q.strings("SELECT name || ':' || CAST(updated_at AS TEXT) FROM queues")
+}
+
 both! {
+    /// A POST with a missing, empty or foreign CSRF token pauses and
+    /// resumes nothing (403), and a GET of an action's path is 405.
     fn pausing_or_resuming_a_queue_without_the_forms_csrf_token_is_refused_and_changes_nothing(q) {
-        let queue = q.open();
-        queue.enqueue(NewJob::new("k", "m1", &1).with_queue("mail")).unwrap();
-        queue.pause_queue("held").unwrap();
-        drop(queue);
-        let rows = || q.strings("SELECT name || ':' || CAST(updated_at AS TEXT) FROM queues");
-        let before = rows();
+        let before = mail_and_held(q);
         let s = Server::on(&q.location, &["--allow-actions"]);
         assert_eq!(csrf(&s.get("/").ok()).len(), 32);
         for body in [
@@ -303,18 +319,15 @@ both! {
             assert_eq!(s.get(path).status, 405, "{path}");
         }
         assert_eq!(paused(q), ["held"]);
-        assert_eq!(rows(), before);
+        assert_eq!(queue_rows(q), before);
     }
 }
 
 both! {
+    /// A server started without `--allow-actions` shows no buttons and
+    /// refuses every pause and resume (403), writing nothing.
     fn without_allow_actions_a_queue_is_neither_paused_nor_resumed(q) {
-        let queue = q.open();
-        queue.enqueue(NewJob::new("k", "m1", &1).with_queue("mail")).unwrap();
-        queue.pause_queue("held").unwrap();
-        drop(queue);
-        let rows = || q.strings("SELECT name || ':' || CAST(updated_at AS TEXT) FROM queues");
-        let before = rows();
+        let before = mail_and_held(q);
         let s = Server::on(&q.location, &[]);
         let page = s.get("/").ok();
         assert!(queue_row(&page, "held").contains("paused"), "{page}");
@@ -330,7 +343,7 @@ both! {
         }
         drop(s);
         assert_eq!(paused(q), ["held"]);
-        assert_eq!(rows(), before);
+        assert_eq!(queue_rows(q), before);
     }
 }
 
