@@ -8,12 +8,12 @@
 use rusqlite::{Connection, Row};
 
 use crate::error::{Error, Result};
-use crate::inspect::in_snapshot;
 use crate::postgres::copy::{
     AttemptRows, CopyTx, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
     ScheduleRows,
 };
 use crate::queue::Queue;
+use crate::sqlite::reads::in_snapshot;
 
 /// Rows per insert statement: large enough that a round trip is spent on
 /// thousands of rows, small enough that a batch's arrays stay a few MB.

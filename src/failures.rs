@@ -7,9 +7,9 @@
 use rusqlite::Connection;
 use serde::Serialize;
 
+use crate::core::time::Millis;
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::time::Millis;
 
 /// Dead jobs by last error and kind. `+state`: a table scan, which a
 /// million finished jobs cost less than an index walk with a lookup each.

@@ -147,74 +147,53 @@
 //! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
 //!   Off, the library never aborts the process and never writes to stderr.
 
-mod admin;
-mod backend;
-mod checkpoint;
-mod claim;
-mod controls;
 #[cfg(feature = "postgres")]
 mod copy;
-mod db;
-mod enqueue;
+mod core;
+mod driver;
 mod error;
-mod execute;
 mod failures;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
-mod handler;
-mod history;
-mod inspect;
-mod job;
-mod ledger;
 mod metrics;
-mod outbox;
 mod overview;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
-mod reply;
-mod retry;
 mod runtime;
-mod schedule;
-mod schema;
-mod tally;
-mod time;
-mod writer;
-
-#[cfg(test)]
-mod sql_check;
+mod sqlite;
 
 /// The PostgreSQL client litejob uses, for the types its handlers and
 /// transactions hand out (`Transaction`, `types::ToSql`).
 #[cfg(feature = "postgres")]
 pub use ::postgres as pg;
-pub use admin::{PruneOptions, PruneReport};
-pub use backend::BackendKind;
-pub use controls::{QueueControl, QueueLimits, Rate};
 #[cfg(feature = "postgres")]
 pub use copy::CopyReport;
-pub use db::{immediate, Synchronous};
+pub use core::backoff::Backoff;
+pub use core::handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
+pub use core::job::{Enqueued, Job, JobFilter, JobState, NewJob};
+pub use core::schedule::{CatchUp, Schedule, ScheduleRow};
+pub use driver::reply::WriteFuture;
+pub use driver::BackendKind;
 pub use error::{Action, Error, Result, RowId};
 pub use failures::{FailureGroup, Failures};
-pub use handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
-pub use history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
-pub use inspect::{
-    Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
-};
-pub use job::{Enqueued, Job, JobFilter, JobState, NewJob};
-pub use outbox::{OutboxRow, OutboxState};
 pub use overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
 #[cfg(feature = "postgres")]
 pub use postgres::tx::{PgJobTx, PgWriteTx};
 pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};
-pub use reply::WriteFuture;
-pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
-pub use schedule::{CatchUp, Schedule, ScheduleRow};
-pub use schema::SCHEMA_VERSION;
+pub use sqlite::admin::{PruneOptions, PruneReport};
+pub use sqlite::controls::{QueueControl, QueueLimits, Rate};
+pub use sqlite::db::{immediate, Synchronous};
+pub use sqlite::history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
+pub use sqlite::outbox::{OutboxRow, OutboxState};
+pub use sqlite::reads::{
+    Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
+};
+pub use sqlite::schema::SCHEMA_VERSION;
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -5,18 +5,18 @@
 //! kind and outcome; the ledger; the storage's size. Writes no table.
 //!
 //! The backend counts it all in one snapshot, so the figures agree with
-//! each other ([`crate::tally`]: one scan per table of the file, `GROUP BY`
+//! each other ([`crate::sqlite::reports`]: one scan per table of the file, `GROUP BY`
 //! queries on PostgreSQL); the text is written here, the same for both.
 
 use std::fmt::Write as _;
 
-use crate::backend::BackendKind;
+use crate::core::job::JobState;
+use crate::core::time::Millis;
+use crate::driver::BackendKind;
 use crate::error::Result;
-use crate::job::JobState;
-use crate::outbox::OutboxState;
 use crate::queue::Queue;
-use crate::tally::{Tally, OUTCOMES};
-use crate::time::Millis;
+use crate::sqlite::outbox::OutboxState;
+use crate::sqlite::reports::{Tally, OUTCOMES};
 
 impl Queue {
     /// The queue's metrics as Prometheus text (exposition format 0.0.4),

@@ -10,13 +10,13 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::controls::QueueControl;
+use crate::core::schedule::ScheduleRow;
+use crate::core::time::Millis;
 use crate::error::Result;
-use crate::inspect::{JobCounts, OutboxCounts};
 use crate::queue::Queue;
-use crate::schedule::ScheduleRow;
-use crate::tally::Tally;
-use crate::time::Millis;
+use crate::sqlite::controls::QueueControl;
+use crate::sqlite::reads::{JobCounts, OutboxCounts};
+use crate::sqlite::reports::Tally;
 
 /// One minute, in the unit of the `*_at` columns.
 const MINUTE: Millis = 60_000;

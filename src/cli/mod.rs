@@ -26,10 +26,10 @@ pub mod time;
 // the command shows reads exactly as the library stores it, with no second
 // copy to drift. Each crate uses part of them.
 #[allow(dead_code)]
-#[path = "../retry.rs"]
+#[path = "../core/backoff.rs"]
 mod lib_retry;
 #[allow(dead_code)]
-#[path = "../time.rs"]
+#[path = "../core/time.rs"]
 mod lib_time;
 
 use std::io::{self, BufWriter, Write};

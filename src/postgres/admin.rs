@@ -4,9 +4,9 @@
 //! (prune, only when asked).
 
 use super::conn::PgConn;
-use crate::backend::PruneWhat;
+use crate::core::time::Millis;
+use crate::driver::PruneWhat;
 use crate::error::{Action, Error, Result, RowId};
-use crate::time::Millis;
 
 /// Requeuing a dead job renews its budget; `last_error` is kept so the
 /// operator still sees why it died until the next run.

@@ -21,9 +21,9 @@ use postgres::{GenericClient, Row, Statement};
 
 use super::conn::{read_err, write_err, PgConn};
 use super::run::{self, ClaimAsk, Started};
-use crate::controls::{self, Limits, QueueControl, QueueLimits, Rate};
+use crate::core::time::Millis;
 use crate::error::Result;
-use crate::time::Millis;
+use crate::sqlite::controls::{self, Limits, QueueControl, QueueLimits, Rate};
 
 const ROWS: &str =
     "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues";

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use postgres::GenericClient;
 
 use super::conn::{write_err, PgConn};
-use crate::enqueue::ValidJob;
+use crate::core::job::Enqueued;
+use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::job::Enqueued;
-use crate::time::Millis;
+use crate::sqlite::enqueue::ValidJob;
 
 /// One job in one statement (one round trip): a key already in `jobs`
 /// counts a delivery on its row; a key only in the ledger (its job row

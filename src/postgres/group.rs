@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use super::conn::{self, Pool, Session};
 use super::{enqueue, with_conn};
-use crate::enqueue::ValidJob;
+use crate::core::job::Enqueued;
+use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::job::Enqueued;
-use crate::time::Millis;
+use crate::sqlite::enqueue::ValidJob;
 
 /// Most jobs one combined insert carries; the rest wait for the next.
 const MAX_GROUP: usize = 256;

@@ -3,9 +3,9 @@
 //! clock. Writes `jobs`, `outbox` (lease columns) and `attempts`.
 
 use super::conn::PgConn;
-use crate::claim::poison_message;
+use crate::core::time::Millis;
 use crate::error::Result;
-use crate::time::Millis;
+use crate::sqlite::claim::poison_message;
 
 /// Rows a run's transaction holds locked are skipped (`SKIP LOCKED`): the
 /// renewal never waits behind a run, and a locked row cannot be taken over

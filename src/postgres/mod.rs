@@ -29,6 +29,7 @@ pub(crate) mod group;
 pub(crate) mod leases;
 pub(crate) mod notify;
 pub(crate) mod outbox;
+pub(crate) mod pipeline;
 pub(crate) mod reads;
 pub(crate) mod run;
 pub(crate) mod schedules;
@@ -39,21 +40,21 @@ pub(crate) mod tx;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, BackendKind, PruneWhat};
-use crate::controls::{QueueControl, QueueLimits};
-use crate::db::Synchronous;
-use crate::enqueue::ValidJob;
+use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::time::Millis;
+use crate::driver::{Backend, BackendKind, PruneWhat};
 use crate::error::{Error, Result};
 use crate::failures::Failures;
-use crate::history::Attempt;
-use crate::inspect::{Explanation, JobDetail, Stats};
-use crate::job::{Enqueued, Job, JobFilter};
-use crate::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::overview::Overview;
 use crate::queue::QueueOptions;
-use crate::schema::SCHEMA_VERSION;
-use crate::tally::Tally;
-use crate::time::Millis;
+use crate::sqlite::controls::{QueueControl, QueueLimits};
+use crate::sqlite::db::Synchronous;
+use crate::sqlite::enqueue::ValidJob;
+use crate::sqlite::history::Attempt;
+use crate::sqlite::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::sqlite::reads::{Explanation, JobDetail, Stats};
+use crate::sqlite::reports::Tally;
+use crate::sqlite::schema::SCHEMA_VERSION;
 
 use conn::{pool_err, PgConn, Pool, Session};
 use notify::{Clock, Notifier, NotifyHandle};
@@ -124,7 +125,7 @@ impl PgHandle {
     /// its result, and whether it enqueued a new job.
     pub(crate) fn write<R>(
         &self,
-        rules: &crate::enqueue::EnqueueRules,
+        rules: &crate::sqlite::enqueue::EnqueueRules,
         now: Millis,
         f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
     ) -> Result<(R, bool)> {
@@ -185,7 +186,8 @@ fn with_conn<R>(
                 drop(conn);
                 // A few ms, more with each try and different per thread,
                 // so two retries that crossed do not cross again.
-                let spread = crate::retry::Rng::from_entropy().next_u64() % (5 * aborts as u64);
+                let spread =
+                    crate::core::backoff::Rng::from_entropy().next_u64() % (5 * aborts as u64);
                 std::thread::sleep(Duration::from_millis(1 + spread));
             }
             other => return other,
@@ -393,7 +395,7 @@ impl PgStore {
         f: impl FnOnce(&PgHandle) -> Result<R> + Send + 'static,
     ) where
         R: Send + 'static,
-        S: crate::writer::Sink<Result<R>>,
+        S: crate::sqlite::writer::Sink<Result<R>>,
     {
         if let Err(e) = self.writable() {
             return sink.put(Err(e));
@@ -526,7 +528,7 @@ impl Backend for PgStore {
         limits: &QueueLimits,
         now: Millis,
     ) -> Result<()> {
-        crate::controls::check_change(queue, limits)?;
+        crate::sqlite::controls::check_change(queue, limits)?;
         // The same change twice leaves the same row: safe to repeat.
         self.with_conn(true, |c| controls::change(c, queue, paused, limits, now))?;
         self.controls.forget();

@@ -17,8 +17,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 
 use super::conn::{read_err, PgConn, Session};
+use crate::core::time::{now_ms, Millis};
 use crate::error::{Error, Result};
-use crate::time::{now_ms, Millis};
 
 /// The channel enqueues notify.
 pub(crate) const JOBS_CHANNEL: &str = "litejob_jobs";

@@ -8,8 +8,8 @@
 use postgres::{GenericClient, Statement, Transaction};
 
 use super::conn::{read_err, write_err, PgConn};
+use crate::core::time::Millis;
 use crate::error::Result;
-use crate::time::Millis;
 
 /// Whether any job of `kinds` (in `queues`) is due: a read before a claim.
 const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) AS k(kind) \

@@ -5,10 +5,10 @@
 use postgres::{GenericClient, Row};
 
 use super::conn::read_err;
+use crate::core::schedule::Declared;
+use crate::core::time::Millis;
 use crate::error::Result;
-use crate::schedule::store::{Declaration, ScheduleRow};
-use crate::schedule::Declared;
-use crate::time::Millis;
+use crate::sqlite::schedules::{Declaration, ScheduleRow};
 
 const GET: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
      catch_up_window_ms, last_slot_at, next_slot_at, updated_at FROM schedules WHERE name = $1";

@@ -7,7 +7,7 @@ use postgres::Client;
 
 use super::conn::read_err;
 use crate::error::{Error, Result};
-use crate::schema::SCHEMA_VERSION;
+use crate::sqlite::schema::SCHEMA_VERSION;
 
 /// The whole current schema, as shipped in `postgres.sql` at the
 /// repository root.

@@ -9,13 +9,13 @@ use postgres::{Row, Statement, Transaction};
 
 use super::conn::{read_err, PgConn};
 use super::reads::in_snapshot;
+use crate::core::job::JobState;
+use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::history::AttemptOutcome;
-use crate::job::JobState;
-use crate::outbox::OutboxState;
 use crate::overview::{self, Activity, ActivityCount, Overview};
-use crate::tally::{Group, Runs, Tally};
-use crate::time::Millis;
+use crate::sqlite::history::AttemptOutcome;
+use crate::sqlite::outbox::OutboxState;
+use crate::sqlite::reports::{Group, Runs, Tally};
 
 /// Jobs per queue, kind and state, with their deliveries and the oldest
 /// due `run_at` of the queued ones (`$1`: now).

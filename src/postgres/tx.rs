@@ -9,11 +9,11 @@ use postgres::{Statement, Transaction};
 use serde::Serialize;
 
 use super::conn::write_err;
-use crate::enqueue::{self, EnqueueRules};
+use crate::core::handler::JobContext;
+use crate::core::job::{Enqueued, NewJob};
+use crate::core::time::Millis;
 use crate::error::Result;
-use crate::handler::JobContext;
-use crate::job::{Enqueued, NewJob};
-use crate::time::Millis;
+use crate::sqlite::enqueue::{self, EnqueueRules};
 
 /// The savepoint a run's handler writes inside, opened the first time the
 /// handler reaches the transaction: a handler that writes nothing costs no

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use super::{in_write_tx, Queue, Wakers, WriteTx, ABORTED_RETRIES};
-use crate::enqueue;
+use crate::core::job::{Enqueued, NewJob};
+use crate::core::time::now_ms;
+use crate::driver::reply::{ReplyTx, WriteFuture};
 use crate::error::Result;
-use crate::job::{Enqueued, NewJob};
-use crate::reply::{ReplyTx, WriteFuture};
-use crate::time::now_ms;
-use crate::writer::Sink;
+use crate::sqlite::enqueue;
+use crate::sqlite::writer::Sink;
 
 impl Queue {
     /// [`Queue::enqueue`] for async code: returns at once, without waiting

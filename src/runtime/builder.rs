@@ -9,45 +9,45 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::handler::{
+use crate::core::backoff::Backoff;
+use crate::core::handler::{
     EffectContext, ErasedEffect, ErasedHandler, FnEffect, FnHandler, HandlerError, JobContext,
     JobTx, Outcome,
 };
+use crate::core::schedule::Schedule;
+use crate::error::Result;
 use crate::queue::Queue;
-use crate::retry::Backoff;
-use crate::schedule::Schedule;
 
 use super::Runtime;
 
 /// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
 #[must_use = "a builder does nothing until it is started"]
 pub struct RuntimeBuilder {
-    pub(super) queue: Queue,
-    pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(crate) queue: Queue,
+    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     #[cfg(feature = "postgres")]
-    pub(super) pg_handlers: HashMap<String, Arc<dyn crate::handler::ErasedPgHandler>>,
-    pub(super) effects: HashMap<String, Arc<dyn ErasedEffect>>,
-    pub(super) schedules: Vec<Schedule>,
-    pub(super) cfg: RuntimeConfig,
+    pub(crate) pg_handlers: HashMap<String, Arc<dyn crate::core::handler::ErasedPgHandler>>,
+    pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    pub(crate) schedules: Vec<Schedule>,
+    pub(crate) cfg: RuntimeConfig,
 }
 
 /// The settings the builder's setters change (defaults in [`RuntimeBuilder::new`]).
 #[derive(Debug, Clone)]
-pub(super) struct RuntimeConfig {
-    pub(super) workers: usize,
-    pub(super) effect_workers: usize,
-    pub(super) queues: Option<Vec<String>>,
-    pub(super) lease: Duration,
-    pub(super) poll_interval: Duration,
-    pub(super) grace: Duration,
-    pub(super) max_abandoned: i64,
-    pub(super) backoff: Backoff,
-    pub(super) effect_backoff: Backoff,
-    pub(super) outbox_max_retries: u32,
-    pub(super) claim_ahead: usize,
+pub(crate) struct RuntimeConfig {
+    pub(crate) workers: usize,
+    pub(crate) effect_workers: usize,
+    pub(crate) queues: Option<Vec<String>>,
+    pub(crate) lease: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) max_abandoned: i64,
+    pub(crate) backoff: Backoff,
+    pub(crate) effect_backoff: Backoff,
+    pub(crate) outbox_max_retries: u32,
+    pub(crate) claim_ahead: usize,
     /// `claim_ahead` was set: on PostgreSQL it is then the batch size too.
-    pub(super) claim_ahead_set: bool,
+    pub(crate) claim_ahead_set: bool,
 }
 
 impl RuntimeBuilder {
@@ -194,7 +194,7 @@ impl RuntimeBuilder {
     {
         self.pg_handlers.insert(
             kind.into(),
-            Arc::new(crate::handler::FnPgHandler {
+            Arc::new(crate::core::handler::FnPgHandler {
                 prepare,
                 apply,
                 user_prepare,
@@ -360,7 +360,7 @@ impl RuntimeBuilder {
     }
 
     /// Refuses handlers written for the other backend's transaction.
-    pub(super) fn check_backend(&self) -> Result<()> {
+    pub(crate) fn check_backend(&self) -> Result<()> {
         let pg = self.queue.backend_kind() == crate::BackendKind::Postgres;
         if pg {
             if let Some(kind) = self.handlers.keys().next() {

@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
+use crate::core::backoff::Rng;
+use crate::core::handler::{panic_message, EffectContext, ErasedEffect};
 use crate::error::Result;
 use crate::fault;
-use crate::handler::{panic_message, EffectContext, ErasedEffect};
-use crate::outbox::{self, ClaimedEffect, EffectResult};
-use crate::retry::Rng;
+use crate::sqlite::outbox::{self, ClaimedEffect, EffectResult};
 
 use super::{sleep_or_stop, worker_name, Shared};
 
 /// An effect thread's body: claims one outbox row at a time and performs
 /// it; with nothing to claim, waits for an enqueue's wake-up or the poll.
-pub(super) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
+pub(crate) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
     let wake = s.outbox_wake.clone();

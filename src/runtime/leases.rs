@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use crate::time::Millis;
+use crate::core::time::Millis;
 
 use super::Shared;
 
 /// Renews the leases of every job and effect this process holds, until
 /// `until`, in one light commit.
-pub(super) fn heartbeat(s: &Arc<Shared>, until: Millis) {
+pub(crate) fn heartbeat(s: &Arc<Shared>, until: Millis) {
     let (jobs, effects) = s.in_flight.leased();
     if jobs.is_empty() && effects.is_empty() {
         return;
@@ -25,7 +25,7 @@ pub(super) fn heartbeat(s: &Arc<Shared>, until: Millis) {
 
 /// Takes back jobs and effects whose lease expired (their holder died or
 /// stalled).
-pub(super) fn reap(s: &Arc<Shared>) {
+pub(crate) fn reap(s: &Arc<Shared>) {
     let b = s.queue.backend();
     match b.reap(b.now(), s.cfg.max_abandoned) {
         Ok((j, o)) => {

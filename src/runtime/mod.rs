@@ -34,83 +34,75 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::claim::Claimed;
+use crate::core::backoff::Rng;
+use crate::core::handler::{ErasedEffect, ErasedHandler};
+use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::handler::{ErasedEffect, ErasedHandler};
 use crate::queue::Queue;
-use crate::retry::Rng;
-use crate::time::Millis;
+use crate::sqlite::claim::Claimed;
 
-mod begin;
 mod builder;
-mod claims;
-mod effects;
-mod finish;
-mod in_flight;
-mod leases;
-mod pending;
-#[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod effects;
+pub(crate) mod in_flight;
+pub(crate) mod leases;
 mod scheduler;
-mod supervisor;
-mod worker;
 
+use crate::sqlite::pipeline::finish::finish_job;
+use crate::sqlite::pipeline::pending::Pending;
+use crate::sqlite::pipeline::supervisor::supervisor_loop;
+use crate::sqlite::pipeline::worker::{worker_loop, MAX_PIPELINE};
 pub use builder::RuntimeBuilder;
 use builder::RuntimeConfig;
 use effects::effect_loop;
-use finish::finish_job;
 use in_flight::InFlight;
-use pending::Pending;
 use scheduler::scheduler_loop;
-use supervisor::supervisor_loop;
-use worker::{worker_loop, MAX_PIPELINE};
 
 /// What every thread of a runtime shares: the queue, the handlers and
 /// effects, the settings, and the bookkeeping between the threads.
-struct Shared {
-    queue: Queue,
+pub(crate) struct Shared {
+    pub(crate) queue: Queue,
     /// The lease owner this runtime writes into the rows it claims.
-    owner: String,
-    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(crate) owner: String,
+    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     /// The handlers of a queue on PostgreSQL.
     #[cfg(feature = "postgres")]
-    pg_handlers: HashMap<String, Arc<dyn crate::handler::ErasedPgHandler>>,
-    effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    pub(crate) pg_handlers: HashMap<String, Arc<dyn crate::core::handler::ErasedPgHandler>>,
+    pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
     /// The handlers' and the effects' kinds (sorted), and the queues
     /// claimed from as JSON for the claim's SQL.
-    kinds: Vec<String>,
-    effect_kinds: Vec<String>,
-    queues_json: Option<String>,
-    cfg: RuntimeConfig,
+    pub(crate) kinds: Vec<String>,
+    pub(crate) effect_kinds: Vec<String>,
+    pub(crate) queues_json: Option<String>,
+    pub(crate) cfg: RuntimeConfig,
     /// Set first by a stop: no thread starts new work after it.
-    stopping: AtomicBool,
+    pub(crate) stopping: AtomicBool,
     /// The jobs and effects this process holds a lease on.
-    in_flight: InFlight,
+    pub(crate) in_flight: InFlight,
     /// The runs a claim started, for whichever worker is free to see their
     /// end (none is tied to one: a worker busy in a long prepare step would
     /// hold up the runs handed to it, and the claims behind them).
-    runs_tx: Sender<Pending>,
+    pub(crate) runs_tx: Sender<Pending>,
     /// How many claimed jobs may be unfinished at once (see
     /// [`supervisor_loop`]); 0 without workers.
-    max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
     /// The name a claim's runs record in their attempt rows: their handler
     /// runs on the writer thread.
-    writer_name: String,
+    pub(crate) writer_name: String,
     /// Jobs split claims left to their light follow-ups, not yet counted
     /// in flight by them (see [`claims::submit_claim`]).
-    later_reserved: std::sync::atomic::AtomicI64,
+    pub(crate) later_reserved: std::sync::atomic::AtomicI64,
     /// The supervisor skipped a claim: every worker's pipeline was full. A
     /// worker that finishes a run then tells it (`space`).
-    room_wanted: AtomicBool,
+    pub(crate) room_wanted: AtomicBool,
     /// A claim left jobs queued because their queue's cap or rate was
     /// full: the next run to end here wakes the claimers, since it may
     /// have freed the slot (other processes' runs are seen at the poll).
-    slot_wanted: AtomicBool,
+    pub(crate) slot_wanted: AtomicBool,
     /// Workers inside a prepare step: not free to start another job.
-    preparing: std::sync::atomic::AtomicUsize,
+    pub(crate) preparing: std::sync::atomic::AtomicUsize,
     /// This runtime's own wake-up channels (see `queue::Wakers`).
-    job_wake: Receiver<()>,
-    outbox_wake: Receiver<()>,
+    pub(crate) job_wake: Receiver<()>,
+    pub(crate) outbox_wake: Receiver<()>,
 }
 
 /// Running workers. [`Runtime::stop`] (or drop) stops them gracefully and
@@ -143,7 +135,7 @@ pub struct StopReport {
 }
 
 /// The name a thread records in the rows it writes: `pid/thread-name`.
-fn worker_name() -> String {
+pub(crate) fn worker_name() -> String {
     format!(
         "{}/{}",
         std::process::id(),
@@ -211,7 +203,7 @@ impl Shared {
 impl Shared {
     /// A run of this process ended: if a claim left jobs queued for a full
     /// cap or rate, claim again now rather than at the next poll.
-    fn slot_freed(&self) {
+    pub(crate) fn slot_freed(&self) {
         if self.slot_wanted.swap(false, Ordering::SeqCst) {
             self.queue.notify();
         }
@@ -219,7 +211,7 @@ impl Shared {
 }
 
 /// Starts a named thread.
-fn spawn(name: String, f: Box<dyn FnOnce() + Send>) -> Result<JoinHandle<()>> {
+pub(crate) fn spawn(name: String, f: Box<dyn FnOnce() + Send>) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name)
         .spawn(f)
@@ -262,7 +254,7 @@ impl Runtime {
         }
         #[cfg(feature = "postgres")]
         if let Some(store) = shared.queue.postgres() {
-            threads.extend(postgres::start(&shared, store, &stop_rx)?);
+            threads.extend(crate::postgres::pipeline::start(&shared, store, &stop_rx)?);
             // Never used on PostgreSQL (its workers claim for themselves):
             // empty, and closed.
             let (_, buffer_rx) = crossbeam_channel::bounded::<Claimed>(0);
@@ -460,6 +452,6 @@ impl Drop for Runtime {
 }
 
 /// Pauses for `d`, or less if the runtime stops meanwhile.
-fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
+pub(crate) fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
     let _ = stop.recv_timeout(d);
 }

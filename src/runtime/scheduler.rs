@@ -19,14 +19,14 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::enqueue::{self, EnqueueRules};
+use crate::core::job::Enqueued;
+use crate::core::schedule::slots::{self, format_slot};
+use crate::core::schedule::{Declared, Schedule, SlotTx};
+use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::job::Enqueued;
 use crate::queue::Queue;
-use crate::schedule::slots::{self, format_slot};
-use crate::schedule::store::Declaration;
-use crate::schedule::{Declared, Schedule, SlotTx};
-use crate::time::Millis;
+use crate::sqlite::enqueue::{self, EnqueueRules};
+use crate::sqlite::schedules::Declaration;
 
 /// The longest the thread sleeps between two looks at the clock, so a slot
 /// is never late by more than this after the wall clock is set forward.
@@ -47,7 +47,7 @@ const WARN_EVERY_MS: i64 = 60_000;
 /// zone and payload, a name declared once, a handler in this runtime for
 /// its kind, a queue this runtime claims from, a job the queue accepts, and
 /// a slot still to come.
-pub(super) fn check(
+pub(crate) fn check(
     schedules: &[Schedule],
     kinds: &HashSet<&str>,
     queues: Option<&[String]>,
@@ -91,7 +91,7 @@ pub(super) fn check(
 
 /// A declared schedule, as the thread keeps it between two firings.
 #[derive(Debug)]
-pub(super) struct Armed {
+pub(crate) struct Armed {
     d: Arc<Declared>,
     /// The next slot to fire; `None` when the expression has no more.
     next: Option<Millis>,
@@ -115,10 +115,10 @@ struct Started {
 /// the row's next slot, what its catch-up policy asks (skipping any slot the
 /// row records as fired), all in one transaction. Returns the schedules
 /// armed with their next slot after `now`.
-pub(super) fn declare(queue: &Queue, decls: Vec<Declared>, now: Millis) -> Result<Vec<Armed>> {
+pub(crate) fn declare(queue: &Queue, decls: Vec<Declared>, now: Millis) -> Result<Vec<Armed>> {
     let decls: Vec<Arc<Declared>> = decls.into_iter().map(Arc::new).collect();
     let in_tx = decls.clone();
-    let started = crate::schedule::in_transaction(queue, move |tx| {
+    let started = crate::core::schedule::in_transaction(queue, move |tx| {
         in_tx
             .iter()
             .map(|d| declare_one(tx, d, now))
@@ -204,7 +204,7 @@ impl Armed {
 
     /// One look at `now`: fires the due slots, if any. `stalled`: the thread
     /// did not run for a while before this look.
-    pub(super) fn turn(&mut self, queue: &Queue, now: Millis, stalled: bool) {
+    pub(crate) fn turn(&mut self, queue: &Queue, now: Millis, stalled: bool) {
         let Some(next) = self.next else { return };
         // A stall that ended before the next slot missed nothing.
         self.catching_up |= stalled && next <= now;
@@ -220,7 +220,7 @@ impl Armed {
                     log::info!(target: "litejob", "schedule {:?} fires again (it failed for {} ms)", s.name, now - since);
                 }
                 for (slot, e) in &fired {
-                    let key = crate::schedule::slot_key(&s.name, *slot);
+                    let key = crate::core::schedule::slot_key(&s.name, *slot);
                     match e {
                         Enqueued::New(id) => {
                             log::info!(target: "litejob", job_id = *id, key = key.as_str();
@@ -267,7 +267,7 @@ fn fire(
     let mut tries = 0;
     loop {
         let (d, due) = (d.clone(), due.clone());
-        let r = crate::schedule::in_transaction(queue, move |tx| {
+        let r = crate::core::schedule::in_transaction(queue, move |tx| {
             let name = &d.schedule.name;
             let mut out = Vec::with_capacity(due.len());
             for &s in due.iter() {
@@ -292,7 +292,7 @@ fn fire(
 
 /// The scheduler thread's body: looks at the clock, fires what is due,
 /// sleeps until the next slot (at most a second) or the stop.
-pub(super) fn scheduler_loop(queue: Queue, mut armed: Vec<Armed>, stop: Receiver<()>) {
+pub(crate) fn scheduler_loop(queue: Queue, mut armed: Vec<Armed>, stop: Receiver<()>) {
     let clock = |q: &Queue| q.backend().now();
     let mut awake = clock(&queue);
     loop {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::*;
-use crate::schedule::store;
-use crate::schedule::{CatchUp, ScheduleRow};
+use crate::core::schedule::{CatchUp, ScheduleRow};
+use crate::sqlite::schedules;
 use crate::QueueOptions;
 
 /// An instant written in RFC 3339, in ms.
@@ -52,7 +52,7 @@ fn deliveries(q: &Queue, key: &str) -> i64 {
 }
 
 fn row(q: &Queue) -> ScheduleRow {
-    q.read(|c| store::get(c, "digest")).unwrap().unwrap()
+    q.read(|c| schedules::get(c, "digest")).unwrap().unwrap()
 }
 
 /// A runtime that declared the hourly digest at 05:30, then stopped.
@@ -291,7 +291,7 @@ fn a_new_declaration_replaces_the_row_and_keeps_its_slots() {
         .unwrap();
     let t = at("2026-12-01T06:10:00Z");
     let found = q
-        .write(move |tx| store::declare(tx, &other, t).map(|d| format!("{d:?}")))
+        .write(move |tx| schedules::declare(tx, &other, t).map(|d| format!("{d:?}")))
         .unwrap();
     assert!(found.starts_with("Changed"), "{found}");
     for what in [
@@ -331,9 +331,9 @@ fn the_row_only_moves_forward() {
     let moved = q
         .write(move |tx| {
             Ok((
-                store::fired(tx, "digest", eight, Some(eight + 3_600_000))?,
-                store::fired(tx, "digest", seven, Some(eight))?,
-                store::fired(tx, "digest", eight, Some(eight + 3_600_000))?,
+                schedules::fired(tx, "digest", eight, Some(eight + 3_600_000))?,
+                schedules::fired(tx, "digest", seven, Some(eight))?,
+                schedules::fired(tx, "digest", eight, Some(eight + 3_600_000))?,
             ))
         })
         .unwrap();

@@ -1,0 +1,416 @@
+//! Jobs as data: `NewJob` (what a producer hands in), `Job` (a row of the
+//! `jobs` table), `JobState`, and the named read queries on `jobs`. Writes
+//! no table (enqueue, claim and run own the writes).
+
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{Connection, Row};
+use serde::Serialize;
+
+use crate::core::time::Millis;
+use crate::error::{Error, Result};
+
+/// Where a job is in its life. The same words as the `state` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting to run (scheduled, or waiting for a retry: see `run_at`).
+    Queued,
+    /// Claimed by a worker holding its lease.
+    Running,
+    /// Finished: its work committed (or a duplicate found it already done).
+    Succeeded,
+    /// Finished without success: out of attempts, discarded, or a poison pill.
+    Dead,
+    /// Cancelled by an operator before it ran.
+    Cancelled,
+}
+
+impl JobState {
+    /// The word stored in `jobs.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// All states, in lifecycle order.
+    pub const ALL: [JobState; 5] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Dead,
+        JobState::Cancelled,
+    ];
+}
+
+impl std::str::FromStr for JobState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown job state {s:?}: one of queued, running, succeeded, dead, cancelled"
+                ))
+            })
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job to enqueue: kind, idempotency key, JSON payload and options.
+///
+/// ```
+/// # use litejob::NewJob;
+/// let job = NewJob::new("send_digest", "digest:2026-11-29", &serde_json::json!({"user": 7}))
+///     .with_queue("mail")
+///     .with_priority(-1)
+///     .with_max_retries(3);
+/// ```
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub(crate) kind: String,
+    pub(crate) key: String,
+    /// The payload as JSON text, or why it could not be serialized.
+    pub(crate) payload: std::result::Result<String, String>,
+    /// True when serde_json wrote the payload: valid JSON by construction,
+    /// so enqueue need not parse it again. False for `from_json` text.
+    pub(crate) payload_is_serde_output: bool,
+    pub(crate) queue: String,
+    pub(crate) priority: i64,
+    pub(crate) run_at: Option<Millis>,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) max_retries: Option<u32>,
+}
+
+impl NewJob {
+    /// A job of `kind` with the producer's idempotency `key` and a payload
+    /// serialized to JSON. Errors (empty kind, bad payload) surface at enqueue.
+    pub fn new(
+        kind: impl Into<String>,
+        key: impl Into<String>,
+        payload: &impl Serialize,
+    ) -> NewJob {
+        let payload = serde_json::to_string(payload).map_err(|e| e.to_string());
+        NewJob {
+            payload_is_serde_output: true,
+            ..NewJob::with_payload(kind.into(), key.into(), payload)
+        }
+    }
+
+    /// A job whose payload is JSON text (checked at enqueue).
+    pub fn from_json(
+        kind: impl Into<String>,
+        key: impl Into<String>,
+        json: impl Into<String>,
+    ) -> NewJob {
+        NewJob::with_payload(kind.into(), key.into(), Ok(json.into()))
+    }
+
+    fn with_payload(
+        kind: String,
+        key: String,
+        payload: std::result::Result<String, String>,
+    ) -> NewJob {
+        NewJob {
+            kind,
+            key,
+            payload,
+            payload_is_serde_output: false,
+            queue: "default".into(),
+            priority: 0,
+            run_at: None,
+            delay: None,
+            max_retries: None,
+        }
+    }
+
+    /// The queue it goes to (default `"default"`).
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Priority: smaller runs first (default 0; negative is allowed).
+    pub fn with_priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Do not run before `delay` from the enqueue.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self.run_at = None;
+        self
+    }
+
+    /// Do not run before `at`.
+    pub fn with_run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = Some(crate::core::time::to_millis(at));
+        self.delay = None;
+        self
+    }
+
+    /// How many times a failed run is retried (default 1: two runs in all).
+    pub fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    /// The kind, as given.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The idempotency key, as given.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Enqueued {
+    /// A new job was created with this id.
+    New(i64),
+    /// The key was seen before: nothing was created. The id is the existing
+    /// job's (for a key whose job row was pruned, the id the ledger recorded).
+    Duplicate(i64),
+}
+
+impl Enqueued {
+    /// The job id, new or existing.
+    pub fn id(self) -> i64 {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+
+    /// True when nothing was created.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Enqueued::Duplicate(_))
+    }
+}
+
+/// One row of `jobs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    /// Never reused.
+    pub id: i64,
+    /// Queue name.
+    pub queue: String,
+    /// Kind: which handler runs it.
+    pub kind: String,
+    /// The producer's idempotency key.
+    pub idempotency_key: String,
+    /// JSON text.
+    pub payload: String,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Smaller runs first.
+    pub priority: i64,
+    /// Not claimed before this time (ms since epoch).
+    pub run_at: Millis,
+    /// Runs charged against `max_attempts`.
+    pub attempts: i64,
+    /// `max_retries + 1`.
+    pub max_attempts: i64,
+    /// Runs cut short by a crash (not charged).
+    pub abandoned: i64,
+    /// Enqueues seen for this key.
+    pub deliveries: i64,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// ms since epoch.
+    pub created_at: Millis,
+    /// ms since epoch, once finished.
+    pub finished_at: Option<Millis>,
+    /// Who holds the lease while running.
+    pub lease_owner: Option<String>,
+    /// When the lease runs out.
+    pub lease_expires_at: Option<Millis>,
+    /// The attempt in progress.
+    pub current_attempt: Option<i64>,
+}
+
+/// The column list every `Job` read uses, in `Job::from_row` order.
+pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt";
+
+impl Job {
+    pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
+        let state: String = r.get(5)?;
+        Ok(Job {
+            id: r.get(0)?,
+            queue: r.get(1)?,
+            kind: r.get(2)?,
+            idempotency_key: r.get(3)?,
+            payload: r.get(4)?,
+            state: state.parse().map_err(|_| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    5,
+                    rusqlite::types::Type::Text,
+                    format!("bad job state {state:?}").into(),
+                )
+            })?,
+            priority: r.get(6)?,
+            run_at: r.get(7)?,
+            attempts: r.get(8)?,
+            max_attempts: r.get(9)?,
+            abandoned: r.get(10)?,
+            deliveries: r.get(11)?,
+            last_error: r.get(12)?,
+            created_at: r.get(13)?,
+            finished_at: r.get(14)?,
+            lease_owner: r.get(15)?,
+            lease_expires_at: r.get(16)?,
+            current_attempt: r.get(17)?,
+        })
+    }
+}
+
+/// Which jobs [`crate::Queue::jobs`] lists.
+///
+/// ```
+/// # use litejob::{JobFilter, JobState};
+/// let dead_mail = JobFilter::default()
+///     .with_state(JobState::Dead)
+///     .with_queue("mail")
+///     .with_limit(20);
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct JobFilter {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only keys that start with this.
+    pub key_prefix: Option<String>,
+    /// Only ids below this one: the next page (older jobs) after a page
+    /// whose last id it is.
+    pub before: Option<i64>,
+    /// Only ids above this one: the page before (newer jobs) a page whose
+    /// first id it is, still listed newest first. Ignored with `before`.
+    pub after: Option<i64>,
+    /// At most this many (newest first); default 100.
+    pub limit: Option<u32>,
+}
+
+impl JobFilter {
+    /// Only jobs in this state (`None`: any).
+    pub fn with_state(mut self, state: impl Into<Option<JobState>>) -> Self {
+        self.state = state.into();
+        self
+    }
+
+    /// Only jobs of this kind.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs in this queue.
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only jobs whose idempotency key starts with `prefix`.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only jobs older than job `id` (keyset paging: pass the last id of
+    /// the page shown). Each page costs the same however deep it is.
+    pub fn with_before(mut self, id: i64) -> Self {
+        self.before = Some(id);
+        self
+    }
+
+    /// Only jobs newer than job `id` (the page before the one whose first
+    /// id it is).
+    pub fn with_after(mut self, id: i64) -> Self {
+        self.after = Some(id);
+        self
+    }
+
+    /// At most this many, newest first.
+    pub fn with_limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+}
+
+/// Reads one job by id.
+pub(crate) fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
+    let mut st = conn.prepare_cached(&sql)?;
+    let mut rows = st.query_map([id], Job::from_row)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// Reads one job by idempotency key.
+pub(crate) fn get_job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ?1");
+    let mut st = conn.prepare_cached(&sql)?;
+    let mut rows = st.query_map([key], Job::from_row)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// The filters of a job list. `+state`, `+kind`, `+queue`: never an
+/// index, so every list walks the table by id from its cursor and stops at
+/// its limit. A page then costs at most one scan of the table (the worst
+/// case: a filter that matches almost nothing), and is never a sort of
+/// every match, which an index on the filtered column would need to give
+/// them in id order (a million queued jobs through `jobs_claim`).
+const LIST_FILTER: &str = "(?1 IS NULL OR +state = ?1) AND (?2 IS NULL OR +kind = ?2) \
+     AND (?3 IS NULL OR +queue = ?3) \
+     AND (?5 IS NULL OR substr(idempotency_key, 1, length(?5)) = ?5)";
+
+/// Lists jobs, newest first, from a cursor (see [`JobFilter`]).
+pub(crate) fn list_jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
+    let (sql, cursor) = match (f.before, f.after) {
+        (None, Some(after)) => (
+            format!(
+                "SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {LIST_FILTER} AND id > ?6 \
+                 ORDER BY id LIMIT ?4) ORDER BY id DESC"
+            ),
+            after,
+        ),
+        (before, _) => (
+            format!(
+                "SELECT {JOB_COLUMNS} FROM jobs WHERE {LIST_FILTER} AND id < ?6 \
+                 ORDER BY id DESC LIMIT ?4"
+            ),
+            before.unwrap_or(i64::MAX),
+        ),
+    };
+    let mut st = conn.prepare_cached(&sql)?;
+    let rows = st.query_map(
+        rusqlite::params![
+            f.state.map(|s| s.as_str()),
+            f.kind,
+            f.queue,
+            f.limit.unwrap_or(100),
+            f.key_prefix,
+            cursor
+        ],
+        Job::from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}

@@ -1,0 +1,390 @@
+//! Schedules, periodic jobs: [`Schedule`] (what a runtime declares),
+//! [`CatchUp`] (what it does with the slots no process was running for),
+//! the key a slot's job carries, and [`Queue::schedules`]. Each firing is an
+//! ordinary job whose key names its slot, `schedule:<name>:<slot in UTC>`,
+//! so any number of processes can declare the same schedule: the first to
+//! enqueue a slot creates its job, the others are duplicates. Writes
+//! `schedules` through its store only.
+//!
+//! `slots` is the pure arithmetic (cron, time zones, DST, catch-up);
+//! `store` the `schedules` table; the runtime's scheduler thread fires them.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::core::job::NewJob;
+use crate::core::time::Millis;
+use crate::error::{Error, Result};
+use crate::queue::Queue;
+
+pub(crate) mod slots;
+
+pub use crate::sqlite::schedules::ScheduleRow;
+
+use slots::Slots;
+
+/// Longest schedule name, in bytes: the name and its slot must fit in a key.
+const MAX_SCHEDULE_NAME_BYTES: usize = 200;
+
+/// What a runtime fires, at its start, for the slots that came while no
+/// process declaring the schedule was running (or while this one was
+/// suspended for over a minute). Slots that come while any process runs
+/// always fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CatchUp {
+    /// The latest missed slot only (the default): a daily report missed
+    /// for a week runs once, for the last day.
+    #[default]
+    Latest,
+    /// Every missed slot inside this window before the start (at most the
+    /// latest 10,000).
+    Window(Duration),
+    /// None: the schedule goes on from the next slot.
+    None,
+}
+
+impl CatchUp {
+    /// The word stored in `schedules.catch_up`: `latest`, `window`, `none`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CatchUp::Latest => "latest",
+            CatchUp::Window(_) => "window",
+            CatchUp::None => "none",
+        }
+    }
+
+    /// The window of [`CatchUp::Window`], in ms (`schedules.catch_up_window_ms`).
+    pub(crate) fn window_ms(&self) -> Option<i64> {
+        match self {
+            CatchUp::Window(w) => Some(i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
+            _ => None,
+        }
+    }
+}
+
+/// A periodic job: every slot of a cron expression enqueues a job of `kind`
+/// with the same payload, under the key `schedule:<name>:<slot>` (the slot
+/// in UTC, RFC 3339: `schedule:digest:2026-12-01T06:00:00Z`). Declared on a
+/// runtime with [`crate::RuntimeBuilder::schedule_with`]; checked at
+/// [`crate::RuntimeBuilder::start`] (or earlier with [`Schedule::check`]).
+///
+/// The `schedules` row shows the declaration of the last runtime started
+/// with this name. Processes that declare one name differently at the same
+/// time (an old and a new version during a deploy) each fire their own
+/// slots until the old one stops.
+///
+/// ```
+/// # use litejob::{CatchUp, Schedule};
+/// # use std::time::Duration;
+/// let digest = Schedule::new("digest", "0 6 * * MON-FRI", "send_digest", &serde_json::json!({}))
+///     .with_tz("Europe/Berlin")
+///     .with_queue("mail")
+///     .with_max_retries(3)
+///     .with_catch_up(CatchUp::Window(Duration::from_secs(24 * 3600)));
+/// assert!(digest.check().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub(crate) name: String,
+    pub(crate) cron: String,
+    pub(crate) kind: String,
+    /// The payload as JSON text, or why it could not be serialized.
+    pub(crate) payload: std::result::Result<String, String>,
+    pub(crate) tz: String,
+    pub(crate) queue: String,
+    pub(crate) priority: i64,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) catch_up: CatchUp,
+}
+
+impl Schedule {
+    /// A schedule `name` firing `kind` with `payload` at every slot of
+    /// `cron`: 5 fields (`minute hour day-of-month month day-of-week`), 6
+    /// with seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`.
+    /// UTC, queue `default`, priority 0, the kind's `max_retries`, catch-up
+    /// [`CatchUp::Latest`] unless set.
+    pub fn new(
+        name: impl Into<String>,
+        cron: impl Into<String>,
+        kind: impl Into<String>,
+        payload: &impl Serialize,
+    ) -> Schedule {
+        Schedule {
+            name: name.into(),
+            cron: cron.into(),
+            kind: kind.into(),
+            payload: serde_json::to_string(payload).map_err(|e| e.to_string()),
+            tz: "UTC".into(),
+            queue: "default".into(),
+            priority: 0,
+            max_retries: None,
+            catch_up: CatchUp::Latest,
+        }
+    }
+
+    /// The IANA time zone whose wall clock the expression reads (default
+    /// `UTC`). A local time that DST skips fires nothing; one it repeats
+    /// fires once, at its first occurrence.
+    pub fn with_tz(mut self, tz: impl Into<String>) -> Self {
+        self.tz = tz.into();
+        self
+    }
+
+    /// The queue its jobs go to (default `"default"`).
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Its jobs' priority (smaller runs first; default 0).
+    pub fn with_priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Its jobs' `max_retries` (default: the kind's, else the queue's).
+    pub fn with_max_retries(mut self, n: u32) -> Self {
+        self.max_retries = Some(n);
+        self
+    }
+
+    /// What to fire for the slots missed while no process ran.
+    pub fn with_catch_up(mut self, c: CatchUp) -> Self {
+        self.catch_up = c;
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks the name, the cron expression, the time zone and the payload
+    /// without touching any file; [`crate::RuntimeBuilder::start`] does it
+    /// too, and also checks the job against the queue's limits and that the
+    /// runtime handles its kind.
+    pub fn check(&self) -> Result<()> {
+        self.declared().map(|_| ())
+    }
+
+    /// The checked declaration.
+    pub(crate) fn declared(&self) -> Result<Declared> {
+        let name = self.name.as_str();
+        if name.trim().is_empty() {
+            return Err(Error::invalid("a schedule's name must not be empty"));
+        }
+        if name.len() > MAX_SCHEDULE_NAME_BYTES {
+            return Err(Error::invalid(format!(
+                "schedule name is {} bytes, longer than the limit of {MAX_SCHEDULE_NAME_BYTES}",
+                name.len()
+            )));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(Error::invalid(format!(
+                "schedule name {name:?} must not contain control characters"
+            )));
+        }
+        let in_schedule = |e: Error| match e {
+            Error::InvalidInput(m) => Error::InvalidInput(format!("schedule {name:?}: {m}")),
+            other => other,
+        };
+        if self.kind.trim().is_empty() {
+            return Err(in_schedule(Error::invalid("kind must not be empty")));
+        }
+        let payload = self.payload.clone().map_err(|e| {
+            in_schedule(Error::invalid(format!(
+                "payload cannot be serialized to JSON: {e}"
+            )))
+        })?;
+        let slots = Slots::parse(&self.cron, &self.tz).map_err(in_schedule)?;
+        Ok(Declared {
+            schedule: Schedule {
+                payload: Ok(payload.clone()),
+                ..self.clone()
+            },
+            payload,
+            slots,
+        })
+    }
+}
+
+/// A checked schedule: its expression parsed, its payload serialized.
+#[derive(Debug, Clone)]
+pub(crate) struct Declared {
+    pub(crate) schedule: Schedule,
+    pub(crate) payload: String,
+    pub(crate) slots: Slots,
+}
+
+impl Declared {
+    /// The job of one slot, through the normal enqueue path.
+    pub(crate) fn job(&self, slot: Millis) -> NewJob {
+        let s = &self.schedule;
+        let mut job = NewJob::from_json(&s.kind, slot_key(&s.name, slot), self.payload.clone())
+            .with_queue(&s.queue)
+            .with_priority(s.priority);
+        if let Some(n) = s.max_retries {
+            job = job.with_max_retries(n);
+        }
+        // serde_json wrote it when the schedule was declared.
+        job.payload_is_serde_output = true;
+        job
+    }
+}
+
+/// The idempotency key of a slot's job: `schedule:<name>:<slot in UTC>`.
+pub(crate) fn slot_key(name: &str, slot: Millis) -> String {
+    format!("schedule:{name}:{}", slots::format_slot(slot))
+}
+
+impl Queue {
+    /// Every schedule declared on this queue (by any process), by name.
+    pub fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.backend().schedules()
+    }
+}
+
+/// The writes a scheduler makes in one transaction, on either backend: its
+/// row (through the table's store) and its slots' jobs (through the normal
+/// enqueue path).
+pub(crate) trait SlotTx {
+    /// Writes the declaration (see [`crate::sqlite::schedules::declare`]).
+    fn declare(
+        &mut self,
+        d: &Declared,
+        now: Millis,
+    ) -> Result<crate::sqlite::schedules::Declaration>;
+    /// Records a fired slot (see [`crate::sqlite::schedules::fired`]).
+    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool>;
+    /// Records the next slot (see [`crate::sqlite::schedules::set_next`]).
+    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()>;
+    /// Enqueues a slot's job in this transaction.
+    fn enqueue(&mut self, job: NewJob) -> Result<crate::Enqueued>;
+}
+
+impl SlotTx for &crate::WriteTx<'_> {
+    fn declare(
+        &mut self,
+        d: &Declared,
+        now: Millis,
+    ) -> Result<crate::sqlite::schedules::Declaration> {
+        crate::sqlite::schedules::declare(self, d, now)
+    }
+    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
+        crate::sqlite::schedules::fired(self, name, slot, next)
+    }
+    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()> {
+        crate::sqlite::schedules::set_next(self, name, next)
+    }
+    fn enqueue(&mut self, job: NewJob) -> Result<crate::Enqueued> {
+        crate::WriteTx::enqueue(self, job)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl SlotTx for crate::PgWriteTx<'_, '_> {
+    fn declare(
+        &mut self,
+        d: &Declared,
+        now: Millis,
+    ) -> Result<crate::sqlite::schedules::Declaration> {
+        crate::postgres::schedules::declare(&mut **self, d, now)
+    }
+    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
+        crate::postgres::schedules::fired(&mut **self, name, slot, next)
+    }
+    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()> {
+        crate::postgres::schedules::set_next(&mut **self, name, next)
+    }
+    fn enqueue(&mut self, job: NewJob) -> Result<crate::Enqueued> {
+        crate::PgWriteTx::enqueue(self, job)
+    }
+}
+
+/// Runs `f` in one write transaction of `queue`'s backend.
+pub(crate) fn in_transaction<R, F>(queue: &Queue, f: F) -> Result<R>
+where
+    R: Send + 'static,
+    F: FnOnce(&mut dyn SlotTx) -> Result<R> + Send + 'static,
+{
+    #[cfg(feature = "postgres")]
+    if queue.postgres().is_some() {
+        return queue.pg_write(|tx| f(tx));
+    }
+    queue.write(move |tx| {
+        let mut tx = tx;
+        f(&mut tx)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_key_names_the_schedule_and_the_slot_in_utc() {
+        // 2026-12-01T06:00:00Z
+        assert_eq!(
+            slot_key("digest", 1_796_104_800_000),
+            "schedule:digest:2026-12-01T06:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_declaration_is_checked_whole() {
+        let ok = Schedule::new("digest", "0 6 * * *", "send_digest", &1);
+        assert!(ok.check().is_ok());
+        let cases = [
+            (Schedule::new("", "0 6 * * *", "k", &1), "name"),
+            (Schedule::new("  ", "0 6 * * *", "k", &1), "name"),
+            (Schedule::new("a\nb", "0 6 * * *", "k", &1), "control"),
+            (
+                Schedule::new("x".repeat(201), "0 6 * * *", "k", &1),
+                "limit",
+            ),
+            (Schedule::new("d", "0 6 * * *", "", &1), "kind"),
+            (Schedule::new("d", "0 66 * * *", "k", &1), "cron expression"),
+            (ok.clone().with_tz("Nowhere/City"), "time zone"),
+        ];
+        for (s, says) in cases {
+            let e = s.check().unwrap_err();
+            assert!(matches!(e, Error::InvalidInput(_)), "{s:?}: {e:?}");
+            assert!(e.to_string().contains(says), "{s:?}: {e}");
+        }
+        let bad_payload = Schedule::new(
+            "d",
+            "0 6 * * *",
+            "k",
+            &std::collections::HashMap::from([((1, 2), 3)]),
+        );
+        assert!(bad_payload
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("payload"));
+    }
+
+    #[test]
+    fn a_slots_job_carries_the_schedules_options() {
+        let d = Schedule::new(
+            "digest",
+            "0 6 * * *",
+            "send_digest",
+            &serde_json::json!({"a": 1}),
+        )
+        .with_queue("mail")
+        .with_priority(-2)
+        .with_max_retries(4)
+        .declared()
+        .unwrap();
+        let j = d.job(1_796_104_800_000);
+        assert_eq!(j.key, "schedule:digest:2026-12-01T06:00:00Z");
+        assert_eq!(j.kind, "send_digest");
+        assert_eq!(j.queue, "mail");
+        assert_eq!(j.priority, -2);
+        assert_eq!(j.max_retries, Some(4));
+        assert_eq!(j.payload.as_deref(), Ok(r#"{"a":1}"#));
+    }
+}

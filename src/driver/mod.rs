@@ -1,0 +1,220 @@
+//! The backend boundary: the queue operations litejob needs from the
+//! database that holds a queue, one implementation per engine — SQLite
+//! (`sqlite.rs`, the file and its one writer) and PostgreSQL
+//! (`crate::postgres`). [`crate::Queue`] and the runtime's shared threads
+//! (effects, lease renewal, reaping) call only these; each engine runs its
+//! own job pipeline (claims, starts, the run's transaction), which lives
+//! beside its store. Writes nothing itself.
+//!
+//! Every operation takes the time it runs at (`now`, ms since the epoch)
+//! from [`Backend::now`], the backend's clock: the local clock for a file,
+//! the database server's for PostgreSQL, whose leases machines with
+//! different clocks must agree on.
+
+pub(crate) mod reply;
+
+use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::time::Millis;
+use crate::error::Result;
+use crate::failures::Failures;
+use crate::overview::Overview;
+use crate::sqlite::controls::{QueueControl, QueueLimits};
+use crate::sqlite::enqueue::ValidJob;
+use crate::sqlite::history::Attempt;
+use crate::sqlite::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::sqlite::reads::{Explanation, JobDetail, Stats};
+use crate::sqlite::reports::Tally;
+
+/// Which engine holds a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// One SQLite file (`Queue::open`).
+    Sqlite,
+    /// A PostgreSQL database (`Queue::open_postgres`).
+    Postgres,
+}
+
+impl BackendKind {
+    /// `"sqlite"` or `"postgres"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::Postgres => "postgres",
+        }
+    }
+}
+
+/// What a prune batch deletes (see [`crate::Queue::prune`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PruneWhat {
+    /// Finished jobs (whose outbox rows are all sent) and their attempts.
+    Jobs,
+    /// Sent outbox rows and their attempts.
+    Outbox,
+    /// Ledger rows.
+    Ledger,
+}
+
+/// The queue operations, as one engine implements them.
+pub(crate) trait Backend: Send + Sync {
+    /// Which engine this is.
+    fn kind(&self) -> BackendKind;
+    /// The clock every time this backend stores is measured with.
+    fn now(&self) -> Millis;
+    /// The schema version the database holds.
+    fn schema_version(&self) -> Result<i64>;
+
+    // The producer's side.
+
+    /// Inserts a validated job, or counts a delivery of a key seen before.
+    fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued>;
+    /// Inserts a batch in one transaction: all or nothing.
+    fn enqueue_many(&self, jobs: Vec<ValidJob>, now: Millis) -> Result<Vec<Enqueued>>;
+
+    // Reads.
+
+    /// One job by id.
+    fn job(&self, id: i64) -> Result<Option<Job>>;
+    /// One job by idempotency key.
+    fn job_by_key(&self, key: &str) -> Result<Option<Job>>;
+    /// Jobs matching a filter, newest first.
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
+    /// Every run of a job, oldest first.
+    fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>>;
+    /// Every attempt of an outbox row, oldest first.
+    fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>>;
+    /// The outbox rows a job wrote.
+    fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>>;
+    /// Outbox rows, newest first.
+    fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>>;
+    /// A page of outbox rows, newest first, from a keyset cursor.
+    fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>>;
+    /// Counts, in one snapshot.
+    fn stats(&self, now: Millis) -> Result<Stats>;
+    /// One job with its runs and outbox rows, in one snapshot.
+    fn job_detail(&self, id: i64) -> Result<Option<JobDetail>>;
+    /// Everything known about a key, in one snapshot.
+    fn explain(&self, key: &str) -> Result<Explanation>;
+    /// Every schedule's row, by name.
+    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>>;
+
+    // Queue controls.
+
+    /// Every queue with jobs or controls, by name, with its load at `now`.
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>>;
+    /// One queue's controls (its `queued` count left at 0); None when it
+    /// has none.
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>>;
+    /// The operator's change to a queue's controls (`paused`: Some to set
+    /// it), validated; a queue left with nothing in force loses its row.
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()>;
+    // The dashboard's and the metrics' reads, each in one snapshot.
+
+    /// The metrics' figures: jobs per queue, kind and state, outbox rows per
+    /// kind and state, runs per kind and outcome, the ledger's rows and the
+    /// storage's size. `now` decides which queued jobs are due.
+    fn tally(&self, now: Millis) -> Result<Tally>;
+    /// The overview: the same counts without the runs per kind, the last
+    /// hour's runs per minute, and the schedules.
+    fn overview(&self, now: Millis) -> Result<Overview>;
+    /// Dead jobs and dead outbox rows grouped by last error and kind, the
+    /// largest groups first, at most `limit` of each.
+    fn failures(&self, limit: u32) -> Result<Failures>;
+
+    // The operator's repairs.
+
+    /// Requeues one dead job with a renewed budget.
+    fn retry_job(&self, id: i64, now: Millis) -> Result<()>;
+    /// Requeues up to `limit` dead jobs (of `kind`) with ids above `after`;
+    /// returns their ids.
+    fn retry_dead_batch(
+        &self,
+        kind: Option<&str>,
+        after: i64,
+        limit: i64,
+        now: Millis,
+    ) -> Result<Vec<i64>>;
+    /// Cancels a queued job.
+    fn cancel_job(&self, id: i64, now: Millis) -> Result<()>;
+    /// Requeues a dead outbox row with a fresh budget.
+    fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()>;
+    /// Deletes one batch of `what` finished before `before`, in one
+    /// transaction; returns `(rows, their attempts)`.
+    fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)>;
+
+    // What the runtime's shared threads need.
+
+    /// Whether any job of `kinds` (in `queues`, if given) is due.
+    fn any_to_claim(
+        &self,
+        kinds: &[String],
+        queues: Option<&[String]>,
+        now: Millis,
+    ) -> Result<bool>;
+    /// Extends the leases `owner` holds on these jobs and outbox rows.
+    fn renew_leases(&self, owner: &str, jobs: &[i64], effects: &[i64], until: Millis)
+        -> Result<()>;
+    /// Takes back jobs and outbox rows whose lease expired; returns how
+    /// many of each. Looks first without writing: an idle check must not
+    /// write.
+    fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)>;
+    /// Gives a job back to `queued` uncharged, fenced on the lease (a claim
+    /// never started, or a run cut short by shutdown).
+    fn release_job(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: Option<i64>,
+        why: &str,
+        now: Millis,
+    ) -> Result<bool>;
+    /// Claims the next due outbox row of `kinds` and records its attempt;
+    /// durable before it returns, so the effect runs only after its claim
+    /// (and the job's commit before it) is on disk.
+    fn claim_effect(
+        &self,
+        kinds: &[String],
+        owner: &str,
+        worker: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> Result<Option<ClaimedEffect>>;
+    /// Records an effect attempt's end, fenced on the attempt.
+    fn ack_effect(
+        &self,
+        outbox_id: i64,
+        attempt_id: i64,
+        result: &EffectResult,
+        now: Millis,
+    ) -> Result<Option<OutboxState>>;
+    /// Gives an outbox row back at shutdown.
+    fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool>;
+    /// Gives back, uncharged, the outbox rows claimed for the effect
+    /// thread `worker` of `owner` and not being performed, except the
+    /// attempts `performed` (whose effect ran, unacknowledged): a claim
+    /// whose answer was lost (the connection broke after the server
+    /// committed it). Called by that thread before its next claim after a
+    /// failed one; returns how many went back. A file's claims never lose
+    /// their answer: nothing to do.
+    fn release_lost_effect_claims(
+        &self,
+        _owner: &str,
+        _worker: &str,
+        _performed: &[i64],
+        _now: Millis,
+    ) -> Result<usize> {
+        Ok(0)
+    }
+}

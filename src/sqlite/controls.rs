@@ -1,0 +1,924 @@
+//! Queue controls: a queue paused, capped (at most N of its jobs running at
+//! once) or rate-limited (at most N starts per rolling window), in force for
+//! every process on the queue. The values ([`QueueLimits`], [`Rate`],
+//! [`QueueControl`]), the arithmetic a claim does with them (pure, the
+//! clock a parameter), and every statement on the file's `queues` and
+//! `queue_starts` tables; PostgreSQL's twin is `postgres/controls.rs`.
+//! Writes `queues` (the operator's changes) and `queue_starts` (a
+//! rate-limited queue's starts, and their pruning).
+//!
+//! Exact across processes because a claim reads the controls and counts the
+//! queue's load in its own transaction, under the file's write lock: two
+//! claims never count the same free slot. A claimed job waiting for a
+//! worker holds its lease, so it counts as running for the cap, and as a
+//! start to come for the rate (it starts at or after its claim).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::core::time::Millis;
+use crate::error::{Error, Result};
+
+/// The longest rate window accepted: a year.
+pub(crate) const MAX_WINDOW_MS: i64 = 366 * 86_400_000;
+
+/// A rate limit: at most `limit` starts in any rolling window of `window`.
+/// Shown as `100/1m` (see its `Display`).
+///
+/// ```
+/// # use std::time::Duration;
+/// let r = litejob::Rate::new(100, Duration::from_secs(60)).unwrap();
+/// assert_eq!(r.to_string(), "100/1m");
+/// assert!(litejob::Rate::new(0, Duration::from_secs(1)).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    limit: u32,
+    window_ms: i64,
+}
+
+impl Rate {
+    /// At most `limit` starts per `window`. Refuses a limit of 0, a window
+    /// under a millisecond and one over a year ([`Error::InvalidInput`]).
+    pub fn new(limit: u32, window: Duration) -> Result<Rate> {
+        if limit == 0 {
+            return Err(Error::invalid(
+                "a rate limit must allow at least 1 start per window",
+            ));
+        }
+        let ms = window.as_millis();
+        if ms == 0 {
+            return Err(Error::invalid(
+                "a rate window must be at least 1 millisecond long",
+            ));
+        }
+        if ms > MAX_WINDOW_MS as u128 {
+            return Err(Error::invalid(
+                "a rate window must not be longer than a year",
+            ));
+        }
+        Ok(Rate {
+            limit,
+            window_ms: ms as i64,
+        })
+    }
+
+    /// A rate as stored; None when the columns do not make one (written by
+    /// hand).
+    pub(crate) fn from_columns(limit: Option<i64>, window_ms: Option<i64>) -> Option<Rate> {
+        let limit = u32::try_from(limit?).ok().filter(|&n| n >= 1)?;
+        let window_ms = window_ms.filter(|&w| w >= 1)?;
+        Some(Rate { limit, window_ms })
+    }
+
+    /// Starts allowed per window.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        Duration::from_millis(self.window_ms as u64)
+    }
+
+    /// The window in milliseconds (`queues.rate_window_ms`).
+    pub fn window_ms(&self) -> i64 {
+        self.window_ms
+    }
+}
+
+/// `N/DUR`, the window in the largest unit that divides it: `100/1m`,
+/// `20/1s`, `5/90s`, `1/250ms`.
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [(i64, &str); 5] = [
+            (86_400_000, "d"),
+            (3_600_000, "h"),
+            (60_000, "m"),
+            (1000, "s"),
+            (1, "ms"),
+        ];
+        let (per, unit) = UNITS
+            .into_iter()
+            .find(|(per, _)| self.window_ms % per == 0)
+            .unwrap_or((1, "ms"));
+        write!(f, "{}/{}{unit}", self.limit, self.window_ms / per)
+    }
+}
+
+/// As its text, `"100/1m"`.
+impl Serialize for Rate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// What to do with one limit of a queue: keep it, clear it, or set it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Change<T> {
+    #[default]
+    Keep,
+    Clear,
+    Set(T),
+}
+
+impl<T: Copy> Change<T> {
+    fn apply(self, current: Option<T>) -> Option<T> {
+        match self {
+            Change::Keep => current,
+            Change::Clear => None,
+            Change::Set(v) => Some(v),
+        }
+    }
+}
+
+/// Changes to a queue's limits for [`crate::Queue::set_queue_limits`]; a
+/// limit not named is kept. Builder-lite:
+///
+/// ```
+/// # use std::time::Duration;
+/// # use litejob::{QueueLimits, Rate};
+/// let limits = QueueLimits::new()
+///     .concurrency(2)
+///     .rate(Rate::new(100, Duration::from_secs(60)).unwrap());
+/// let uncapped = QueueLimits::new().no_concurrency(); // keeps the rate
+/// # let _ = (limits, uncapped);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueLimits {
+    pub(crate) concurrency: Change<u32>,
+    pub(crate) rate: Change<Rate>,
+}
+
+impl QueueLimits {
+    /// No change yet.
+    pub fn new() -> QueueLimits {
+        QueueLimits::default()
+    }
+
+    /// At most `n` of the queue's jobs running at once, across every
+    /// process (0 is refused when it is set).
+    pub fn concurrency(mut self, n: u32) -> Self {
+        self.concurrency = Change::Set(n);
+        self
+    }
+
+    /// No cap on running jobs.
+    pub fn no_concurrency(mut self) -> Self {
+        self.concurrency = Change::Clear;
+        self
+    }
+
+    /// At most `rate.limit()` starts per `rate.window()`, across every
+    /// process.
+    pub fn rate(mut self, rate: Rate) -> Self {
+        self.rate = Change::Set(rate);
+        self
+    }
+
+    /// No rate limit.
+    pub fn no_rate(mut self) -> Self {
+        self.rate = Change::Clear;
+        self
+    }
+
+    /// True when it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self == &QueueLimits::default()
+    }
+}
+
+/// One queue's controls and load ([`crate::Queue::queue_controls`]): a queue
+/// that has jobs, a control, or both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueControl {
+    /// The queue.
+    pub name: String,
+    /// Nothing new of the queue starts.
+    pub paused: bool,
+    /// At most this many of its jobs run at once; None: no cap.
+    pub concurrency: Option<u32>,
+    /// At most so many starts per window; None: no rate limit.
+    pub rate: Option<Rate>,
+    /// Its jobs `queued` (due or not).
+    pub queued: i64,
+    /// Its jobs `running` (claimed ahead or started).
+    pub running: i64,
+    /// Starts counted in the rate's window at the time of reading; None
+    /// without a rate.
+    pub started_in_window: Option<i64>,
+    /// When its controls last changed; None when it has none.
+    pub updated_at: Option<Millis>,
+}
+
+impl QueueControl {
+    /// True when a control is in force: paused, capped or rate-limited.
+    pub fn in_force(&self) -> bool {
+        self.paused || self.concurrency.is_some() || self.rate.is_some()
+    }
+
+    /// A queue with no control and no jobs counted yet.
+    pub(crate) fn named(name: &str) -> QueueControl {
+        QueueControl {
+            name: name.to_string(),
+            paused: false,
+            concurrency: None,
+            rate: None,
+            queued: 0,
+            running: 0,
+            started_in_window: None,
+            updated_at: None,
+        }
+    }
+
+    /// Whether any control is in force.
+    pub fn is_controlled(&self) -> bool {
+        self.paused || self.concurrency.is_some() || self.rate.is_some()
+    }
+}
+
+/// The JSON of a [`QueueControl`]: the rate as text (`"100/1m"`) and as
+/// its two numbers.
+impl Serialize for QueueControl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            name: &'a str,
+            paused: bool,
+            concurrency: Option<u32>,
+            rate: Option<Rate>,
+            rate_limit: Option<u32>,
+            rate_window_ms: Option<i64>,
+            queued: i64,
+            running: i64,
+            started_in_window: Option<i64>,
+            updated_at: Option<Millis>,
+        }
+        Json {
+            name: &self.name,
+            paused: self.paused,
+            concurrency: self.concurrency,
+            rate: self.rate,
+            rate_limit: self.rate.map(|r| r.limit),
+            rate_window_ms: self.rate.map(|r| r.window_ms),
+            queued: self.queued,
+            running: self.running,
+            started_in_window: self.started_in_window,
+            updated_at: self.updated_at,
+        }
+        .serialize(s)
+    }
+}
+
+impl crate::queue::Queue {
+    /// Pauses `queue` for every process on the file (or database): nothing
+    /// new of it starts, from each process's next claim (at the latest one
+    /// poll interval later); its running jobs finish and enqueues still
+    /// succeed. A queue may be paused before its first job.
+    pub fn pause_queue(&self, queue: &str) -> Result<()> {
+        self.change_queue(queue, Some(true), &QueueLimits::new())
+    }
+
+    /// Lifts a pause; its cap and rate, if any, stay in force.
+    pub fn resume_queue(&self, queue: &str) -> Result<()> {
+        self.change_queue(queue, Some(false), &QueueLimits::new())
+    }
+
+    /// Changes `queue`'s cap and rate limit (a limit `limits` does not name
+    /// is kept), in force for every process from its next claim. A cap of
+    /// 0 is refused with [`Error::InvalidInput`] and nothing is written.
+    pub fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
+        self.change_queue(queue, None, &limits)
+    }
+
+    /// Every queue that has jobs or controls, by name: its controls, its
+    /// queued and running jobs, the starts in its rate's window.
+    pub fn queue_controls(&self) -> Result<Vec<QueueControl>> {
+        let now = self.backend().now();
+        self.backend().queue_controls(now)
+    }
+
+    fn change_queue(&self, queue: &str, paused: Option<bool>, limits: &QueueLimits) -> Result<()> {
+        let now = self.backend().now();
+        self.backend().change_queue(queue, paused, limits, now)?;
+        // A resumed or widened queue may have work for this process's
+        // workers now.
+        self.notify();
+        Ok(())
+    }
+}
+
+/// What is in force on one queue: its row of `queues`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub paused: bool,
+    pub concurrency: Option<u32>,
+    pub rate: Option<Rate>,
+}
+
+impl Limits {
+    /// Nothing in force: the queue needs no row.
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.paused && !self.limited()
+    }
+
+    /// A cap or a rate: a claim must count the queue's load.
+    pub(crate) fn limited(&self) -> bool {
+        self.concurrency.is_some() || self.rate.is_some()
+    }
+
+    /// These limits after `change` (`paused`: Some to set it).
+    pub(crate) fn changed(self, paused: Option<bool>, change: &QueueLimits) -> Limits {
+        Limits {
+            paused: paused.unwrap_or(self.paused),
+            concurrency: change.concurrency.apply(self.concurrency),
+            rate: change.rate.apply(self.rate),
+        }
+    }
+}
+
+/// Refuses a change that sets a cap of 0 or names no queue.
+pub(crate) fn check_change(queue: &str, change: &QueueLimits) -> Result<()> {
+    crate::sqlite::enqueue::check_name("queue", queue)?;
+    if change.concurrency == Change::Set(0) {
+        return Err(Error::invalid(
+            "a concurrency cap must be at least 1 (clear it to lift the cap)",
+        ));
+    }
+    Ok(())
+}
+
+/// A queue's load when a claim counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Load {
+    /// Its jobs running under an unexpired lease (claimed or started).
+    pub running: i64,
+    /// Starts inside the rate's window (see [`window_floor`]).
+    pub started: i64,
+    /// Its jobs claimed and not started yet, whatever their lease: each
+    /// may still start, under its claim.
+    pub claimed: i64,
+}
+
+/// The starts a rate counts at `now`: those after this instant. A start at
+/// `s` counts until `s + window`, then frees its place. Starts recorded
+/// after `now` (by a process whose clock runs ahead) count too, so no
+/// window holds more than the limit whatever order the clocks gave them.
+pub(crate) fn window_floor(now: Millis, rate: Rate) -> Millis {
+    now - rate.window_ms
+}
+
+/// The starts a claim may delete at `now`: those a window before the
+/// counted ones. A window's margin, not none: two processes' clocks never
+/// quite agree, and a start one of them deletes as just out of the window
+/// may still be inside it for another.
+pub(crate) fn prune_floor(now: Millis, rate: Rate) -> Millis {
+    window_floor(now, rate) - rate.window_ms
+}
+
+/// When the rate's oldest start in the window frees its place.
+pub(crate) fn frees_at(oldest_start: Millis, rate: Rate) -> Millis {
+    oldest_start + rate.window_ms
+}
+
+/// How many more of a queue's jobs a claim may take: none when paused;
+/// under a cap, its free slots; under a rate, the starts left in the
+/// window once the claimed jobs (starts to come) are counted.
+pub(crate) fn room(limits: &Limits, load: &Load) -> usize {
+    if limits.paused {
+        return 0;
+    }
+    let mut room = i64::MAX;
+    if let Some(cap) = limits.concurrency {
+        room = room.min(i64::from(cap) - load.running);
+    }
+    if let Some(rate) = limits.rate {
+        room = room.min(i64::from(rate.limit) - load.started - load.claimed);
+    }
+    usize::try_from(room.max(0)).unwrap_or(usize::MAX)
+}
+
+// The file's statements. The load's counts read the running jobs through
+// `jobs_lease` (the running set, small however many jobs wait or finished)
+// and the starts through `queue_starts_window`.
+
+const ROWS: &str =
+    "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues";
+const ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at \
+     FROM queues WHERE name = ?1";
+const UPSERT: &str = "INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, \
+     updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (name) DO UPDATE SET \
+     paused = excluded.paused, concurrency = excluded.concurrency, \
+     rate_limit = excluded.rate_limit, rate_window_ms = excluded.rate_window_ms, \
+     updated_at = excluded.updated_at";
+const DELETE: &str = "DELETE FROM queues WHERE name = ?1";
+const FORGET_STARTS: &str = "DELETE FROM queue_starts WHERE queue = ?1";
+const RUNNING: &str = "SELECT coalesce(sum(lease_expires_at >= ?2), 0), \
+     coalesce(sum(current_attempt IS NULL), 0), count(*) \
+     FROM jobs WHERE state = 'running' AND queue = ?1";
+const STARTED: &str =
+    "SELECT count(*), min(started_at) FROM queue_starts WHERE queue = ?1 AND started_at > ?2";
+const PRUNE_STARTS: &str = "DELETE FROM queue_starts WHERE queue = ?1 AND started_at <= ?2";
+const RECORD_START: &str = "INSERT INTO queue_starts (queue, started_at) VALUES (?1, ?2)";
+const JOB_COUNTS: &str = "SELECT queue, coalesce(sum(state = 'queued'), 0), \
+     coalesce(sum(state = 'running'), 0) FROM jobs GROUP BY queue";
+
+/// A row of `queues`: its name, limits and time of change.
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, Limits, Millis)> {
+    let concurrency: Option<i64> = r.get(2)?;
+    Ok((
+        r.get(0)?,
+        Limits {
+            paused: r.get::<_, i64>(1)? != 0,
+            concurrency: concurrency
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n >= 1),
+            rate: Rate::from_columns(r.get(3)?, r.get(4)?),
+        },
+        r.get(5)?,
+    ))
+}
+
+/// Applies an operator's change to `queue` (pause, resume, limits) and
+/// returns what is in force after it. A queue left with nothing in force
+/// loses its row; clearing a rate forgets the starts counted for it.
+pub(crate) fn change(
+    conn: &Connection,
+    queue: &str,
+    paused: Option<bool>,
+    limits: &QueueLimits,
+    now: Millis,
+) -> Result<Limits> {
+    let current = conn
+        .prepare_cached(ROW)?
+        .query_row([queue], from_row)
+        .optional()?
+        .map(|(_, l, _)| l)
+        .unwrap_or_default();
+    let next = current.changed(paused, limits);
+    if next.is_empty() {
+        conn.prepare_cached(DELETE)?.execute([queue])?;
+    } else {
+        conn.prepare_cached(UPSERT)?.execute(rusqlite::params![
+            queue,
+            next.paused,
+            next.concurrency,
+            next.rate.map(|r| r.limit),
+            next.rate.map(|r| r.window_ms),
+            now
+        ])?;
+    }
+    if next.rate.is_none() && current.rate.is_some() {
+        conn.prepare_cached(FORGET_STARTS)?.execute([queue])?;
+    }
+    Ok(next)
+}
+
+/// Records a start of a rate-limited queue, in the start's transaction.
+pub(crate) fn record_start(conn: &Connection, queue: &str, now: Millis) -> Result<()> {
+    conn.prepare_cached(RECORD_START)?
+        .execute(rusqlite::params![queue, now])?;
+    Ok(())
+}
+
+/// Every queue with jobs or controls, by name, with its load at `now`.
+pub(crate) fn list(conn: &Connection, now: Millis) -> Result<Vec<QueueControl>> {
+    let mut all: BTreeMap<String, QueueControl> = BTreeMap::new();
+    {
+        let mut st = conn.prepare_cached(JOB_COUNTS)?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (name, queued, running) = row?;
+            let q = all
+                .entry(name.clone())
+                .or_insert_with(|| QueueControl::named(&name));
+            q.queued = queued;
+            q.running = running;
+        }
+    }
+    for mut c in controlled(conn, now)? {
+        if let Some(q) = all.get(&c.name) {
+            c.queued = q.queued;
+            c.running = q.running;
+        }
+        all.insert(c.name.clone(), c);
+    }
+    Ok(all.into_values().collect())
+}
+
+/// The queues with controls in force (no job counts), by name, with the
+/// starts in each rate's window at `now`.
+pub(crate) fn controlled(conn: &Connection, now: Millis) -> Result<Vec<QueueControl>> {
+    let rows: Vec<(String, Limits, Millis)> = conn
+        .prepare_cached(ROWS)?
+        .query_map([], from_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (name, l, updated_at) in rows {
+        let started_in_window = match l.rate {
+            Some(rate) => Some(started(conn, &name, rate, now)?.0),
+            None => None,
+        };
+        let mut c = QueueControl::named(&name);
+        c.paused = l.paused;
+        c.concurrency = l.concurrency;
+        c.rate = l.rate;
+        c.started_in_window = started_in_window;
+        c.updated_at = Some(updated_at);
+        out.push(c);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// One queue's controls and load; None when it has no control.
+pub(crate) fn of_queue(
+    conn: &Connection,
+    queue: &str,
+    now: Millis,
+) -> Result<Option<QueueControl>> {
+    let Some((name, l, updated_at)) = conn
+        .prepare_cached(ROW)?
+        .query_row([queue], from_row)
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let (load, running) = load(conn, &name, &l, now)?;
+    let mut c = QueueControl::named(&name);
+    c.paused = l.paused;
+    c.concurrency = l.concurrency;
+    c.rate = l.rate;
+    c.running = running;
+    c.started_in_window = l.rate.map(|_| load.started);
+    c.updated_at = Some(updated_at);
+    Ok(Some(c))
+}
+
+/// Starts of `queue` in the rate's window at `now`, and the oldest of them.
+fn started(
+    conn: &Connection,
+    queue: &str,
+    rate: Rate,
+    now: Millis,
+) -> Result<(i64, Option<Millis>)> {
+    Ok(conn
+        .prepare_cached(STARTED)?
+        .query_row(rusqlite::params![queue, window_floor(now, rate)], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?)
+}
+
+/// A queue's load at `now`, as far as its limits need it, and how many of
+/// its jobs are `running` whatever their lease.
+fn load(conn: &Connection, queue: &str, limits: &Limits, now: Millis) -> Result<(Load, i64)> {
+    let (running, claimed, all): (i64, i64, i64) = conn
+        .prepare_cached(RUNNING)?
+        .query_row(rusqlite::params![queue, now], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+    let started = match limits.rate {
+        Some(rate) => started(conn, queue, rate, now)?.0,
+        None => 0,
+    };
+    Ok((
+        Load {
+            running,
+            started,
+            claimed,
+        },
+        all,
+    ))
+}
+
+/// The controls a claim obeys, read in the claim's own transaction, and
+/// the room it found in each queue it met.
+pub(crate) struct Gate {
+    limits: HashMap<String, Limits>,
+    /// Room in a limited queue, counted when a candidate of it first came
+    /// up, and the oldest start in its rate's window.
+    room: HashMap<String, (usize, Option<Millis>)>,
+    /// Queues the claim's query must skip: paused, or with no room left.
+    skipped: Vec<String>,
+    /// A job was left queued because its queue's cap or rate was full.
+    pub held_back: bool,
+    /// When a full rate next frees a start.
+    pub wake_at: Option<Millis>,
+}
+
+/// What [`Gate::choose`] decided about a round of candidates.
+pub(crate) enum Chosen<C> {
+    /// These, in order.
+    Done(Vec<C>),
+    /// A queue ran out of room and its candidates took places others may
+    /// fill: ask again without the full queues, whose chosen candidates
+    /// (these) the next round must add back, since its query skips them.
+    Again(Vec<C>),
+}
+
+impl Gate {
+    /// Reads the controls in force. An empty `queues` table (no control
+    /// anywhere) costs this one read of an empty table, nothing more.
+    pub(crate) fn read(conn: &Connection) -> Result<Gate> {
+        let mut limits = HashMap::new();
+        let mut skipped = Vec::new();
+        let mut st = conn.prepare_cached(ROWS)?;
+        for row in st.query_map([], from_row)? {
+            let (name, l, _) = row?;
+            if l.paused {
+                skipped.push(name.clone());
+            }
+            limits.insert(name, l);
+        }
+        Ok(Gate {
+            limits,
+            room: HashMap::new(),
+            skipped,
+            held_back: false,
+            wake_at: None,
+        })
+    }
+
+    /// No control anywhere: claims go as they always did.
+    pub(crate) fn is_open(&self) -> bool {
+        self.limits.is_empty()
+    }
+
+    /// The limits in force on `queue`, if any.
+    pub(crate) fn limits(&self, queue: &str) -> Option<&Limits> {
+        self.limits.get(queue)
+    }
+
+    /// The queues to skip, as the JSON list the claim's SQL reads; None
+    /// when there are none.
+    pub(crate) fn skipped_json(&self) -> Option<String> {
+        (!self.skipped.is_empty()).then(|| serde_json::to_string(&self.skipped).unwrap_or_default())
+    }
+
+    /// The room left in a limited queue, counted once per claim.
+    fn room_in(&mut self, conn: &Connection, queue: &str, now: Millis) -> Result<usize> {
+        if let Some(&(r, _)) = self.room.get(queue) {
+            return Ok(r);
+        }
+        let l = self.limits[queue];
+        let mut oldest = None;
+        if let Some(rate) = l.rate {
+            conn.prepare_cached(PRUNE_STARTS)?
+                .execute(rusqlite::params![queue, prune_floor(now, rate)])?;
+            oldest = started(conn, queue, rate, now)?.1;
+        }
+        let (load, _) = load(conn, queue, &l, now)?;
+        let r = room(&l, &load);
+        self.room.insert(queue.to_string(), (r, oldest));
+        Ok(r)
+    }
+
+    /// A rate this claim found or left full frees its next start when its
+    /// oldest start leaves the window (one of this claim's, if none is
+    /// older): the earliest such moment.
+    fn note_full_rates(&mut self, used: &HashMap<String, usize>, now: Millis) {
+        for (q, &(room, oldest)) in &self.room {
+            let Some(rate) = self.limits.get(q).and_then(|l| l.rate) else {
+                continue;
+            };
+            if used.get(q).copied().unwrap_or(0) >= room {
+                let at = frees_at(oldest.unwrap_or(now), rate);
+                self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+            }
+        }
+    }
+
+    /// Takes candidates in their order (priority first) up to `limit`,
+    /// each of a limited queue while the queue has room. `queue_of` names a
+    /// candidate's queue.
+    pub(crate) fn choose<C>(
+        &mut self,
+        conn: &Connection,
+        candidates: Vec<C>,
+        limit: usize,
+        now: Millis,
+        queue_of: impl Fn(&C) -> &str,
+    ) -> Result<Chosen<C>> {
+        let mut used: HashMap<String, usize> = HashMap::new();
+        let mut chosen = Vec::with_capacity(candidates.len().min(limit));
+        let mut filled = false;
+        for c in candidates {
+            if chosen.len() == limit {
+                break;
+            }
+            let q = queue_of(&c);
+            if self.limits.get(q).is_some_and(Limits::limited) {
+                let room = self.room_in(conn, q, now)?;
+                let n = used.entry(q.to_string()).or_default();
+                if *n >= room {
+                    self.held_back = true;
+                    if !self.skipped.iter().any(|s| s == q) {
+                        self.skipped.push(q.to_string());
+                        filled = true;
+                    }
+                    continue;
+                }
+                *n += 1;
+            }
+            chosen.push(c);
+        }
+        if filled && chosen.len() < limit {
+            let skipped = &self.skipped;
+            chosen.retain(|c| skipped.iter().any(|s| s == queue_of(c)));
+            return Ok(Chosen::Again(chosen));
+        }
+        self.note_full_rates(&used, now);
+        Ok(Chosen::Done(chosen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The window and room arithmetic with the clock as a parameter, and
+    //! the file's statements on a fresh file.
+
+    use super::*;
+    use crate::sqlite::sql_check::fresh_file;
+
+    const T0: Millis = 1_000_000;
+
+    fn rate(n: u32, ms: u64) -> Rate {
+        Rate::new(n, Duration::from_millis(ms)).unwrap()
+    }
+
+    #[test]
+    fn a_rate_shows_its_window_in_the_largest_unit_that_divides_it() {
+        assert_eq!(rate(100, 60_000).to_string(), "100/1m");
+        assert_eq!(rate(20, 1000).to_string(), "20/1s");
+        assert_eq!(rate(5, 90_000).to_string(), "5/90s");
+        assert_eq!(rate(1, 250).to_string(), "1/250ms");
+        assert_eq!(rate(3, 7_200_000).to_string(), "3/2h");
+        assert_eq!(rate(9, 86_400_000).to_string(), "9/1d");
+        assert_eq!(serde_json::to_string(&rate(2, 1000)).unwrap(), "\"2/1s\"");
+    }
+
+    #[test]
+    fn a_rate_refuses_no_starts_an_empty_window_and_one_over_a_year() {
+        assert!(Rate::new(0, Duration::from_secs(1)).is_err());
+        assert!(Rate::new(5, Duration::ZERO).is_err());
+        assert!(Rate::new(5, Duration::from_micros(999)).is_err());
+        assert!(Rate::new(5, Duration::from_millis(MAX_WINDOW_MS as u64 + 1)).is_err());
+        assert!(Rate::new(5, Duration::from_millis(MAX_WINDOW_MS as u64)).is_ok());
+    }
+
+    #[test]
+    fn a_start_counts_for_one_window_then_frees_its_place() {
+        let r = rate(2, 1000);
+        let start = T0;
+        // Counted while start > now - window: through now = start + 999.
+        assert!(start > window_floor(T0 + 999, r));
+        assert!(start <= window_floor(T0 + 1000, r));
+        assert_eq!(frees_at(start, r), T0 + 1000);
+        // A start recorded ahead of the clock (another clock) still counts.
+        assert!(T0 + 50 > window_floor(T0, r));
+        // Deleted only a window after it stopped counting.
+        assert_eq!(prune_floor(T0 + 1000, r), T0 - 1000);
+    }
+
+    #[test]
+    fn room_is_the_tightest_of_the_cap_and_the_rate_and_none_when_paused() {
+        let cap = Limits {
+            concurrency: Some(2),
+            ..Limits::default()
+        };
+        let load = |running, started, claimed| Load {
+            running,
+            started,
+            claimed,
+        };
+        assert_eq!(room(&cap, &load(0, 0, 0)), 2);
+        assert_eq!(room(&cap, &load(1, 9, 9)), 1);
+        assert_eq!(room(&cap, &load(2, 0, 0)), 0);
+        // More running than the cap (it was lowered): none, not negative.
+        assert_eq!(room(&cap, &load(5, 0, 0)), 0);
+        let rated = Limits {
+            rate: Some(rate(20, 1000)),
+            ..Limits::default()
+        };
+        assert_eq!(room(&rated, &load(50, 0, 0)), 20);
+        // Claimed jobs are starts to come.
+        assert_eq!(room(&rated, &load(0, 15, 3)), 2);
+        assert_eq!(room(&rated, &load(0, 20, 0)), 0);
+        let both = Limits {
+            concurrency: Some(4),
+            rate: Some(rate(3, 1000)),
+            ..Limits::default()
+        };
+        assert_eq!(room(&both, &load(0, 0, 0)), 3);
+        assert_eq!(room(&both, &load(3, 0, 0)), 1);
+        let paused = Limits {
+            paused: true,
+            ..both
+        };
+        assert_eq!(room(&paused, &load(0, 0, 0)), 0);
+        assert!(room(&Limits::default(), &load(0, 0, 0)) > 1 << 40);
+    }
+
+    #[test]
+    fn a_change_keeps_what_it_does_not_name() {
+        let start = Limits {
+            paused: true,
+            concurrency: Some(3),
+            rate: Some(rate(10, 1000)),
+        };
+        let l = start.changed(None, &QueueLimits::new().no_concurrency());
+        assert_eq!(
+            l,
+            Limits {
+                concurrency: None,
+                ..start
+            }
+        );
+        let l = l.changed(Some(false), &QueueLimits::new().no_rate());
+        assert!(l.is_empty());
+        let l = l.changed(None, &QueueLimits::new().concurrency(7));
+        assert_eq!(l.concurrency, Some(7));
+        assert!(!l.paused && l.limited());
+    }
+
+    #[test]
+    fn a_change_refuses_a_cap_of_zero_and_an_empty_name() {
+        assert!(check_change("q", &QueueLimits::new().concurrency(0)).is_err());
+        assert!(check_change("", &QueueLimits::new().concurrency(1)).is_err());
+        assert!(check_change("q", &QueueLimits::new().concurrency(1)).is_ok());
+    }
+
+    #[test]
+    fn a_queue_keeps_a_row_while_a_control_is_in_force() {
+        let (_dir, conn) = fresh_file();
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        change(&conn, "mail", Some(true), &QueueLimits::new(), T0).unwrap();
+        assert_eq!(count("SELECT count(*) FROM queues WHERE paused = 1"), 1);
+        let l = change(
+            &conn,
+            "mail",
+            None,
+            &QueueLimits::new().rate(rate(5, 1000)),
+            T0 + 1,
+        )
+        .unwrap();
+        assert!(l.paused && l.rate.is_some());
+        record_start(&conn, "mail", T0 + 2).unwrap();
+        let l = change(
+            &conn,
+            "mail",
+            Some(false),
+            &QueueLimits::new().no_rate(),
+            T0 + 3,
+        )
+        .unwrap();
+        assert!(l.is_empty());
+        assert_eq!(count("SELECT count(*) FROM queues"), 0);
+        // Its counted starts went with the rate.
+        assert_eq!(count("SELECT count(*) FROM queue_starts"), 0);
+        // Resuming a queue nobody paused changes nothing.
+        change(&conn, "other", Some(false), &QueueLimits::new(), T0).unwrap();
+        assert_eq!(count("SELECT count(*) FROM queues"), 0);
+    }
+
+    #[test]
+    fn the_listing_counts_each_queues_jobs_and_starts_in_the_window() {
+        let (_dir, conn) = fresh_file();
+        for (i, q) in ["a", "a", "b"].iter().enumerate() {
+            conn.execute(
+                "INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
+                 VALUES (?1, 'k', ?2, '{}', 0, 0)",
+                rusqlite::params![q, format!("key{i}")],
+            )
+            .unwrap();
+        }
+        change(
+            &conn,
+            "c",
+            None,
+            &QueueLimits::new().rate(rate(5, 1000)),
+            T0,
+        )
+        .unwrap();
+        for at in [T0 - 1000, T0 - 999, T0 - 1] {
+            record_start(&conn, "c", at).unwrap();
+        }
+        let all = list(&conn, T0).unwrap();
+        let names: Vec<&str> = all.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!((all[0].queued, all[0].updated_at), (2, None));
+        // T0 - 1000 left the window at T0.
+        assert_eq!(all[2].started_in_window, Some(2));
+        assert_eq!(all[2].updated_at, Some(T0));
+    }
+}

@@ -1,0 +1,307 @@
+//! Connections to the queue file: opening, pragmas, the reader pool, and the
+//! `BEGIN IMMEDIATE` rule. Writes nothing but the pragmas and the schema.
+
+use std::path::Path;
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Error, Result};
+use crate::sqlite::schema;
+
+/// How hard a commit pushes data to the disk (`PRAGMA synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit that answers a caller (an enqueue, a completion, an
+    /// acknowledgement) is fsynced before the caller is answered: a returned
+    /// enqueue survives power loss. The default. (The writer does the fsync
+    /// of the WAL itself, off its thread; the file's other connections read
+    /// back `synchronous=2`.)
+    #[default]
+    Full,
+    /// Commits are fsynced only at checkpoints: a process crash loses nothing,
+    /// but a power loss may lose the last commits. Faster.
+    Normal,
+}
+
+impl Synchronous {
+    /// The pragma value, as SQLite spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+
+    /// The number SQLite reads back from `PRAGMA synchronous`.
+    pub fn pragma_value(self) -> i64 {
+        match self {
+            Synchronous::Full => 2,
+            Synchronous::Normal => 1,
+        }
+    }
+}
+
+impl std::str::FromStr for Synchronous {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "full" => Ok(Synchronous::Full),
+            "normal" => Ok(Synchronous::Normal),
+            _ => Err(Error::invalid(format!(
+                "synchronous must be 'full' or 'normal', not {s:?}"
+            ))),
+        }
+    }
+}
+
+/// The per-connection settings every connection to the file gets.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnConfig {
+    pub synchronous: Synchronous,
+    pub busy_timeout: Duration,
+}
+
+/// Applies the per-connection pragmas. WAL is a property of the file and is
+/// set once in [`open_file`]; these must be set on every connection.
+pub(crate) fn configure(conn: &Connection, cfg: &ConnConfig) -> rusqlite::Result<()> {
+    // An explicit, long busy timeout: another process (or a sqlite3 shell in
+    // a transaction) holding the write lock for a few seconds makes us wait,
+    // not fail. rusqlite's default is 5 s.
+    conn.busy_timeout(cfg.busy_timeout)?;
+    conn.pragma_update(None, "synchronous", cfg.synchronous.as_str())?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Keep the page cache modest: RSS must stay small with a million jobs.
+    conn.pragma_update(None, "cache_size", -8192)?;
+    Ok(())
+}
+
+fn open_err(path: &Path, e: impl Into<Error>) -> Error {
+    match e.into() {
+        e @ Error::SchemaTooNew { .. } => e,
+        Error::NotADatabase(m) => Error::NotADatabase(format!("{}: {m}", path.display())),
+        Error::Busy(m) => Error::Busy(format!("{}: {m}", path.display())),
+        Error::StorageFull(m) => Error::StorageFull(format!("{}: {m}", path.display())),
+        other => Error::Open(format!("cannot open {}: {other}", path.display())),
+    }
+}
+
+/// Opens (creating if needed) the queue file: refuses a newer schema without
+/// touching the file, switches it to WAL, migrates it, and returns a
+/// configured connection.
+pub(crate) fn open_file(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
+    if path.is_dir() {
+        return Err(Error::Open(format!(
+            "cannot open {}: it is a directory",
+            path.display()
+        )));
+    }
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| open_err(path, e))?;
+    conn.busy_timeout(cfg.busy_timeout)
+        .map_err(|e| open_err(path, e))?;
+    // Read the version before any write (WAL switch included), so a newer
+    // file is refused untouched.
+    schema::check_not_newer(&conn).map_err(|e| open_err(path, e))?;
+    // SQLite silently falls back to read-only when the file cannot be
+    // written (permissions, immutable attribute): refuse now, naming the
+    // path, rather than fail at the first write with a bare "readonly".
+    if conn
+        .is_readonly(rusqlite::MAIN_DB)
+        .map_err(|e| open_err(path, e))?
+    {
+        return Err(Error::Open(format!(
+            "cannot open {}: the file is read-only (check its permissions and attributes); \
+             litejob needs to write it",
+            path.display()
+        )));
+    }
+    let mode = switch_to_wal(&conn, cfg.busy_timeout).map_err(|e| open_err(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::Open(format!(
+            "cannot open {}: could not switch to WAL mode (journal_mode is {mode})",
+            path.display()
+        )));
+    }
+    configure(&conn, cfg).map_err(|e| open_err(path, e))?;
+    schema::migrate(&mut conn).map_err(|e| open_err(path, e))?;
+    Ok(conn)
+}
+
+/// `PRAGMA journal_mode=WAL`, retried while another connection holds a
+/// lock. Leaving rollback mode needs an exclusive lock, and SQLite takes it
+/// by upgrading the pragma's own read lock, which never waits for the busy
+/// handler (waiting there could deadlock): two processes opening a new file
+/// at the same moment saw "database is locked" at once
+/// (demo::two_copies_at_once_on_one_file_finish_with_the_same_result).
+fn switch_to_wal(conn: &Connection, patience: Duration) -> rusqlite::Result<String> {
+    let give_up = std::time::Instant::now() + patience;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Opens one more connection to a file that [`open_file`] already prepared.
+pub(crate) fn connect(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| open_err(path, e))?;
+    configure(&conn, cfg).map_err(|e| open_err(path, e))?;
+    Ok(conn)
+}
+
+/// Opens an existing queue file for reading only ([`crate::Queue::open_read_only`]):
+/// it never creates, migrates or writes the file, and refuses one that is
+/// missing, is not a litejob file, or whose schema is not this binary's.
+///
+/// A reader of a WAL file needs the file's `-shm` (and `-wal`) beside it:
+/// SQLite creates them if the directory is writable, and a read-only
+/// connection writes only its read marks there, never the database.
+pub(crate) fn open_read_only(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
+    if !path.is_file() {
+        return Err(Error::Open(format!(
+            "cannot open {}: no such file (a read-only open never creates one)",
+            path.display()
+        )));
+    }
+    let conn =
+        Connection::open_with_flags(path, read_only_flags()).map_err(|e| open_err(path, e))?;
+    configure_read_only(&conn, cfg).map_err(|e| open_err(path, e))?;
+    let found = schema::check_not_newer(&conn).map_err(|e| read_only_err(path, e))?;
+    if found == 0 {
+        return Err(Error::NotADatabase(format!(
+            "{}: not a litejob queue file (it has no litejob schema)",
+            path.display()
+        )));
+    }
+    if found < schema::SCHEMA_VERSION {
+        return Err(Error::Open(format!(
+            "cannot open {} read-only: its schema is version {found}, older than this \
+             litejob's {}; open it once read-write (`litejob init`) to migrate it",
+            path.display(),
+            schema::SCHEMA_VERSION
+        )));
+    }
+    Ok(conn)
+}
+
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// The pragmas of a read-only connection. Closing it must never checkpoint
+/// (a checkpoint writes the database file), whatever SQLite would do for
+/// the last connection to close.
+fn configure_read_only(conn: &Connection, cfg: &ConnConfig) -> rusqlite::Result<()> {
+    conn.busy_timeout(cfg.busy_timeout)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    conn.pragma_update(None, "query_only", true)?;
+    conn.pragma_update(None, "cache_size", -8192)?;
+    Ok(())
+}
+
+/// A read-only open's error, with the likely cause when SQLite could not
+/// open the `-shm`/`-wal` files beside a WAL file.
+fn read_only_err(path: &Path, e: Error) -> Error {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen)
+        || e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly)
+    {
+        return Error::Open(format!(
+            "cannot read {}: a reader of a WAL file needs its -wal and -shm files, which \
+             exist or can be created beside it (is the directory writable?): {e}",
+            path.display()
+        ));
+    }
+    open_err(path, e)
+}
+
+/// The reader pool's connection manager: r2d2_sqlite's, plus one rule — a
+/// connection given back inside an open transaction is broken and dropped,
+/// so the pool never hands one out mid-transaction.
+#[derive(Debug)]
+pub(crate) struct Manager(SqliteConnectionManager);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Connection;
+    type Error = rusqlite::Error;
+
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        self.0.connect()
+    }
+
+    fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        if conn.is_autocommit() {
+            Ok(())
+        } else {
+            Err(rusqlite::Error::InvalidQuery)
+        }
+    }
+
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        !conn.is_autocommit()
+    }
+}
+
+/// A pool of reader connections.
+pub(crate) type Pool = r2d2::Pool<Manager>;
+
+pub(crate) fn pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
+    let cfg = cfg.clone();
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        // Readers never write: every write of the library goes through the
+        // writer, and a write slipped into `Queue::read` fails at once
+        // instead of taking the lock behind the writer's back.
+        .with_init(move |c| {
+            configure(c, &cfg)?;
+            c.pragma_update(None, "query_only", true)
+        });
+    build_pool(manager, size)
+}
+
+/// A pool of connections opened with `SQLITE_OPEN_READONLY`, for a queue
+/// opened read-only: SQLite itself refuses any write on them.
+pub(crate) fn read_only_pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
+    let cfg = cfg.clone();
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(read_only_flags())
+        .with_init(move |c| configure_read_only(c, &cfg));
+    build_pool(manager, size)
+}
+
+fn build_pool(manager: SqliteConnectionManager, size: u32) -> Result<Pool> {
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(0))
+        .test_on_check_out(true)
+        .connection_timeout(Duration::from_secs(60))
+        .build(Manager(manager))
+        .map_err(|e| Error::Pool(e.to_string()))
+}
+
+/// Begins a write transaction with `BEGIN IMMEDIATE`. A deferred transaction
+/// that later upgrades to a writer fails at once with SQLITE_BUSY_SNAPSHOT
+/// when another process wrote in between, whatever the busy timeout; taking
+/// the write lock up front makes it wait instead.
+pub fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>> {
+    Ok(conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
+}

@@ -1,0 +1,259 @@
+//! Starting a run: the start's light commit, the prepare step on the worker
+//! and the apply step handed to the writer.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+
+use crate::core::backoff::Rng;
+use crate::core::handler::{panic_message, ErasedHandler, JobContext, PrepareStop, Prepared};
+use crate::core::time::{now_ms, Millis};
+use crate::error::{Error, Result};
+use crate::fault;
+use crate::sqlite::claim::{self, Claimed};
+use crate::sqlite::history::AttemptOutcome;
+use crate::sqlite::run::{self, ApplyInput, Next, Within};
+
+use super::finish::submit_fail;
+use super::pending::{context, Pending, Running};
+use crate::runtime::Shared;
+
+/// Once a run's start committed, before any of its user code: counts it in
+/// flight under its attempt (its lease is renewed, a stop gives it back)
+/// and logs "job started". Returns its context and its "N/M" attempt.
+fn announce_start(
+    s: &Arc<Shared>,
+    id: i64,
+    kind: &str,
+    st: &claim::Started,
+    worker: &str,
+) -> (JobContext, String) {
+    fault::point("after-start-commit");
+    s.in_flight.started(id, st.attempt_id);
+    let ctx = context(id, kind, st);
+    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
+    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt_str.as_str(), worker = worker; "job started");
+    (ctx, attempt_str)
+}
+
+/// The simple case, a handler with no prepare step: no user code runs on
+/// the worker, so the worker hands both the start (a light commit) and the
+/// apply step to the writer without waiting, and goes on with its next job.
+/// The writer commits the start before it runs the apply (light operations
+/// first, and this thread sent the start first), so a crash inside the
+/// handler is still seen afterwards as an abandoned run.
+fn begin_apply_only(
+    s: &Arc<Shared>,
+    claimed: &Claimed,
+    worker: &str,
+    rng: &mut Rng,
+    handler: Arc<dyn ErasedHandler>,
+) -> Pending {
+    let slot: Arc<Mutex<Option<claim::Started>>> = Arc::new(Mutex::new(None));
+    let (id, owner, w, rated) = (
+        claimed.id,
+        s.owner.clone(),
+        worker.to_string(),
+        claimed.rated,
+    );
+    let slot_w = slot.clone();
+    let start = move |conn: &rusqlite::Connection| {
+        let now = now_ms();
+        let st = claim::start(conn, id, &owner, &w, rated, now)?;
+        slot_w.lock().unwrap().clone_from(&st);
+        Ok(st)
+    };
+    let backoff_unit = rng.unit();
+    let (sh, kind, w) = (s.clone(), claimed.kind.clone(), worker.to_string());
+    let apply = move |conn: &rusqlite::Connection| {
+        let Some(st) = slot.lock().unwrap().take() else {
+            return Err(Error::LeaseLost {
+                job_id: id,
+                detail: "not started".into(),
+            });
+        };
+        apply_started(conn, &sh, handler.as_ref(), id, &kind, &w, st, backoff_unit)
+    };
+    // A suspect (a run of it was cut short by a crash: perhaps a poison
+    // pill) runs in a writer cycle of its own, so that if it kills the
+    // process again no healthy job's run is started and unfinished with it.
+    let (start_rx, apply_rx) = s
+        .queue
+        .writer()
+        .submit_pair(claimed.abandoned > 0, start, apply);
+    Pending::Starting {
+        id,
+        kind: claimed.kind.clone(),
+        start_rx,
+        apply_rx,
+        backoff_unit,
+        t0: Instant::now(),
+    }
+}
+
+/// The apply step of an apply-only run whose start committed (on the
+/// writer, after that commit): decode the payload, run the handler inside
+/// the job's transaction, record completion or failure.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn apply_started(
+    conn: &rusqlite::Connection,
+    sh: &Arc<Shared>,
+    handler: &dyn ErasedHandler,
+    id: i64,
+    kind: &str,
+    worker: &str,
+    st: claim::Started,
+    backoff_unit: f64,
+) -> Result<run::RunEnd> {
+    let (ctx, _) = announce_start(sh, id, kind, &st, worker);
+    let now = now_ms();
+    let backoff_at = now
+        + sh.cfg
+            .backoff
+            .delay(ctx.attempt as u32, backoff_unit)
+            .as_millis() as i64;
+    fault::point("in-handler");
+    // Decoding runs user code too (a Deserialize impl): guard it like
+    // the handler.
+    let decoded = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &st.payload)))
+        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    match decoded {
+        Ok(prepared) => {
+            let r = run::apply(
+                conn,
+                ApplyInput {
+                    handler,
+                    ctx,
+                    attempt_id: st.attempt_id,
+                    prepared,
+                    outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
+                    backoff_at,
+                    interrupts: sh.queue.writer().interrupts(),
+                },
+                now,
+            );
+            fault::point("before-complete-commit");
+            r
+        }
+        Err(stop) => {
+            let (outcome, msg, next) = failure(stop, backoff_at);
+            run::fail(
+                conn,
+                id,
+                st.attempt_id,
+                outcome,
+                &msg,
+                next,
+                now,
+                Within::SelfIsolated,
+            )
+        }
+    }
+}
+
+/// What a run that stopped before its apply step records: a payload that
+/// does not decode is discarded at once; a failed or panicking prepare
+/// step retries after the backoff.
+pub(crate) fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
+    match stop {
+        PrepareStop::BadPayload(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
+        PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),
+        PrepareStop::Panicked(msg) => (AttemptOutcome::Panicked, msg, Next::RetryAt(backoff_at)),
+    }
+}
+
+/// Starts a claimed job (a light commit, before any user code runs, so a
+/// crash inside the handler is seen afterwards), runs its prepare step here
+/// and hands its apply step (or its failure) to the writer.
+pub(crate) fn begin_job(
+    s: &Arc<Shared>,
+    claimed: &Claimed,
+    worker: &str,
+    rng: &mut Rng,
+) -> Option<Pending> {
+    let handler = s.handlers.get(&claimed.kind).cloned()?;
+    if !handler.has_prepare() {
+        return Some(begin_apply_only(s, claimed, worker, rng, handler));
+    }
+    let id = claimed.id;
+    let started = start_run(s, id, worker, claimed.rated)?;
+    let (ctx, attempt_str) = announce_start(s, id, &claimed.kind, &started, worker);
+    let t0 = Instant::now();
+    fault::point("in-handler");
+    s.preparing.fetch_add(1, Ordering::SeqCst);
+    let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)))
+        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    s.preparing.fetch_sub(1, Ordering::SeqCst);
+    let attempt_id = started.attempt_id;
+    let backoff_at = now_ms()
+        + s.cfg
+            .backoff
+            .delay(ctx.attempt as u32, rng.unit())
+            .as_millis() as i64;
+    let rx = match prepared {
+        Ok(prepared) => submit_apply(s, handler, ctx.clone(), attempt_id, prepared, backoff_at),
+        Err(stop) => {
+            let (outcome, msg, next) = failure(stop, backoff_at);
+            submit_fail(s, id, attempt_id, outcome, msg, next)
+        }
+    };
+    Some(Pending::Running(Running {
+        rx,
+        ctx,
+        attempt_id,
+        attempt_str,
+        backoff_at,
+        t0,
+    }))
+}
+
+/// The run's start, a light commit of its own. None when the job is no
+/// longer ours, or the start failed (then the claim goes back, uncharged).
+fn start_run(s: &Arc<Shared>, id: i64, worker: &str, rated: bool) -> Option<claim::Started> {
+    let (owner, w) = (s.owner.clone(), worker.to_string());
+    match s.queue.writer().run_light(move |conn| {
+        let now = now_ms();
+        claim::start(conn, id, &owner, &w, rated, now)
+    }) {
+        Ok(started) => started,
+        Err(e) => {
+            s.start_failed(id, &e);
+            None
+        }
+    }
+}
+
+/// Hands a prepared run's apply step to the writer, to run inside the
+/// group transaction.
+fn submit_apply(
+    s: &Arc<Shared>,
+    handler: Arc<dyn ErasedHandler>,
+    ctx: JobContext,
+    attempt_id: i64,
+    prepared: Prepared,
+    backoff_at: Millis,
+) -> Receiver<Result<run::RunEnd>> {
+    let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
+    let interrupts = s.queue.writer().interrupts().clone();
+    s.queue.writer().submit_apply(move |conn| {
+        let r = run::apply(
+            conn,
+            ApplyInput {
+                handler: handler.as_ref(),
+                ctx,
+                attempt_id,
+                prepared,
+                outbox_max_attempts,
+                backoff_at,
+                interrupts: &interrupts,
+            },
+            now_ms(),
+        );
+        fault::point("before-complete-commit");
+        r
+    })
+}

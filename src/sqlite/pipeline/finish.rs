@@ -1,0 +1,205 @@
+//! A run's end: waiting for its commit, recording what the writer could
+//! not, logging it, letting go of the job.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use crate::core::time::now_ms;
+use crate::error::{Error, Result};
+use crate::fault;
+use crate::sqlite::claim;
+use crate::sqlite::history::AttemptOutcome;
+use crate::sqlite::run::{self, Next, Within};
+use crate::sqlite::writer;
+
+use super::pending::{context, Pending, Running};
+use crate::runtime::Shared;
+
+/// Waits for a run's commit, handles what the writer could not record, logs
+/// the run's end line and lets go of the job.
+pub(crate) fn finish_job(s: &Arc<Shared>, p: Pending) {
+    let running = match p {
+        Pending::Running(r) => r,
+        Pending::Starting {
+            id,
+            kind,
+            start_rx,
+            apply_rx,
+            backoff_unit,
+            t0,
+        } => match writer::wait(start_rx) {
+            Ok(Some(st)) => {
+                let ctx = context(id, &kind, &st);
+                let delay = s.cfg.backoff.delay(ctx.attempt as u32, backoff_unit);
+                Running {
+                    rx: apply_rx,
+                    attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
+                    ctx,
+                    attempt_id: st.attempt_id,
+                    backoff_at: now_ms() + delay.as_millis() as i64,
+                    t0,
+                }
+            }
+            other => {
+                // Not started (the claim was lost, or the start was not
+                // committed): nothing ran. Give the claim back if it is
+                // still ours.
+                let _ = writer::wait(apply_rx);
+                if let Err(e) = other {
+                    s.start_failed(id, &e);
+                }
+                s.in_flight.forget_job(id);
+                s.slot_freed();
+                return;
+            }
+        },
+    };
+    finish_running(s, running);
+    s.slot_freed();
+}
+
+/// Waits for a started run's commit; an interrupted write is recorded as a
+/// failed run, a transient one gives the job back uncharged.
+fn finish_running(s: &Arc<Shared>, r: Running) {
+    let Running {
+        rx,
+        ctx,
+        attempt_id,
+        attempt_str,
+        backoff_at,
+        t0,
+    } = r;
+    let id = ctx.id;
+    let result = writer::wait(rx);
+    if result.is_ok() {
+        fault::point("after-complete-commit");
+    }
+    let result = match result {
+        Err(Error::Interrupted(msg)) => fail_run(
+            s,
+            id,
+            attempt_id,
+            AttemptOutcome::Failed,
+            msg,
+            Next::RetryAt(backoff_at),
+        ),
+        Err(e) if e.is_transient() => release_after_transient(s, id, attempt_id, e),
+        other => other,
+    };
+    let ms = t0.elapsed().as_millis() as u64;
+    match result {
+        Ok(end) => {
+            let err = end.error.clone().unwrap_or_default();
+            let next = end
+                .retry_at
+                .map(crate::core::time::format_millis)
+                .unwrap_or_default();
+            log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+                attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), state = end.state.as_str(),
+                duration_ms = ms, retry_at = next.as_str(), error = err.as_str(); "job finished");
+            if end.outbox_added > 0 {
+                s.queue.notify_outbox();
+            }
+        }
+        Err(e) => {
+            let err = e.to_string();
+            log::warn!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+                attempt = attempt_str.as_str(), outcome = "not recorded", duration_ms = ms,
+                error = err.as_str(); "job run not recorded");
+        }
+    }
+    s.in_flight.run_ended(id, attempt_id);
+}
+
+/// The write that records a failed run, as its own durable operation.
+fn fail_op(
+    id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+) -> impl FnOnce(&rusqlite::Connection) -> Result<run::RunEnd> + Send + 'static {
+    move |conn| {
+        let now = now_ms();
+        run::fail(
+            conn,
+            id,
+            attempt_id,
+            outcome,
+            &msg,
+            next,
+            now,
+            Within::WritersSavepoint,
+        )
+    }
+}
+
+/// Hands the record of a failed run to the writer.
+pub(crate) fn submit_fail(
+    s: &Arc<Shared>,
+    id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+) -> Receiver<Result<run::RunEnd>> {
+    s.queue
+        .writer()
+        .submit(fail_op(id, attempt_id, outcome, msg, next))
+}
+
+/// Records a failed run on the writer and waits for its commit.
+fn fail_run(
+    s: &Arc<Shared>,
+    id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+) -> Result<run::RunEnd> {
+    s.queue
+        .writer()
+        .run(fail_op(id, attempt_id, outcome, msg, next))
+}
+
+/// The write failed for a reason that is not the job's fault (disk full,
+/// busy past the timeout, a neighbour's rollback): give the job back
+/// uncharged, retrying until the write goes through or the lease is gone.
+fn release_after_transient(
+    s: &Arc<Shared>,
+    id: i64,
+    attempt_id: i64,
+    e: Error,
+) -> Result<run::RunEnd> {
+    log::warn!(target: "litejob", job_id = id; "run of job {id} not recorded ({e}); releasing it");
+    let mut delay = Duration::from_millis(50);
+    let give_up = Instant::now() + s.cfg.lease;
+    loop {
+        let o = s.owner.clone();
+        let why = e.to_string();
+        match s.queue.writer().run(move |conn| {
+            claim::release(
+                conn,
+                id,
+                &o,
+                Some(attempt_id),
+                &format!("released uncharged: the run's write failed ({why})"),
+                now_ms(),
+            )
+        }) {
+            Ok(_) => return Err(e),
+            Err(e2)
+                if e2.is_transient()
+                    && Instant::now() < give_up
+                    && !s.stopping.load(Ordering::SeqCst) =>
+            {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(_) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! One run's transaction: fence check, ledger insert, the handler's apply
+//! step, completion and the attempt's outcome — or, on failure, the retry or
+//! death of the job. Writes `jobs` (completion, failure), `processed_jobs`
+//! (via ledger), `attempts` (via history) and whatever the handler writes.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::Connection;
+
+use crate::core::handler::{
+    panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared, Savepoint, RELEASE_RUN,
+    ROLLBACK_RUN,
+};
+use crate::core::job::JobState;
+use crate::core::time::Millis;
+use crate::error::{Error, Result};
+use crate::sqlite::history::{self, AttemptOutcome};
+use crate::sqlite::ledger;
+use crate::sqlite::writer::exec_cached;
+
+/// How a run ended, as recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct RunEnd {
+    pub outcome: AttemptOutcome,
+    pub state: JobState,
+    pub error: Option<String>,
+    /// New outbox rows written by the run (0 unless it succeeded).
+    pub outbox_added: usize,
+    /// When it runs again, if it was requeued.
+    pub retry_at: Option<Millis>,
+}
+
+/// What to do with a failed run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Next {
+    /// Requeue at this time if attempts remain, else dead.
+    RetryAt(Millis),
+    /// Dead now, whatever the attempts.
+    Discard,
+}
+
+/// Whether this run still holds the job: running, fenced on its attempt.
+fn holds(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND current_attempt = ?2 AND state = 'running')",
+        )?
+        .query_row(rusqlite::params![job_id, attempt_id], |r| r.get(0))?)
+}
+
+fn lease_lost(job_id: i64, attempt_id: i64) -> Error {
+    Error::LeaseLost {
+        job_id,
+        detail: format!(
+            "attempt {attempt_id} no longer holds the job (its lease expired or it was \
+             released); its transaction was rolled back"
+        ),
+    }
+}
+
+fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Result<()> {
+    const SQL: &str = "UPDATE jobs SET state = 'succeeded', finished_at = ?3, last_error = NULL, \
+         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
+    if conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![job_id, attempt_id, now])?
+        != 1
+    {
+        return Err(Error::LeaseLost {
+            job_id,
+            detail: "completion refused".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Where a write runs, which decides how a step failing half-way is undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Within {
+    /// Inside the writer's savepoint for the operation: return the error,
+    /// the writer rolls back to that savepoint.
+    WritersSavepoint,
+    /// Inside a self-isolated operation (see [`apply`]): end the
+    /// transaction.
+    SelfIsolated,
+}
+
+/// Records a failed run and requeues or kills the job. Fenced on the attempt.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fail(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    outcome: AttemptOutcome,
+    error: &str,
+    next: Next,
+    now: Millis,
+    within: Within,
+) -> Result<RunEnd> {
+    let half_done = |e: Error| match within {
+        Within::WritersSavepoint => e,
+        Within::SelfIsolated => abort(conn, e),
+    };
+    const SQL: &str = "UPDATE jobs SET \
+         state = CASE WHEN ?3 OR attempts >= max_attempts THEN 'dead' ELSE 'queued' END, \
+         finished_at = CASE WHEN ?3 OR attempts >= max_attempts THEN ?6 ELSE NULL END, \
+         run_at = ?4, last_error = ?5, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running' RETURNING state";
+    let (discard, retry_at) = match next {
+        Next::RetryAt(at) => (false, at),
+        Next::Discard => (true, now),
+    };
+    let capped = history::cap_error(error);
+    let state: Option<String> = {
+        let mut st = conn.prepare_cached(SQL)?;
+        let mut rows = st.query(rusqlite::params![
+            job_id, attempt_id, discard, retry_at, capped, now
+        ])?;
+        match rows.next()? {
+            Some(r) => Some(r.get(0)?),
+            None => None,
+        }
+    };
+    let Some(state) = state else {
+        return Err(Error::LeaseLost {
+            job_id,
+            detail: "failure not recorded, the run lost its lease".into(),
+        });
+    };
+    let state: JobState = state.parse().map_err(&half_done)?;
+    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(half_done)?;
+    Ok(RunEnd {
+        outcome,
+        state,
+        error: Some(capped),
+        outbox_added: 0,
+        retry_at: (state == JobState::Queued).then_some(retry_at),
+    })
+}
+
+/// Everything the apply step needs besides the connection.
+pub(crate) struct ApplyInput<'h> {
+    pub handler: &'h dyn ErasedHandler,
+    pub ctx: JobContext,
+    pub attempt_id: i64,
+    pub prepared: Prepared,
+    pub outbox_max_attempts: i64,
+    /// When the job runs again if the handler asks for a plain retry.
+    pub backoff_at: Millis,
+    /// The writer's count of operations its watchdog interrupted
+    /// ([`crate::sqlite::writer::Writer::interrupts`]): read around the handler, it
+    /// says whether the time budget stopped this run.
+    pub interrupts: &'h AtomicU64,
+}
+
+/// The run's transaction: ledger row first, fenced on the attempt, the
+/// handler's SQL and outbox rows, completion. Any other outcome rolls the
+/// work back (ledger row included) and records the failure instead.
+///
+/// It isolates itself, so it must run as a self-isolated writer operation
+/// ([`crate::sqlite::writer::Writer::submit_apply`]), without the writer's
+/// savepoint: the handler's writes go inside a savepoint of their own,
+/// opened the first time the handler reaches the connection, and the ledger
+/// row — written before it — is deleted again when the run fails. A no-op
+/// handler thus costs no savepoint: SQLite copies every page first written
+/// inside a savepoint into its sub-journal, and with the writer's savepoint
+/// around every run that was ~10 % of processing. The rule it keeps: when
+/// it returns an error, the transaction holds nothing of this run (it
+/// failed before its first write: the fence, or a lost lease), or it was
+/// ended with a ROLLBACK (any step failing from the ledger row on), so that
+/// the writer never commits half a run.
+pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
+    let ApplyInput {
+        handler,
+        ctx,
+        attempt_id,
+        prepared,
+        outbox_max_attempts,
+        backoff_at,
+        interrupts,
+    } = input;
+    // The fence, then the ledger row: written only while this attempt still
+    // holds the job (both in this transaction, nothing between them). From
+    // the first write on, a failing step ends the transaction (`abort`):
+    // SQLite undoes a failed statement's own writes, but not the ones
+    // before it, and there is no savepoint of the writer's to go back to.
+    if !holds(conn, ctx.id, attempt_id)? {
+        return Err(lease_lost(ctx.id, attempt_id));
+    }
+    if !ledger::record(conn, &ctx.key, ctx.id, now).map_err(|e| abort(conn, e))? {
+        // Someone already did this key's work: do nothing, finish the job.
+        return finish_duplicate(conn, ctx.id, attempt_id, now);
+    }
+    let tx = JobTx {
+        conn,
+        job: &ctx,
+        now,
+        outbox_max_attempts,
+        outbox_added: std::cell::Cell::new(0),
+        savepoint: std::cell::Cell::new(Savepoint::NotOpened),
+    };
+    let interrupts_before = interrupts.load(Ordering::Acquire);
+    let result = catch_unwind(AssertUnwindSafe(|| handler.apply(&tx, prepared)));
+    let outbox_added = tx.outbox_added.get();
+    let savepoint = tx.savepoint.get();
+    if conn.is_autocommit() {
+        // The handler's SQL failed in a way that rolled the whole transaction
+        // back (disk full, interrupted by the time budget): nothing of this
+        // group survives; the writer tells the others.
+        let interrupted = interrupts.load(Ordering::Acquire) != interrupts_before;
+        return Err(rolled_back(&result, interrupted));
+    }
+    if savepoint == Savepoint::Failed {
+        // The handler wrote outside any savepoint: its writes cannot be
+        // told from its neighbours'.
+        return Err(abort(
+            conn,
+            Error::Aborted(format!(
+                "job {}: its savepoint could not be opened; the transaction was rolled back",
+                ctx.id
+            )),
+        ));
+    }
+    let (outcome, error, next) = match judge(result, now, backoff_at) {
+        Verdict::Done => {
+            return finish_done(conn, ctx.id, attempt_id, savepoint, outbox_added, now)
+        }
+        Verdict::Failed(outcome, error, next) => (outcome, error, next),
+    };
+    // Undo the handler's writes and the ledger row, then record the failure.
+    let undone = (|| {
+        if savepoint == Savepoint::Open {
+            exec_cached(conn, ROLLBACK_RUN)?;
+            exec_cached(conn, RELEASE_RUN)?;
+        }
+        ledger::unrecord(conn, &ctx.key)
+    })();
+    undone.map_err(|e| abort(conn, e))?;
+    fail(
+        conn,
+        ctx.id,
+        attempt_id,
+        outcome,
+        &error,
+        next,
+        now,
+        Within::SelfIsolated,
+    )
+}
+
+/// What the handler returned (or how it panicked), run to completion.
+pub(crate) type HandlerResult =
+    std::thread::Result<std::result::Result<Outcome, crate::core::handler::HandlerError>>;
+
+/// A key already in the ledger: the run records `duplicate` and completes
+/// the job without the handler.
+fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -> Result<RunEnd> {
+    let finished = history::finish(
+        conn,
+        attempt_id,
+        AttemptOutcome::Duplicate,
+        Some("duplicate: the ledger already holds this key, the work was done before"),
+        now,
+    )
+    .and_then(|_| complete(conn, job, attempt_id, now));
+    finished.map_err(|e| abort(conn, e))?;
+    Ok(RunEnd {
+        outcome: AttemptOutcome::Duplicate,
+        state: JobState::Succeeded,
+        error: None,
+        outbox_added: 0,
+        retry_at: None,
+    })
+}
+
+/// The handler said `Done`: keep its writes, complete the job, record the
+/// attempt as succeeded.
+fn finish_done(
+    conn: &Connection,
+    job: i64,
+    attempt_id: i64,
+    savepoint: Savepoint,
+    outbox_added: usize,
+    now: Millis,
+) -> Result<RunEnd> {
+    let done = (|| {
+        if savepoint == Savepoint::Open {
+            exec_cached(conn, RELEASE_RUN)?;
+        }
+        complete(conn, job, attempt_id, now)?;
+        history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)
+    })();
+    done.map_err(|e| abort(conn, e))?;
+    Ok(RunEnd {
+        outcome: AttemptOutcome::Succeeded,
+        state: JobState::Succeeded,
+        error: None,
+        outbox_added,
+        retry_at: None,
+    })
+}
+
+/// Why SQLite rolled the run's whole transaction back. `interrupted`: the
+/// watchdog stopped one of its statements (the time budget), which is known
+/// for a fact; otherwise the code in the handler's error, if it kept one. A
+/// handler that panicked (a panic carries text, no code) or lost the code
+/// leaves the cause unknown: the group is aborted and the run given back
+/// uncharged, as for a full disk, while an over-budget run is charged, so
+/// a handler that hangs and then panics cannot run forever.
+fn rolled_back(result: &HandlerResult, interrupted: bool) -> Error {
+    let (why, code) = match result {
+        Ok(Err(e)) => (e.to_string(), sqlite_code(e.as_ref())),
+        Err(p) => (
+            format!("the handler panicked: {}", panic_message(p.as_ref())),
+            None,
+        ),
+        Ok(Ok(_)) => ("the transaction was rolled back".to_string(), None),
+    };
+    let code = if interrupted {
+        Some(rusqlite::ErrorCode::OperationInterrupted)
+    } else {
+        code
+    };
+    classify_rollback(&why, code)
+}
+
+/// How a run that ran to its end (or panicked) turned out.
+pub(crate) enum Verdict {
+    /// The handler said `Done`.
+    Done,
+    /// Anything else: the attempt's outcome, its error text and what comes
+    /// next for the job.
+    Failed(AttemptOutcome, String, Next),
+}
+
+/// What a handler's result means for its run: done, or failed with an
+/// outcome, an error and what comes next for the job.
+pub(crate) fn judge(result: HandlerResult, now: Millis, backoff_at: Millis) -> Verdict {
+    let (outcome, error, next) = match result {
+        Ok(Ok(Outcome::Done)) => return Verdict::Done,
+        Ok(Ok(Outcome::Retry(msg))) => (
+            AttemptOutcome::Failed,
+            format!("retry: {msg}"),
+            Next::RetryAt(backoff_at),
+        ),
+        Ok(Ok(Outcome::RetryAfter(d, msg))) => (
+            AttemptOutcome::Failed,
+            format!(
+                "retry after {}: {msg}",
+                crate::core::time::format_duration(d)
+            ),
+            Next::RetryAt(now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64)),
+        ),
+        Ok(Ok(Outcome::Discard(msg))) => (
+            AttemptOutcome::Failed,
+            format!("discarded: {msg}"),
+            Next::Discard,
+        ),
+        Ok(Err(e)) => (
+            AttemptOutcome::Failed,
+            e.to_string(),
+            Next::RetryAt(backoff_at),
+        ),
+        Err(p) => (
+            AttemptOutcome::Panicked,
+            panic_message(p.as_ref()),
+            Next::RetryAt(backoff_at),
+        ),
+    };
+    Verdict::Failed(outcome, error, next)
+}
+
+/// Ends the transaction: a step failed after an earlier one of this run
+/// wrote, and without a savepoint of the writer's around the run, only
+/// ending it keeps half a run from being committed. The writer sees the
+/// transaction gone and tells the group's other callers it was not
+/// written. Only a failing disk, an interrupt or a corrupted row gets here.
+fn abort(conn: &Connection, e: Error) -> Error {
+    log::error!(target: "litejob", "a run's transaction failed half-way ({e}); rolling its group back");
+    let _ = conn.execute_batch("ROLLBACK");
+    if !conn.is_autocommit() {
+        // Returning would let the writer commit half a run. A panic makes
+        // it roll back (or give up on) the whole transaction instead.
+        panic!("{e}; and the transaction could not be rolled back");
+    }
+    e
+}
+
+/// What rolled a run's whole transaction back, by SQLite's error code:
+/// the time budget's interrupt, a full disk, or anything else (the group is
+/// aborted, its callers retry).
+fn classify_rollback(why: &str, code: Option<rusqlite::ErrorCode>) -> Error {
+    match code {
+        Some(rusqlite::ErrorCode::OperationInterrupted) => Error::Interrupted(format!(
+            "the run's transaction ran past its time budget and was interrupted: {why}"
+        )),
+        Some(rusqlite::ErrorCode::DiskFull) => {
+            Error::StorageFull(format!("storage full during the run's transaction: {why}"))
+        }
+        _ => Error::Aborted(format!("the run's transaction was rolled back: {why}")),
+    }
+}
+
+/// The SQLite error code behind a handler's error: a `rusqlite::Error` it
+/// passed on with `?`, or a litejob [`Error`] (from `JobTx::outbox`), found
+/// anywhere in the error's chain of sources.
+fn sqlite_code(e: &(dyn std::error::Error + 'static)) -> Option<rusqlite::ErrorCode> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(e) = e.downcast_ref::<rusqlite::Error>() {
+            return e.sqlite_error_code();
+        }
+        // What a wrapper's `source()` may hand on instead of rusqlite's
+        // error (an `#[error(transparent)]` skips a level).
+        if let Some(e) = e.downcast_ref::<rusqlite::ffi::Error>() {
+            return Some(e.code);
+        }
+        if let Some(e) = e.downcast_ref::<Error>() {
+            // Classified already: the variant is the code.
+            match e {
+                Error::Interrupted(_) => return Some(rusqlite::ErrorCode::OperationInterrupted),
+                Error::StorageFull(_) => return Some(rusqlite::ErrorCode::DiskFull),
+                Error::Sqlite(e) => return e.sqlite_error_code(),
+                _ => {}
+            }
+        }
+        next = e.source();
+    }
+    None
+}

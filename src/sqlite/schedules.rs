@@ -1,0 +1,228 @@
+//! The `schedules` table and its only writer: one row per schedule name
+//! with its declaration (last writer wins), the latest slot fired and the
+//! next one. Every statement on the table is a named constant here. Writes
+//! `schedules`.
+//!
+//! The two writes a runtime makes: [`declare`] at its start, and [`fired`]
+//! in the transaction that enqueues a slot's job. `fired` only moves the
+//! row forward, so a process that enqueued a slot another one had already
+//! fired (its enqueue was a duplicate) writes nothing here.
+
+use rusqlite::{Connection, OptionalExtension, Row};
+
+use crate::core::time::Millis;
+use crate::error::Result;
+
+use crate::core::schedule::Declared;
+
+/// One row of `schedules`, as [`crate::Queue::schedules`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ScheduleRow {
+    /// The schedule's name, the middle of its jobs' keys.
+    pub name: String,
+    /// The cron expression, as declared.
+    pub cron: String,
+    /// The IANA time zone its expression reads.
+    pub tz: String,
+    /// The kind of its jobs.
+    pub kind: String,
+    /// Its jobs' payload (JSON text).
+    pub payload: String,
+    /// Its jobs' queue.
+    pub queue: String,
+    /// Its jobs' priority.
+    pub priority: i64,
+    /// Its jobs' `max_retries`; `None`: the kind's default.
+    pub max_retries: Option<i64>,
+    /// `latest`, `window` or `none` (see [`crate::CatchUp`]).
+    pub catch_up: String,
+    /// The window of `window`, in ms.
+    pub catch_up_window_ms: Option<i64>,
+    /// The latest slot fired (ms since the epoch); `None` before the first.
+    pub last_slot_at: Option<Millis>,
+    /// The next slot (ms since the epoch); `None` when it has no more.
+    pub next_slot_at: Option<Millis>,
+    /// When the declaration was last written (a start that changed it).
+    pub updated_at: Millis,
+}
+
+impl ScheduleRow {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<ScheduleRow> {
+        Ok(ScheduleRow {
+            name: r.get(0)?,
+            cron: r.get(1)?,
+            tz: r.get(2)?,
+            kind: r.get(3)?,
+            payload: r.get(4)?,
+            queue: r.get(5)?,
+            priority: r.get(6)?,
+            max_retries: r.get(7)?,
+            catch_up: r.get(8)?,
+            catch_up_window_ms: r.get(9)?,
+            last_slot_at: r.get(10)?,
+            next_slot_at: r.get(11)?,
+            updated_at: r.get(12)?,
+        })
+    }
+
+    /// The idempotency key of this schedule's job for `slot`:
+    /// `schedule:<name>:<slot in UTC, RFC 3339>`.
+    pub fn slot_key(&self, slot: Millis) -> String {
+        crate::core::schedule::slot_key(&self.name, slot)
+    }
+
+    /// The declaration's fields differ from `d`'s: what changed, for the log.
+    pub(crate) fn changes(&self, d: &Declared) -> Vec<String> {
+        let s = &d.schedule;
+        let mut out = Vec::new();
+        let mut field = |what: &str, old: String, new: String| {
+            if old != new {
+                out.push(format!("{what} {old} → {new}"));
+            }
+        };
+        field("cron", format!("{:?}", self.cron), format!("{:?}", s.cron));
+        field("tz", self.tz.clone(), s.tz.clone());
+        field("kind", self.kind.clone(), s.kind.clone());
+        field("payload", self.payload.clone(), d.payload.clone());
+        field("queue", self.queue.clone(), s.queue.clone());
+        field(
+            "priority",
+            self.priority.to_string(),
+            s.priority.to_string(),
+        );
+        field(
+            "max_retries",
+            format!("{:?}", self.max_retries),
+            format!("{:?}", s.max_retries.map(i64::from)),
+        );
+        field(
+            "catch_up",
+            format!("{} {:?}", self.catch_up, self.catch_up_window_ms),
+            format!("{} {:?}", s.catch_up.as_str(), s.catch_up.window_ms()),
+        );
+        out
+    }
+}
+
+const GET: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
+     catch_up_window_ms, last_slot_at, next_slot_at, updated_at FROM schedules WHERE name = ?1";
+
+const LIST: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
+     catch_up_window_ms, last_slot_at, next_slot_at, updated_at FROM schedules ORDER BY name";
+
+const COUNT: &str = "SELECT count(*) FROM schedules";
+
+/// A new row, or a new declaration for an existing one; the slots fired
+/// are kept.
+const UPSERT: &str = "INSERT INTO schedules (name, cron, tz, kind, payload, queue, priority, \
+     max_retries, catch_up, catch_up_window_ms, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11) \
+     ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, tz = excluded.tz, \
+     kind = excluded.kind, payload = excluded.payload, queue = excluded.queue, \
+     priority = excluded.priority, max_retries = excluded.max_retries, \
+     catch_up = excluded.catch_up, catch_up_window_ms = excluded.catch_up_window_ms, \
+     updated_at = excluded.updated_at";
+
+/// A slot fired: moves the row forward only (another process may have
+/// recorded a later one already).
+const FIRED: &str = "UPDATE schedules SET last_slot_at = ?2, next_slot_at = ?3 \
+     WHERE name = ?1 AND (last_slot_at IS NULL OR last_slot_at < ?2)";
+
+/// The next slot a start computed (written only when it changes).
+const SET_NEXT: &str =
+    "UPDATE schedules SET next_slot_at = ?2 WHERE name = ?1 AND next_slot_at IS NOT ?2";
+
+/// One row by name.
+pub(crate) fn get(conn: &Connection, name: &str) -> Result<Option<ScheduleRow>> {
+    Ok(conn
+        .prepare_cached(GET)?
+        .query_row([name], ScheduleRow::from_row)
+        .optional()?)
+}
+
+/// Every row, by name.
+pub(crate) fn list(conn: &Connection) -> Result<Vec<ScheduleRow>> {
+    let mut st = conn.prepare_cached(LIST)?;
+    let rows = st.query_map([], ScheduleRow::from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// How many schedules the file has.
+pub(crate) fn count(conn: &Connection) -> Result<i64> {
+    Ok(conn.prepare_cached(COUNT)?.query_row([], |r| r.get(0))?)
+}
+
+/// What a start found in the row it declared.
+#[derive(Debug)]
+pub(crate) enum Declaration {
+    /// No row had the name.
+    New,
+    /// The row held the same declaration.
+    Same(ScheduleRow),
+    /// The row held another declaration (what changed), now replaced.
+    Changed(ScheduleRow, Vec<String>),
+}
+
+impl Declaration {
+    /// The row as it was before the start.
+    pub(crate) fn before(&self) -> Option<&ScheduleRow> {
+        match self {
+            Declaration::New => None,
+            Declaration::Same(r) | Declaration::Changed(r, _) => Some(r),
+        }
+    }
+}
+
+/// Writes `d` to its row (a new row, or the new declaration of an existing
+/// one: last writer wins) inside the caller's write transaction, and says
+/// what was there.
+pub(crate) fn declare(conn: &Connection, d: &Declared, now: Millis) -> Result<Declaration> {
+    let before = get(conn, &d.schedule.name)?;
+    let found = match before {
+        None => Declaration::New,
+        Some(row) => {
+            let changes = row.changes(d);
+            if changes.is_empty() {
+                return Ok(Declaration::Same(row));
+            }
+            Declaration::Changed(row, changes)
+        }
+    };
+    let s = &d.schedule;
+    conn.prepare_cached(UPSERT)?.execute(rusqlite::params![
+        s.name,
+        s.cron,
+        s.tz,
+        s.kind,
+        d.payload,
+        s.queue,
+        s.priority,
+        s.max_retries,
+        s.catch_up.as_str(),
+        s.catch_up.window_ms(),
+        now,
+    ])?;
+    Ok(found)
+}
+
+/// Records that `slot` fired and `next` comes after it, unless the row
+/// already records `slot` or a later one. True when the row changed.
+pub(crate) fn fired(
+    conn: &Connection,
+    name: &str,
+    slot: Millis,
+    next: Option<Millis>,
+) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(FIRED)?
+        .execute(rusqlite::params![name, slot, next])?
+        == 1)
+}
+
+/// Records the next slot a start computed.
+pub(crate) fn set_next(conn: &Connection, name: &str, next: Option<Millis>) -> Result<()> {
+    conn.prepare_cached(SET_NEXT)?
+        .execute(rusqlite::params![name, next])?;
+    Ok(())
+}

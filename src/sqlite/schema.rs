@@ -1,0 +1,156 @@
+//! The schema: embeds `schema.sql`, reads and checks `PRAGMA user_version`,
+//! and migrates an older file. Writes every table's definition, no rows.
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+
+/// The whole current schema, as shipped in `schema.sql` at the repository root.
+pub(crate) const SCHEMA_SQL: &str = include_str!("../../schema.sql");
+
+/// The schema version this binary writes and understands (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
+/// `i + 2`. A new file (version 0) gets `SCHEMA_SQL` in one go instead. When
+/// the schema changes, edit `schema.sql`, add the step here and bump
+/// `SCHEMA_VERSION`; the test `migrations_reach_schema_sql` checks both agree.
+const MIGRATIONS: &[&str] = &[
+    // 1 → 2: schedules (periodic jobs). The same text as in `schema.sql`,
+    // so a migrated file's schema reads exactly as a new file's.
+    r#"CREATE TABLE IF NOT EXISTS schedules (
+    name               TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    cron               TEXT    NOT NULL CHECK (length(cron) > 0), -- 5 fields, 6 with seconds first, or @daily…
+    tz                 TEXT    NOT NULL DEFAULT 'UTC' CHECK (length(tz) > 0), -- IANA name; the cron reads its wall clock
+    kind               TEXT    NOT NULL CHECK (length(kind) > 0),
+    payload            TEXT    NOT NULL CHECK (json_valid(payload)),
+    queue              TEXT    NOT NULL DEFAULT 'default' CHECK (length(queue) > 0),
+    priority           INTEGER NOT NULL DEFAULT 0,
+    max_retries        INTEGER CHECK (max_retries >= 0),             -- NULL: the kind's default
+    -- What a start fires for the slots no process ran for: the latest one,
+    -- every one inside catch_up_window_ms, or none.
+    catch_up           TEXT    NOT NULL DEFAULT 'latest'
+                       CHECK (catch_up = 'latest' OR catch_up = 'window' OR catch_up = 'none'),
+    catch_up_window_ms INTEGER CHECK (catch_up_window_ms >= 0),
+    last_slot_at       INTEGER,  -- the latest slot fired; NULL before the first
+    next_slot_at       INTEGER,  -- the next slot; NULL when there is none
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL, -- when the declaration last changed
+    CHECK ((catch_up = 'window') = (catch_up_window_ms IS NOT NULL))
+);
+
+CREATE VIEW IF NOT EXISTS schedule_overview AS
+SELECT name, cron, tz, kind, queue, catch_up,
+       strftime('%Y-%m-%d %H:%M:%S', last_slot_at / 1000.0, 'unixepoch') AS last_slot_at,
+       strftime('%Y-%m-%d %H:%M:%S', next_slot_at / 1000.0, 'unixepoch') AS next_slot_at,
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch')   AS updated_at
+FROM schedules;
+"#,
+    // 2 → 3: queue controls, as `schema.sql` ends.
+    QUEUES_SQL,
+];
+
+/// The queue controls' tables and view, the end of `schema.sql` (a test
+/// checks the two agree).
+const QUEUES_SQL: &str = r#"-- queues: the controls an operator set on a queue (`litejob queue pause|resume|set`),
+-- one row per queue with at least one in force; a queue without a row runs
+-- freely. Every claim of every process on the file reads them under the
+-- write lock, so they hold exactly across processes:
+--   paused:      nothing new of the queue starts (running jobs finish; enqueues succeed)
+--   concurrency: at most this many of its jobs running at once (state 'running'
+--                with an unexpired lease, claimed-ahead jobs included)
+--   rate_limit per rate_window_ms: at most this many starts in any window that long
+CREATE TABLE IF NOT EXISTS queues (
+    name           TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    paused         INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
+    concurrency    INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit     INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms INTEGER CHECK (rate_window_ms >= 1),
+    updated_at     INTEGER NOT NULL,
+    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+);
+
+-- queue_starts: the runs of a rate-limited queue started inside its window
+-- (one row per start, the same started_at as its attempts row); a claim
+-- deletes the rows older than the window.
+CREATE TABLE IF NOT EXISTS queue_starts (
+    queue      TEXT    NOT NULL,
+    started_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+
+-- The controls with readable times, and the starts inside each rate window.
+CREATE VIEW IF NOT EXISTS queue_overview AS
+SELECT name, paused, concurrency,
+       rate_limit || '/' || rate_window_ms || 'ms' AS rate,
+       (SELECT count(*) FROM queue_starts s
+        WHERE s.queue = q.name AND s.started_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000 - q.rate_window_ms) AS started_in_window,
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at
+FROM queues q;
+"#;
+
+/// Reads `PRAGMA user_version` without writing anything.
+pub(crate) fn read_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+}
+
+/// Refuses a file whose schema is newer than this binary, before anything
+/// is written to it.
+pub(crate) fn check_not_newer(conn: &Connection) -> Result<i64> {
+    let found = read_version(conn)?;
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found < 0 {
+        return Err(Error::NotADatabase(format!(
+            "user_version {found} is not a litejob schema version"
+        )));
+    }
+    Ok(found)
+}
+
+/// Brings the file to `SCHEMA_VERSION`. Runs in one `BEGIN IMMEDIATE`
+/// transaction so two processes opening a new file at once cannot both
+/// create it; the version is read again under the lock.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<i64> {
+    if read_version(conn)? == SCHEMA_VERSION {
+        return Ok(SCHEMA_VERSION);
+    }
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let found = check_not_newer(&tx)?;
+    if found == 0 {
+        tx.execute_batch(SCHEMA_SQL)?;
+    } else {
+        for step in &MIGRATIONS[(found - 1) as usize..] {
+            tx.execute_batch(step)?;
+        }
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(SCHEMA_VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_reach_schema_sql() {
+        assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION - 1);
+        let mut c = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut c).unwrap(), SCHEMA_VERSION);
+        assert_eq!(read_version(&c).unwrap(), SCHEMA_VERSION);
+        // Migrating twice is a no-op.
+        assert_eq!(migrate(&mut c).unwrap(), SCHEMA_VERSION);
+        // The last step reads as `schema.sql` ends, so a migrated file's
+        // schema is a new file's.
+        assert!(
+            SCHEMA_SQL.ends_with(QUEUES_SQL),
+            "the step differs from schema.sql"
+        );
+    }
+}

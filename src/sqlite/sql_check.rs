@@ -1,0 +1,585 @@
+//! Every SQL statement in the crate's sources, prepared against a fresh
+//! migrated file: a misspelt table or column, or a statement the schema no
+//! longer fits, fails here rather than on the one path that runs it.
+//!
+//! The statements are read from the sources themselves, so a new one cannot
+//! be left out: every string literal under `src/` (outside unit-test
+//! modules) whose first word is an SQL verb. A `format!` template's
+//! placeholders are filled from the string constants of its own file (the
+//! column lists) or from [`placeholders`] (the SQL built at run time: the
+//! claim's rounded LIMIT, the batch insert's rows for each chunk size); a
+//! placeholder found in neither fails the test, naming the template.
+//!
+//! The PostgreSQL backend's statements (`src/postgres/`, its workers in
+//! `src/runtime/postgres.rs`, and the demo's app on it in
+//! `src/cli/demo/postgres.rs`) are prepared the same way against a fresh
+//! PostgreSQL schema, on the server `LITEJOB_TEST_PG` names.
+//!
+//! Also the fresh file other modules' unit tests open ([`fresh_file`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::sqlite::db::{open_file, ConnConfig, Synchronous};
+
+/// The first words that make a string literal a statement.
+const VERBS: &[&str] = &[
+    "SELECT",
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "REPLACE",
+    "WITH",
+    "CREATE",
+    "DROP",
+    "ALTER",
+    "PRAGMA",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+    "SAVEPOINT",
+    "RELEASE",
+    "VACUUM",
+    "ANALYZE",
+];
+
+/// What a placeholder of a run-time template stands for, by file (a path
+/// under `src/`) and name (`""` for `{}`): every value the code can give it.
+fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
+    let rows = |n: usize| vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; n].join(", ");
+    vec![
+        // The claim's LIMIT: its batch size rounded up to a power of two.
+        (
+            "sqlite/claim.rs",
+            "cap",
+            [1, 2, 8, 64, 256].map(|n: usize| n.to_string()).into(),
+        ),
+        // A batch's multi-row INSERT, one per chunk size.
+        (
+            "sqlite/enqueue.rs",
+            "",
+            crate::sqlite::enqueue::ROWS_PER_INSERT.map(rows).into(),
+        ),
+        ("queue/mod.rs", "pages", vec!["1024".into()]),
+        (
+            "cli/bench/phases.rs",
+            "filter",
+            vec![String::new(), "AND priority = 0".into()],
+        ),
+        ("cli/bench/phases.rs", "base", vec!["0".into()]),
+        ("cli/bench/phases.rs", "kind", vec!["bench.noop".into()]),
+    ]
+}
+
+/// A string literal of a source file.
+struct Literal {
+    line: usize,
+    text: String,
+    /// The first argument of a `format!`.
+    template: bool,
+    /// `NAME` when the literal is the value of `const NAME: &str`.
+    constant: Option<String>,
+    /// Where it starts in the file's code (see [`Lexed::code`]).
+    at: usize,
+}
+
+/// A source file split into its string literals and the rest.
+struct Lexed {
+    literals: Vec<Literal>,
+    /// The source without comments, each literal written as `""`: its
+    /// braces are the code's own.
+    code: String,
+}
+
+/// A position in source text, and its line.
+struct Cursor {
+    c: Vec<char>,
+    i: usize,
+    line: usize,
+}
+
+impl Cursor {
+    fn at(&self, k: usize) -> char {
+        self.c.get(k).copied().unwrap_or('\0')
+    }
+
+    /// Steps over one char, counting lines.
+    fn step(&mut self) -> char {
+        let ch = self.at(self.i);
+        self.line += usize::from(ch == '\n');
+        self.i += 1;
+        ch
+    }
+
+    /// At a `r"…"`, `r#"…"#` or `br…`: the `r` starts a token.
+    fn at_raw_string(&self) -> bool {
+        let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+        let i = self.i;
+        let starts = i == 0
+            || !ident(self.c[i - 1])
+            || (self.c[i - 1] == 'b' && (i < 2 || !ident(self.c[i - 2])));
+        let mut k = i + 1;
+        while self.at(k) == '#' {
+            k += 1;
+        }
+        starts && self.c[i] == 'r' && self.at(k) == '"'
+    }
+
+    /// Skips a line or (nested) block comment.
+    fn comment(&mut self) {
+        if self.at(self.i + 1) == '/' {
+            while self.i < self.c.len() && self.at(self.i) != '\n' {
+                self.i += 1;
+            }
+            return;
+        }
+        let mut depth = 0;
+        while self.i < self.c.len() {
+            if self.at(self.i) == '/' && self.at(self.i + 1) == '*' {
+                depth += 1;
+                self.i += 2;
+            } else if self.at(self.i) == '*' && self.at(self.i + 1) == '/' {
+                depth -= 1;
+                self.i += 2;
+                if depth == 0 {
+                    return;
+                }
+            } else {
+                self.step();
+            }
+        }
+    }
+
+    /// Reads a raw string from its `r`.
+    fn raw_string(&mut self) -> String {
+        self.i += 1;
+        let mut hashes = 0;
+        while self.at(self.i) == '#' {
+            hashes += 1;
+            self.i += 1;
+        }
+        self.i += 1;
+        let mut text = String::new();
+        while self.i < self.c.len() {
+            if self.at(self.i) == '"' && (1..=hashes).all(|h| self.at(self.i + h) == '#') {
+                self.i += 1 + hashes;
+                break;
+            }
+            text.push(self.step());
+        }
+        text
+    }
+
+    /// Reads a quoted string from its `"`, with its escapes and line
+    /// continuations.
+    fn quoted_string(&mut self) -> String {
+        self.i += 1;
+        let mut text = String::new();
+        while self.i < self.c.len() && self.at(self.i) != '"' {
+            if self.at(self.i) != '\\' {
+                text.push(self.step());
+                continue;
+            }
+            self.i += 1;
+            match self.step() {
+                'n' => text.push('\n'),
+                't' => text.push('\t'),
+                'r' => text.push('\r'),
+                '0' => text.push('\0'),
+                'x' => {
+                    let hex: String = self.c[self.i..self.i + 2].iter().collect();
+                    text.push(char::from(u8::from_str_radix(&hex, 16).unwrap()));
+                    self.i += 2;
+                }
+                'u' => {
+                    let end = self.i + self.c[self.i..].iter().position(|&ch| ch == '}').unwrap();
+                    let hex: String = self.c[self.i + 1..end].iter().collect();
+                    text.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+                    self.i = end + 1;
+                }
+                // A line continuation: the newline and the next line's
+                // indentation are not part of the text.
+                '\n' => {
+                    while self.at(self.i).is_whitespace() {
+                        self.step();
+                    }
+                }
+                other => text.push(other),
+            }
+        }
+        self.i += 1;
+        text
+    }
+}
+
+/// Reads Rust source text: comments, string literals (plain, byte, raw,
+/// with their escapes and line continuations), char literals and
+/// lifetimes; the rest is copied to [`Lexed::code`].
+fn lex(src: &str) -> Lexed {
+    let mut cur = Cursor {
+        c: src.chars().collect(),
+        i: 0,
+        line: 1,
+    };
+    let mut out = Lexed {
+        literals: Vec::new(),
+        code: String::new(),
+    };
+    while cur.i < cur.c.len() {
+        let (ch, next) = (cur.at(cur.i), cur.at(cur.i + 1));
+        if ch == '/' && (next == '/' || next == '*') {
+            cur.comment();
+            out.code.push(' ');
+        } else if ch == 'r' && cur.at_raw_string() {
+            let line = cur.line;
+            let text = cur.raw_string();
+            push_literal(&mut out, line, text);
+        } else if ch == '"' {
+            let line = cur.line;
+            let text = cur.quoted_string();
+            push_literal(&mut out, line, text);
+        } else if ch == '\'' && (next == '\\' || cur.at(cur.i + 2) == '\'') {
+            // A char literal (a lifetime has no closing quote): up to its
+            // closing quote, past an escaped one.
+            let from = cur.i + 2 + usize::from(next == '\\');
+            cur.i = from + cur.c[from..].iter().position(|&q| q == '\'').unwrap() + 1;
+            out.code.push_str("' '");
+        } else {
+            out.code.push(cur.step());
+        }
+    }
+    out
+}
+
+/// Records a literal with what the code just before it says about it.
+fn push_literal(out: &mut Lexed, line: usize, text: String) {
+    let before = out.code.trim_end();
+    let template = before.ends_with("format!(");
+    let constant = before
+        .strip_suffix('=')
+        .map(str::trim_end)
+        .and_then(|b| {
+            b.strip_suffix("&str")
+                .or_else(|| b.strip_suffix("&'static str"))
+        })
+        .and_then(|b| b.trim_end().strip_suffix(':'))
+        .and_then(|b| {
+            let b = b.trim_end();
+            let name_len = b
+                .chars()
+                .rev()
+                .take_while(|&ch| ch.is_alphanumeric() || ch == '_')
+                .count();
+            let (rest, name) = b.split_at(b.len() - name_len);
+            rest.trim_end().ends_with("const").then(|| name.to_string())
+        });
+    out.literals.push(Literal {
+        line,
+        text,
+        template,
+        constant,
+        at: out.code.len(),
+    });
+    out.code.push_str("\"\"");
+}
+
+/// The byte ranges of `code` inside `#[cfg(test)] mod … { … }` blocks.
+fn test_modules(code: &str) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("#[cfg(test)]") {
+        let start = from + k;
+        let rest = code[start + "#[cfg(test)]".len()..].trim_start();
+        from = start + 1;
+        let Some(after_mod) = rest.strip_prefix("mod ") else {
+            continue;
+        };
+        let Some(open) = after_mod.find(['{', ';']) else {
+            continue;
+        };
+        if after_mod.as_bytes()[open] == b';' {
+            continue;
+        }
+        let open = code.len() - after_mod.len() + open;
+        let mut depth = 0;
+        for (k, b) in code.as_bytes()[open..].iter().enumerate() {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        ranges.push(start..open + k + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    ranges
+}
+
+/// Every `.rs` file under `dir`, as paths relative to `root`, in order.
+fn sources(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            sources(root, &p, found);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            found.push(p.strip_prefix(root).unwrap().to_path_buf());
+        }
+    }
+}
+
+fn is_sql(text: &str) -> bool {
+    let first = text
+        .trim_start()
+        .split(|ch: char| !ch.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("");
+    VERBS.contains(&first)
+}
+
+/// Fills a template's placeholders; `Err` names one that has no value.
+fn expand(
+    text: &str,
+    file: &str,
+    constants: &HashMap<String, String>,
+    table: &[(&str, &str, Vec<String>)],
+) -> Result<Vec<String>, String> {
+    let mut done = vec![String::new()];
+    let mut rest = text;
+    while let Some(k) = rest.find(['{', '}']) {
+        let (lit, tail) = rest.split_at(k);
+        done.iter_mut().for_each(|d| d.push_str(lit));
+        if tail.starts_with("{{") || tail.starts_with("}}") {
+            done.iter_mut().for_each(|d| d.push_str(&tail[..1]));
+            rest = &tail[2..];
+            continue;
+        }
+        let end = tail
+            .find('}')
+            .ok_or_else(|| format!("unclosed {{ in {text:?}"))?;
+        let name = tail[1..end].split(':').next().unwrap();
+        rest = &tail[end + 1..];
+        let values: Vec<String> = match constants.get(name) {
+            Some(v) => vec![v.clone()],
+            None => table
+                .iter()
+                .find(|(f, n, _)| *f == file && *n == name)
+                .map(|(_, _, v)| v.clone())
+                .ok_or_else(|| {
+                    format!("no value for {{{name}}}: add it to sql_check::placeholders()")
+                })?,
+        };
+        done = done
+            .iter()
+            .flat_map(|d| values.iter().map(move |v| format!("{d}{v}")))
+            .collect();
+    }
+    done.iter_mut().for_each(|d| d.push_str(rest));
+    Ok(done)
+}
+
+/// Prepares each statement of `sql` (a batch may hold several).
+fn prepare_all(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<usize> {
+    use rusqlite::fallible_iterator::FallibleIterator;
+    let mut batch = rusqlite::Batch::new(conn, sql);
+    let mut n = 0;
+    while batch.next()?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Whether a source file (a path under `src/`) holds PostgreSQL's SQL.
+fn is_postgres_source(name: &str) -> bool {
+    name.starts_with("postgres/") || name == "runtime/postgres.rs" || name == "cli/demo/postgres.rs"
+}
+
+/// `(where, statement)` for every SQL literal of the files `pick` takes,
+/// templates expanded; and the problems met on the way.
+fn statements(pick: fn(&str) -> bool) -> (Vec<(String, String)>, Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &root, &mut files);
+    let table = placeholders();
+    let (mut found, mut problems) = (Vec::new(), Vec::new());
+    for file in files {
+        let name = file.to_string_lossy().replace('\\', "/");
+        // Test-only files: this one, and a folder's `tests.rs` (declared
+        // `#[cfg(test)] mod tests;`), whose SQL runs on its own tables.
+        if name == "sqlite/sql_check.rs" || name.ends_with("/tests.rs") || !pick(&name) {
+            continue;
+        }
+        let lexed = lex(&std::fs::read_to_string(root.join(&file)).unwrap());
+        let tests = test_modules(&lexed.code);
+        let live: Vec<&Literal> = lexed
+            .literals
+            .iter()
+            .filter(|l| !tests.iter().any(|r| r.contains(&l.at)))
+            .collect();
+        let constants: HashMap<String, String> = live
+            .iter()
+            .filter_map(|l| Some((l.constant.clone()?, l.text.clone())))
+            .collect();
+        for l in live.iter().filter(|l| is_sql(&l.text)) {
+            let at = format!("src/{name}:{}", l.line);
+            if !l.template {
+                found.push((at, l.text.clone()));
+                continue;
+            }
+            match expand(&l.text, &name, &constants, &table) {
+                Ok(all) => found.extend(all.into_iter().map(|s| (at.clone(), s))),
+                Err(e) => problems.push(format!("{at}: {e}")),
+            }
+        }
+    }
+    (found, problems)
+}
+
+/// A new queue file in a temporary directory, opened and migrated by the
+/// crate's own open path, for unit tests that write to it.
+pub(crate) fn fresh_file() -> (tempfile::TempDir, rusqlite::Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ConnConfig {
+        synchronous: Synchronous::Full,
+        busy_timeout: std::time::Duration::from_secs(5),
+    };
+    let conn = open_file(&dir.path().join("q.db"), &cfg).unwrap();
+    (dir, conn)
+}
+
+#[test]
+fn every_sql_statement_in_the_sources_prepares_against_a_fresh_file() {
+    let (_dir, conn) = fresh_file();
+    let (found, mut problems) = statements(|name| !is_postgres_source(name));
+    // The tables an application makes (the demo's) before its statements.
+    for (at, sql) in found
+        .iter()
+        .filter(|(_, s)| s.trim_start().starts_with("CREATE"))
+    {
+        if let Err(e) = conn.execute_batch(sql) {
+            problems.push(format!("{at}: {e}\n    {sql}"));
+        }
+    }
+    for (at, sql) in &found {
+        match prepare_all(&conn, sql) {
+            Ok(0) => problems.push(format!("{at}: no statement in {sql:?}")),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("{at}: {e}\n    {sql}")),
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The scan sees what it must: named constants, function-local ones,
+    // inline SQL, templates filled from a constant and from the table.
+    let has = |s: &str| found.iter().any(|(_, f)| f == s);
+    assert!(has(crate::core::handler::RUN_SAVEPOINT));
+    assert!(has("DELETE FROM processed_jobs WHERE key = ?1"));
+    assert!(has("SELECT state FROM outbox WHERE id = ?1"));
+    assert!(has(&format!(
+        "SELECT {} FROM jobs WHERE id = ?1",
+        crate::core::job::JOB_COLUMNS
+    )));
+    let batch_inserts = found
+        .iter()
+        .filter(|(at, s)| {
+            at.starts_with("src/sqlite/enqueue.rs") && s.contains("RETURNING idempotency_key, id")
+        })
+        .count();
+    assert_eq!(batch_inserts, crate::sqlite::enqueue::ROWS_PER_INSERT.len());
+    assert!(found.len() >= 80, "only {} statements found", found.len());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn every_postgres_statement_in_the_sources_prepares_against_a_fresh_schema() {
+    let Some(base) = std::env::var("LITEJOB_TEST_PG")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+        );
+        eprintln!("LITEJOB_TEST_PG is not set: the PostgreSQL statements were not checked");
+        return;
+    };
+    let schema = format!("sql_check_{}", std::process::id());
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    crate::postgres::schema::migrate(&mut c).unwrap();
+    let (found, mut problems) = statements(is_postgres_source);
+    // The tables an application makes (the demo's) before its statements.
+    for (at, sql) in found
+        .iter()
+        .filter(|(_, s)| s.trim_start().starts_with("CREATE"))
+    {
+        if let Err(e) = c.batch_execute(sql) {
+            problems.push(format!("{at}: {e}\n    {sql}"));
+        }
+    }
+    for (at, sql) in &found {
+        if let Err(e) = c.prepare(sql) {
+            problems.push(format!("{at}: {e}\n    {sql}"));
+        }
+    }
+    let _ = admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let has = |s: &str| found.iter().any(|(_, f)| f == s);
+    assert!(has(crate::postgres::run::CLAIM));
+    assert!(has(crate::postgres::enqueue::INSERT_MANY));
+    assert!(found.len() >= 30, "only {} statements found", found.len());
+}
+
+#[test]
+fn the_scan_reads_continuations_escapes_raw_strings_and_skips_comments_and_tests() {
+    let src = r####"
+        // "SELECT in a comment"
+        /* "DELETE in a /* nested */ comment" */const A: &str = "SELECT 1 \
+                         FROM t";
+        let q = '"'; let e = '\''; fn f<'a>(x: &'a str) {}
+        let s = format!(
+            "SELECT {A} WHERE x = '{{}}' AND y = \"q\"\n");
+        let r = r#"UPDATE "t" SET a = 1"#;
+        #[cfg(test)]
+        mod tests { fn t() { let _ = "INSERT INTO nothing"; } }
+        let after = "COMMIT";
+    "####;
+    let lexed = lex(src);
+    let tests = test_modules(&lexed.code);
+    let live: Vec<_> = lexed
+        .literals
+        .iter()
+        .filter(|l| !tests.iter().any(|r| r.contains(&l.at)))
+        .map(|l| (l.text.as_str(), l.template, l.constant.as_deref(), l.line))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            ("SELECT 1 FROM t", false, Some("A"), 3),
+            ("SELECT {A} WHERE x = '{{}}' AND y = \"q\"\n", true, None, 7),
+            ("UPDATE \"t\" SET a = 1", false, None, 8),
+            ("COMMIT", false, None, 11),
+        ]
+    );
+    let constants = HashMap::from([("A".to_string(), "1".to_string())]);
+    assert_eq!(
+        expand(live[1].0, "x.rs", &constants, &[]).unwrap(),
+        ["SELECT 1 WHERE x = '{}' AND y = \"q\"\n"]
+    );
+    assert!(expand("SELECT {nope}", "x.rs", &constants, &[])
+        .unwrap_err()
+        .contains("{nope}"));
+}

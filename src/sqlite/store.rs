@@ -1,0 +1,379 @@
+//! The SQLite backend: one file, its one writer and its reader pool. The
+//! operations of the boundary, each through the module that owns its table
+//! (enqueue, claim, outbox, admin, inspect, ...); the job pipeline that
+//! runs on the writer lives in the runtime. Writes every queue table, only
+//! through those modules, on the writer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rusqlite::Connection;
+
+use crate::core::job::{self, Enqueued, Job, JobFilter};
+use crate::core::time::{now_ms, Millis};
+use crate::driver::{Backend, BackendKind, PruneWhat};
+use crate::error::{Error, Result};
+use crate::failures::{self, Failures};
+use crate::overview::{self, Overview};
+use crate::queue::QueueOptions;
+use crate::sqlite::admin;
+use crate::sqlite::claim;
+use crate::sqlite::controls::{self, QueueControl, QueueLimits};
+use crate::sqlite::db::{self, ConnConfig, Pool, Synchronous};
+use crate::sqlite::enqueue::{self, ValidJob};
+use crate::sqlite::history::{self, Attempt};
+use crate::sqlite::ledger;
+use crate::sqlite::outbox::{self, ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::sqlite::reads::{self, Explanation, JobDetail, Stats};
+use crate::sqlite::reports::{self, Runs, Tally};
+use crate::sqlite::schema;
+use crate::sqlite::writer::{Writer, WriterConfig};
+
+/// A queue file: the write connection (inside its [`Writer`]) and the
+/// reader pool.
+pub(crate) struct SqliteStore {
+    pub path: PathBuf,
+    pub conn_cfg: ConnConfig,
+    pub pool: Pool,
+    /// `None` for a file opened read-only: no write connection, no thread.
+    writer: Option<Writer>,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating) the file at `path`.
+    pub(crate) fn open(path: &Path, opts: &QueueOptions) -> Result<SqliteStore> {
+        let conn_cfg = ConnConfig {
+            synchronous: opts.synchronous,
+            busy_timeout: opts.busy_timeout,
+        };
+        let conn = db::open_file(path, &conn_cfg)?;
+        let pool = db::pool(path, &conn_cfg, opts.pool_size.max(1))?;
+        let writer = Writer::spawn(
+            conn,
+            WriterConfig {
+                max_batch: opts.max_group,
+                full_sync: opts.synchronous == Synchronous::Full,
+                op_budget: opts.transaction_budget,
+            },
+        )?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            conn_cfg,
+            pool,
+            writer: Some(writer),
+        })
+    }
+
+    /// Opens an existing file for reading only (see
+    /// [`crate::Queue::open_read_only`]): no writer, a pool of read-only
+    /// connections.
+    pub(crate) fn open_read_only(path: &Path, opts: &QueueOptions) -> Result<SqliteStore> {
+        let conn_cfg = ConnConfig {
+            synchronous: opts.synchronous,
+            busy_timeout: opts.busy_timeout,
+        };
+        // One connection first, so a missing or foreign file is refused
+        // here and not at the first read.
+        drop(db::open_read_only(path, &conn_cfg)?);
+        let pool = db::read_only_pool(path, &conn_cfg, opts.pool_size.max(1))?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            conn_cfg,
+            pool,
+            writer: None,
+        })
+    }
+
+    /// The writer, or [`Error::ReadOnly`] for a file opened read-only:
+    /// every write asks this first, so nothing is sent anywhere.
+    pub(crate) fn writer(&self) -> Result<&Writer> {
+        self.writer.as_ref().ok_or_else(|| {
+            Error::ReadOnly(format!(
+                "{} was opened read-only: nothing was written",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// True when the file was opened read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    /// Runs `f` on a pooled, read-only connection.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+        let conn = self.pool.get()?;
+        f(&conn)
+    }
+
+    /// Runs `f` on the writer; an `Aborted` (another write in the group
+    /// rolled the transaction back) is retried, since nothing was written.
+    pub(crate) fn write_retrying<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: Fn(&Connection) -> Result<R> + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let mut tries = 0;
+        loop {
+            let g = f.clone();
+            match self.writer()?.run(move |c| g(c)) {
+                Err(Error::Aborted(_)) if tries < 5 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+}
+
+/// A list of names as the JSON array the SQL's `json_each` reads.
+fn json_list(names: &[String]) -> String {
+    serde_json::to_string(names).unwrap_or_else(|_| "[]".into())
+}
+
+impl Backend for SqliteStore {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sqlite
+    }
+
+    fn now(&self) -> Millis {
+        now_ms()
+    }
+
+    fn schema_version(&self) -> Result<i64> {
+        self.read(schema::read_version)
+    }
+
+    fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
+        self.write_retrying(move |conn| enqueue::insert(conn, &job, now))
+    }
+
+    fn enqueue_many(&self, jobs: Vec<ValidJob>, now: Millis) -> Result<Vec<Enqueued>> {
+        let jobs = Arc::new(jobs);
+        self.write_retrying(move |conn| enqueue::insert_many(conn, &jobs, now))
+    }
+
+    fn job(&self, id: i64) -> Result<Option<Job>> {
+        self.read(|c| job::get_job(c, id))
+    }
+
+    fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
+        self.read(|c| job::get_job_by_key(c, key))
+    }
+
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        self.read(|c| job::list_jobs(c, filter))
+    }
+
+    fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
+        self.read(|c| history::for_job(c, job_id))
+    }
+
+    fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
+        self.read(|c| history::for_outbox(c, outbox_id))
+    }
+
+    fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::for_job(c, job_id))
+    }
+
+    fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::list(c, state, limit))
+    }
+
+    fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.read(|c| outbox::list_page(c, state, before, after, limit))
+    }
+
+    fn stats(&self, now: Millis) -> Result<Stats> {
+        let mut stats = self.read(|c| reads::in_snapshot(c, |c| reads::stats(c, now)))?;
+        (stats.file_bytes, stats.wal_bytes) = reads::file_sizes(&self.path);
+        stats.path = self.path.clone();
+        Ok(stats)
+    }
+
+    fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
+        self.read(|c| reads::in_snapshot(c, |c| reads::job_detail(c, id)))
+    }
+
+    fn explain(&self, key: &str) -> Result<Explanation> {
+        self.read(|c| reads::in_snapshot(c, |c| reads::explain(c, key)))
+    }
+
+    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
+        self.read(crate::sqlite::schedules::list)
+    }
+
+    fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>> {
+        self.read(|c| reads::in_snapshot(c, |c| controls::list(c, now)))
+    }
+
+    fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
+        self.read(|c| reads::in_snapshot(c, |c| controls::of_queue(c, queue, now)))
+    }
+
+    fn change_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: &QueueLimits,
+        now: Millis,
+    ) -> Result<()> {
+        controls::check_change(queue, limits)?;
+        let (queue, limits) = (queue.to_string(), limits.clone());
+        self.writer()?
+            .run(move |conn| controls::change(conn, &queue, paused, &limits, now).map(|_| ()))
+    }
+
+    fn tally(&self, now: Millis) -> Result<Tally> {
+        let mut t =
+            self.read(|c| reads::in_snapshot(c, |c| reports::count(c, now, Runs::Counted)))?;
+        (t.file_bytes, t.wal_bytes) = reads::file_sizes(&self.path);
+        Ok(t)
+    }
+
+    fn overview(&self, now: Millis) -> Result<Overview> {
+        let (mut t, activity, schedules) = self.read(|c| {
+            reads::in_snapshot(c, |c| {
+                Ok((
+                    reports::count(c, now, Runs::Skipped)?,
+                    reports::activity(c, now)?,
+                    crate::sqlite::schedules::list(c)?,
+                ))
+            })
+        })?;
+        (t.file_bytes, t.wal_bytes) = reads::file_sizes(&self.path);
+        Ok(overview::assemble(now, t, activity, schedules))
+    }
+
+    fn failures(&self, limit: u32) -> Result<Failures> {
+        self.read(|c| reads::in_snapshot(c, |c| failures::read(c, limit)))
+    }
+
+    fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
+        self.writer()?
+            .run(move |conn| admin::retry_job(conn, id, now))
+    }
+
+    fn retry_dead_batch(
+        &self,
+        kind: Option<&str>,
+        after: i64,
+        limit: i64,
+        now: Millis,
+    ) -> Result<Vec<i64>> {
+        let kind = kind.map(str::to_owned);
+        self.writer()?
+            .run(move |conn| admin::retry_dead_batch(conn, kind.as_deref(), after, limit, now))
+    }
+
+    fn cancel_job(&self, id: i64, now: Millis) -> Result<()> {
+        self.writer()?
+            .run(move |conn| admin::cancel_job(conn, id, now))
+    }
+
+    fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()> {
+        self.writer()?
+            .run(move |conn| outbox::retry_dead(conn, outbox_id, now))
+    }
+
+    fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)> {
+        self.writer()?.run(move |conn| match what {
+            PruneWhat::Jobs => admin::prune_jobs(conn, before, limit),
+            PruneWhat::Outbox => admin::prune_outbox(conn, before, limit),
+            PruneWhat::Ledger => Ok((ledger::prune(conn, before, limit)?, 0)),
+        })
+    }
+
+    fn any_to_claim(
+        &self,
+        kinds: &[String],
+        queues: Option<&[String]>,
+        now: Millis,
+    ) -> Result<bool> {
+        let (kinds, queues) = (json_list(kinds), queues.map(json_list));
+        self.read(|c| claim::any_due(c, &kinds, queues.as_deref(), now))
+    }
+
+    fn renew_leases(
+        &self,
+        owner: &str,
+        jobs: &[i64],
+        effects: &[i64],
+        until: Millis,
+    ) -> Result<()> {
+        let owner = owner.to_string();
+        let jobs = (!jobs.is_empty()).then(|| serde_json::to_string(jobs).unwrap_or_default());
+        let effects =
+            (!effects.is_empty()).then(|| serde_json::to_string(effects).unwrap_or_default());
+        self.writer()?.run_light(move |conn| {
+            if let Some(ids) = &jobs {
+                claim::heartbeat(conn, &owner, ids, until)?;
+            }
+            if let Some(ids) = &effects {
+                outbox::heartbeat(conn, &owner, ids, until)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
+        if !self.read(|c| claim::any_expired(c, now))? {
+            return Ok((0, 0));
+        }
+        self.writer()?.run_light(move |conn| {
+            Ok((
+                claim::reap_expired(conn, now, max_abandoned)?,
+                outbox::reap_expired(conn, now)?,
+            ))
+        })
+    }
+
+    fn release_job(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: Option<i64>,
+        why: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let (owner, why) = (owner.to_string(), why.to_string());
+        self.writer()?
+            .run(move |conn| claim::release(conn, id, &owner, attempt, &why, now))
+    }
+
+    fn claim_effect(
+        &self,
+        kinds: &[String],
+        owner: &str,
+        worker: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> Result<Option<ClaimedEffect>> {
+        let (kinds, owner, worker) = (json_list(kinds), owner.to_string(), worker.to_string());
+        self.writer()?
+            .run(move |conn| outbox::claim_one(conn, &kinds, &owner, &worker, lease_until, now))
+    }
+
+    fn ack_effect(
+        &self,
+        outbox_id: i64,
+        attempt_id: i64,
+        result: &EffectResult,
+        now: Millis,
+    ) -> Result<Option<OutboxState>> {
+        let result = result.clone();
+        self.writer()?
+            .run(move |conn| outbox::ack(conn, outbox_id, attempt_id, &result, now))
+    }
+
+    fn release_effect(&self, outbox_id: i64, attempt_id: i64, now: Millis) -> Result<bool> {
+        self.writer()?
+            .run(move |conn| outbox::release(conn, outbox_id, attempt_id, now))
+    }
+}
