@@ -13,7 +13,7 @@ use crate::postgres::copy::{
     ScheduleRows,
 };
 use crate::queue::Queue;
-use crate::sqlite::reads::in_snapshot;
+use crate::sqlite::reports::in_snapshot;
 
 /// Rows per insert statement: large enough that a round trip is spent on
 /// thousands of rows, small enough that a batch's arrays stay a few MB.

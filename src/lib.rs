@@ -152,14 +152,11 @@ mod copy;
 mod core;
 mod driver;
 mod error;
-mod failures;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
-mod metrics;
-mod overview;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
@@ -172,28 +169,33 @@ mod sqlite;
 pub use ::postgres as pg;
 #[cfg(feature = "postgres")]
 pub use copy::CopyReport;
+pub use core::attempt::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
 pub use core::backoff::Backoff;
-pub use core::handler::{EffectContext, HandlerError, JobContext, JobTx, Outcome};
+pub use core::controls::{QueueControl, QueueLimits, Rate};
+pub use core::handler::{EffectContext, HandlerError, JobContext, Outcome};
 pub use core::job::{Enqueued, Job, JobFilter, JobState, NewJob};
-pub use core::schedule::{CatchUp, Schedule, ScheduleRow};
-pub use driver::reply::WriteFuture;
-pub use driver::BackendKind;
-pub use error::{Action, Error, Result, RowId};
-pub use failures::{FailureGroup, Failures};
-pub use overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
-#[cfg(feature = "postgres")]
-pub use postgres::tx::{PgJobTx, PgWriteTx};
-pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};
-pub use runtime::{Runtime, RuntimeBuilder, StopReport};
-pub use sqlite::admin::{PruneOptions, PruneReport};
-pub use sqlite::controls::{QueueControl, QueueLimits, Rate};
-pub use sqlite::db::{immediate, Synchronous};
-pub use sqlite::history::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
-pub use sqlite::outbox::{OutboxRow, OutboxState};
-pub use sqlite::reads::{
+pub use core::options::{QueueOptions, Synchronous};
+pub use core::outbox::{OutboxRow, OutboxState};
+pub use core::reports::failures::{FailureGroup, Failures};
+pub use core::reports::overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
+pub use core::reports::prune::{PruneOptions, PruneReport};
+pub use core::reports::stats::{
     Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
 };
+pub use core::schedule::{CatchUp, Schedule, ScheduleRow};
+pub use driver::reply::WriteFuture;
+pub use driver::{BackendKind, Engine};
+pub use error::{Action, Error, Result, RowId};
+#[cfg(feature = "postgres")]
+pub use postgres::tx::{PgJobTx, PgWriteTx};
+#[cfg(feature = "postgres")]
+pub use postgres::Postgres;
+pub use queue::{is_postgres_url, Queue};
+pub use runtime::{Runtime, RuntimeBuilder, StopReport};
+pub use sqlite::db::immediate;
 pub use sqlite::schema::SCHEMA_VERSION;
+pub use sqlite::tx::{JobTx, WriteTx};
+pub use sqlite::Sqlite;
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -397,7 +397,7 @@ fn start_runtime(
 /// The job handler: one invoice and one receipt to send, in the job's
 /// transaction. It runs at most once per event id (litejob's ledger), and the
 /// `ON CONFLICT` is what the app would write without litejob.
-fn record_invoice(tx: &JobTx<'_>, ev: PaymentEvent) -> Result<Outcome, litejob::HandlerError> {
+fn record_invoice(tx: &mut JobTx<'_>, ev: PaymentEvent) -> Result<Outcome, litejob::HandlerError> {
     let invoice_id: Option<i64> = tx
         .query_row(
             "INSERT INTO invoices (provider_event_id, amount_cents, created_at) VALUES (?1, ?2, ?3) \

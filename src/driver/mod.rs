@@ -11,19 +11,41 @@
 //! the database server's for PostgreSQL, whose leases machines with
 //! different clocks must agree on.
 
+pub(crate) mod handler;
 pub(crate) mod reply;
+pub(crate) mod schedules;
+pub(crate) mod wake;
 
+use crate::core::attempt::Attempt;
+use crate::core::controls::{QueueControl, QueueLimits};
 use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::core::reports::failures::Failures;
+use crate::core::reports::overview::Overview;
+use crate::core::reports::stats::{Explanation, JobDetail, Stats};
+use crate::core::reports::tally::Tally;
 use crate::core::time::Millis;
+use crate::core::validate::ValidJob;
 use crate::error::Result;
-use crate::failures::Failures;
-use crate::overview::Overview;
-use crate::sqlite::controls::{QueueControl, QueueLimits};
-use crate::sqlite::enqueue::ValidJob;
-use crate::sqlite::history::Attempt;
-use crate::sqlite::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
-use crate::sqlite::reads::{Explanation, JobDetail, Stats};
-use crate::sqlite::reports::Tally;
+
+/// The engines a queue can live on: [`crate::sqlite::Sqlite`], a file, and
+/// `Postgres`, a PostgreSQL database (feature `postgres`). What differs
+/// between them for an application is the type of the transactions its
+/// code gets; a handler written for one does not compile for the other.
+/// Sealed: litejob's engines are the only ones.
+pub trait Engine: sealed::Sealed + Send + Sync + Sized + 'static {
+    /// The transaction a job handler's apply step runs in.
+    type JobTx<'a, 't>
+    where
+        't: 'a;
+    /// Which engine this is, at run time.
+    const KIND: BackendKind;
+}
+
+pub(crate) mod sealed {
+    /// Keeps [`super::Engine`] litejob's own.
+    pub trait Sealed {}
+}
 
 /// Which engine holds a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,9 +21,9 @@ use postgres::{GenericClient, Row, Statement};
 
 use super::conn::{read_err, write_err, PgConn};
 use super::run::{self, ClaimAsk, Started};
+use crate::core::controls::{Limits, QueueControl, QueueLimits, Rate};
 use crate::core::time::Millis;
 use crate::error::Result;
-use crate::sqlite::controls::{self, Limits, QueueControl, QueueLimits, Rate};
 
 const ROWS: &str =
     "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues";
@@ -70,7 +70,7 @@ fn from_row(r: &Row) -> (String, Limits, Millis) {
     )
 }
 
-/// A queue's load at `now` (see [`controls::Load`]), and its jobs
+/// A queue's load at `now` (see [`crate::core::controls::Load`]), and its jobs
 /// `running` whatever their lease.
 /// `sql` holds [`LOAD`] and [`STARTED`], as text or prepared.
 fn load<T: ToStatement + ?Sized>(
@@ -79,20 +79,23 @@ fn load<T: ToStatement + ?Sized>(
     queue: &str,
     limits: &Limits,
     now: Millis,
-) -> Result<(controls::Load, i64, Option<Millis>)> {
+) -> Result<(crate::core::controls::Load, i64, Option<Millis>)> {
     let r = client.query_one(sql.0, &[&queue, &now]).map_err(read_err)?;
     let (running, claimed, all): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
     let (started, oldest) = match limits.rate {
         Some(rate) => {
             let r = client
-                .query_one(sql.1, &[&queue, &controls::window_floor(now, rate)])
+                .query_one(
+                    sql.1,
+                    &[&queue, &crate::core::controls::window_floor(now, rate)],
+                )
                 .map_err(read_err)?;
             (r.get::<_, i64>(0), r.get::<_, Option<i64>>(1))
         }
         None => (0, None),
     };
     Ok((
-        controls::Load {
+        crate::core::controls::Load {
             running,
             started,
             claimed,
@@ -296,11 +299,14 @@ pub(crate) fn claim_limited(
     let now = clock();
     let lease_until = now + (ask.lease_until - ask.now);
     if let Some(rate) = limits.rate {
-        tx.execute(&prune, &[&queue, &controls::prune_floor(now, rate)])
-            .map_err(read_err)?;
+        tx.execute(
+            &prune,
+            &[&queue, &crate::core::controls::prune_floor(now, rate)],
+        )
+        .map_err(read_err)?;
     }
     let (load, _, oldest) = load(&mut tx, (&count, &started), queue, &limits, now)?;
-    let room = controls::room(&limits, &load);
+    let room = crate::core::controls::room(&limits, &load);
     let mut take = room.min(ask.limit.max(0) as usize);
     if limits.concurrency.is_some() {
         take = take.min(1);
@@ -332,7 +338,7 @@ pub(crate) fn claim_limited(
     let frees_at = limits
         .rate
         .filter(|_| started.len() >= room)
-        .map(|rate| controls::frees_at(oldest.unwrap_or(now), rate));
+        .map(|rate| crate::core::controls::frees_at(oldest.unwrap_or(now), rate));
     Ok(LimitedClaim {
         held_back: limits.limited() && (take == 0 || started.len() == take),
         more_room: started.len() == take && room > take,

@@ -9,8 +9,8 @@ use postgres::GenericClient;
 use super::conn::{write_err, PgConn};
 use crate::core::job::Enqueued;
 use crate::core::time::Millis;
+use crate::core::validate::ValidJob;
 use crate::error::{Error, Result};
-use crate::sqlite::enqueue::ValidJob;
 
 /// One job in one statement (one round trip): a key already in `jobs`
 /// counts a delivery on its row; a key only in the ledger (its job row

@@ -6,8 +6,8 @@ use postgres::{Row, Statement};
 
 use super::conn::{read_err, PgConn};
 use super::reads::in_snapshot;
+use crate::core::reports::failures::{FailureGroup, Failures};
 use crate::error::Result;
-use crate::failures::{FailureGroup, Failures};
 
 /// Dead jobs by last error and kind, the largest groups first (`$1`: how
 /// many groups).

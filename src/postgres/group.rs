@@ -24,8 +24,8 @@ use super::conn::{self, Pool, Session};
 use super::{enqueue, with_conn};
 use crate::core::job::Enqueued;
 use crate::core::time::Millis;
+use crate::core::validate::ValidJob;
 use crate::error::{Error, Result};
-use crate::sqlite::enqueue::ValidJob;
 
 /// Most jobs one combined insert carries; the rest wait for the next.
 const MAX_GROUP: usize = 256;

@@ -37,23 +37,59 @@ pub(crate) mod schema;
 pub(crate) mod tally;
 pub(crate) mod tx;
 
+/// The PostgreSQL engine: a queue in a database that several machines
+/// share ([`crate::Queue::open_postgres`]). Its handlers get a
+/// [`crate::PgJobTx`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Postgres {}
+
+impl crate::driver::sealed::Sealed for Postgres {}
+
+impl crate::driver::Engine for Postgres {
+    type JobTx<'a, 't>
+        = tx::PgJobTx<'a, 't>
+    where
+        't: 'a;
+    const KIND: crate::driver::BackendKind = crate::driver::BackendKind::Postgres;
+}
+
+impl<P, F> crate::driver::handler::ApplyFn<Postgres, P> for F
+where
+    F: Fn(
+            &mut tx::PgJobTx<'_, '_>,
+            P,
+        )
+            -> std::result::Result<crate::core::handler::Outcome, crate::core::handler::HandlerError>
+        + Send
+        + Sync,
+{
+    fn call<'a, 't: 'a>(
+        &self,
+        tx: &mut tx::PgJobTx<'a, 't>,
+        p: P,
+    ) -> std::result::Result<crate::core::handler::Outcome, crate::core::handler::HandlerError>
+    {
+        self(tx, p)
+    }
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::attempt::Attempt;
+use crate::core::controls::{QueueControl, QueueLimits};
 use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::options::QueueOptions;
+use crate::core::options::Synchronous;
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::core::reports::failures::Failures;
+use crate::core::reports::overview::Overview;
+use crate::core::reports::stats::{Explanation, JobDetail, Stats};
+use crate::core::reports::tally::Tally;
 use crate::core::time::Millis;
+use crate::core::validate::ValidJob;
 use crate::driver::{Backend, BackendKind, PruneWhat};
 use crate::error::{Error, Result};
-use crate::failures::Failures;
-use crate::overview::Overview;
-use crate::queue::QueueOptions;
-use crate::sqlite::controls::{QueueControl, QueueLimits};
-use crate::sqlite::db::Synchronous;
-use crate::sqlite::enqueue::ValidJob;
-use crate::sqlite::history::Attempt;
-use crate::sqlite::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
-use crate::sqlite::reads::{Explanation, JobDetail, Stats};
-use crate::sqlite::reports::Tally;
 use crate::sqlite::schema::SCHEMA_VERSION;
 
 use conn::{pool_err, PgConn, Pool, Session};
@@ -125,7 +161,7 @@ impl PgHandle {
     /// its result, and whether it enqueued a new job.
     pub(crate) fn write<R>(
         &self,
-        rules: &crate::sqlite::enqueue::EnqueueRules,
+        rules: &crate::core::validate::EnqueueRules,
         now: Millis,
         f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
     ) -> Result<(R, bool)> {
@@ -528,7 +564,7 @@ impl Backend for PgStore {
         limits: &QueueLimits,
         now: Millis,
     ) -> Result<()> {
-        crate::sqlite::controls::check_change(queue, limits)?;
+        crate::core::controls::check_change(queue, limits)?;
         // The same change twice leaves the same row: safe to repeat.
         self.with_conn(true, |c| controls::change(c, queue, paused, limits, now))?;
         self.controls.forget();

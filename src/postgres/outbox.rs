@@ -7,10 +7,10 @@ use postgres::GenericClient;
 
 use super::conn::{write_err, PgConn};
 use super::reads::outbox_from_row;
+use crate::core::attempt::cap_error;
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxState};
 use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::sqlite::history::cap_error;
-use crate::sqlite::outbox::{ClaimedEffect, EffectResult, OutboxState};
 
 /// A key that exists already is left alone; either way the row's id.
 pub(crate) const ADD: &str = "\

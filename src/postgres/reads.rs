@@ -5,12 +5,12 @@
 use postgres::{GenericClient, Row};
 
 use super::conn::{read_err, PgConn};
+use crate::core::attempt::{Attempt, AttemptOutcome};
 use crate::core::job::{Job, JobFilter};
+use crate::core::outbox::{OutboxRow, OutboxState};
+use crate::core::reports::stats::{Explanation, JobDetail, LedgerEntry, OutboxEntry, Stats};
 use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::sqlite::history::{Attempt, AttemptOutcome};
-use crate::sqlite::outbox::{OutboxRow, OutboxState};
-use crate::sqlite::reads::{self, Explanation, JobDetail, LedgerEntry, OutboxEntry, Stats};
 
 const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
@@ -223,7 +223,7 @@ fn q<C: GenericClient>(c: &mut C, sql: &str, params: super::conn::Params<'_>) ->
 
 pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<Stats> {
     in_snapshot(c, |tx| {
-        let mut s = reads::empty_stats(schema_version);
+        let mut s = crate::core::reports::stats::empty_stats(schema_version);
         for r in q(
             tx,
             "SELECT kind, queue, state, count(*) FROM jobs GROUP BY kind, queue, state",
@@ -258,7 +258,7 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
         s.queued_due = due;
         s.ledger_rows = q(tx, "SELECT count(*) FROM processed_jobs", &[])?[0].get(0);
         s.queue_controls = super::controls::controlled(tx, now)?;
-        reads::fill_job_counts(&mut s);
+        crate::core::reports::stats::fill_job_counts(&mut s);
         // The tables' size on disk stands for the file's.
         s.file_bytes = q(tx, super::tally::TABLE_BYTES, &[])?[0]
             .get::<_, i64>(0)
@@ -296,7 +296,9 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
             completed_at: r.get(0),
             job_id: r.get(1),
         });
-        Ok(Some(reads::job_detail_of(job, attempts, outbox, ledger)))
+        Ok(Some(crate::core::reports::stats::job_detail_of(
+            job, attempts, outbox, ledger,
+        )))
     })
 }
 
@@ -318,6 +320,8 @@ pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
             ),
             None => (Vec::new(), Vec::new()),
         };
-        Ok(reads::explanation_of(key, job, attempts, ledger, outbox))
+        Ok(crate::core::reports::stats::explanation_of(
+            key, job, attempts, ledger, outbox,
+        ))
     })
 }

@@ -5,10 +5,13 @@
 use postgres::{GenericClient, Row};
 
 use super::conn::read_err;
+use crate::core::job::Enqueued;
+use crate::core::job::NewJob;
 use crate::core::schedule::Declared;
+use crate::core::schedule::{Declaration, ScheduleRow};
 use crate::core::time::Millis;
+use crate::driver::schedules::SlotTx;
 use crate::error::Result;
-use crate::sqlite::schedules::{Declaration, ScheduleRow};
 
 const GET: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
      catch_up_window_ms, last_slot_at, next_slot_at, updated_at FROM schedules WHERE name = $1";
@@ -125,4 +128,19 @@ pub(crate) fn set_next<C: GenericClient>(
 ) -> Result<()> {
     c.execute(SET_NEXT, &[&name, &next]).map_err(read_err)?;
     Ok(())
+}
+
+impl SlotTx for crate::PgWriteTx<'_, '_> {
+    fn declare(&mut self, d: &Declared, now: Millis) -> Result<Declaration> {
+        declare(&mut **self, d, now)
+    }
+    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
+        fired(&mut **self, name, slot, next)
+    }
+    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()> {
+        set_next(&mut **self, name, next)
+    }
+    fn enqueue(&mut self, job: NewJob) -> Result<Enqueued> {
+        crate::PgWriteTx::enqueue(self, job)
+    }
 }

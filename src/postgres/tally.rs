@@ -9,13 +9,14 @@ use postgres::{Row, Statement, Transaction};
 
 use super::conn::{read_err, PgConn};
 use super::reads::in_snapshot;
+use crate::core::attempt::AttemptOutcome;
 use crate::core::job::JobState;
+use crate::core::outbox::OutboxState;
+use crate::core::reports::overview;
+use crate::core::reports::overview::{Activity, ActivityCount, Overview};
+use crate::core::reports::tally::{Group, Runs, Tally};
 use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::overview::{self, Activity, ActivityCount, Overview};
-use crate::sqlite::history::AttemptOutcome;
-use crate::sqlite::outbox::OutboxState;
-use crate::sqlite::reports::{Group, Runs, Tally};
 
 /// Jobs per queue, kind and state, with their deliveries and the oldest
 /// due `run_at` of the queued ones (`$1`: now).

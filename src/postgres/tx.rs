@@ -12,8 +12,8 @@ use super::conn::write_err;
 use crate::core::handler::JobContext;
 use crate::core::job::{Enqueued, NewJob};
 use crate::core::time::Millis;
+use crate::core::validate::EnqueueRules;
 use crate::error::Result;
-use crate::sqlite::enqueue::{self, EnqueueRules};
 
 /// The savepoint a run's handler writes inside, opened the first time the
 /// handler reaches the transaction: a handler that writes nothing costs no
@@ -127,7 +127,7 @@ pub struct PgWriteTx<'a, 't> {
 impl PgWriteTx<'_, '_> {
     /// Enqueues inside this transaction.
     pub fn enqueue(&mut self, job: NewJob) -> Result<Enqueued> {
-        let valid = enqueue::validate_owned(job, self.rules, self.now)?;
+        let valid = crate::core::validate::validate_owned(job, self.rules, self.now)?;
         let r = super::enqueue::insert(self.tx, self.insert, &valid, self.now)?;
         if !r.is_duplicate() {
             self.enqueued = true;

@@ -60,7 +60,7 @@ impl Queue {
     /// ```
     pub fn enqueue_async(&self, job: NewJob) -> WriteFuture<Enqueued> {
         let now = self.backend().now();
-        let valid = match enqueue::validate_owned(job, &self.inner.rules, now) {
+        let valid = match crate::core::validate::validate_owned(job, &self.inner.rules, now) {
             Ok(v) => v,
             Err(e) => return WriteFuture::ready(Err(e)),
         };

@@ -4,131 +4,30 @@
 //! operator's methods live beside it: repairs in the admin module, reports
 //! in the inspect module.
 
-use std::cell::Cell;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
+use crate::core::attempt::Attempt;
 use crate::core::job::{Enqueued, Job, JobFilter, NewJob};
+use crate::core::options::QueueOptions;
+use crate::core::outbox::{OutboxRow, OutboxState};
 use crate::core::time::{now_ms, Millis};
+use crate::core::validate::{EnqueueRules, ValidJob};
+use crate::driver::wake::Wakers;
 use crate::driver::{Backend, BackendKind};
 use crate::error::{Error, Result};
 use crate::runtime::RuntimeBuilder;
-use crate::sqlite::db::{self, Synchronous};
-use crate::sqlite::enqueue::{self, EnqueueRules, ValidJob};
-use crate::sqlite::history::Attempt;
-use crate::sqlite::outbox::{OutboxRow, OutboxState};
+use crate::sqlite::db::{self};
+use crate::sqlite::enqueue::{self};
 use crate::sqlite::store::SqliteStore;
+use crate::sqlite::tx::in_write_tx;
+use crate::sqlite::tx::WriteTx;
 use crate::sqlite::writer::Writer;
 
 mod async_ops;
-
-/// How a queue opens its file. Builder-lite:
-///
-/// ```
-/// # use litejob::{QueueOptions, Synchronous};
-/// let opts = QueueOptions::default()
-///     .with_synchronous(Synchronous::Normal)
-///     .with_kind_max_retries("send_digest", 3);
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct QueueOptions {
-    /// `PRAGMA synchronous`; `Full` by default (durable on power loss).
-    pub synchronous: Synchronous,
-    /// How long a write waits for another connection's lock (default 30 s).
-    pub busy_timeout: Duration,
-    /// Largest payload accepted, in bytes (default 1 MiB).
-    pub max_payload_bytes: usize,
-    /// `max_retries` for jobs that set none and whose kind has no default (1).
-    pub default_max_retries: u32,
-    /// `max_retries` per kind.
-    pub kind_max_retries: HashMap<String, u32>,
-    /// Reader connections (default 4).
-    pub pool_size: u32,
-    /// Most writes applied in one group commit (default 512).
-    pub max_group: usize,
-    /// A single write (a handler's apply step included) running longer than
-    /// this is interrupted and rolled back (default 30 s; None: no limit).
-    pub transaction_budget: Option<Duration>,
-}
-
-impl Default for QueueOptions {
-    fn default() -> Self {
-        QueueOptions {
-            synchronous: Synchronous::Full,
-            busy_timeout: Duration::from_secs(30),
-            max_payload_bytes: 1024 * 1024,
-            default_max_retries: 1,
-            kind_max_retries: HashMap::new(),
-            pool_size: 4,
-            max_group: 512,
-            transaction_budget: Some(Duration::from_secs(30)),
-        }
-    }
-}
-
-impl QueueOptions {
-    /// Sets `PRAGMA synchronous`.
-    pub fn with_synchronous(mut self, s: Synchronous) -> Self {
-        self.synchronous = s;
-        self
-    }
-    /// Sets the busy timeout.
-    pub fn with_busy_timeout(mut self, d: Duration) -> Self {
-        self.busy_timeout = d;
-        self
-    }
-    /// Sets the payload limit in bytes.
-    pub fn with_max_payload_bytes(mut self, n: usize) -> Self {
-        self.max_payload_bytes = n;
-        self
-    }
-    /// Sets the default `max_retries`.
-    pub fn with_default_max_retries(mut self, n: u32) -> Self {
-        self.default_max_retries = n;
-        self
-    }
-    /// Sets the default `max_retries` of one kind.
-    pub fn with_kind_max_retries(mut self, kind: impl Into<String>, n: u32) -> Self {
-        self.kind_max_retries.insert(kind.into(), n);
-        self
-    }
-    /// Sets the number of reader connections.
-    pub fn with_pool_size(mut self, n: u32) -> Self {
-        self.pool_size = n;
-        self
-    }
-    /// Sets the most writes applied in one group commit.
-    pub fn with_max_group(mut self, n: usize) -> Self {
-        self.max_group = n;
-        self
-    }
-    /// Sets the time budget of one write transaction step.
-    pub fn with_transaction_budget(mut self, d: Option<Duration>) -> Self {
-        self.transaction_budget = d;
-        self
-    }
-
-    /// Checks `job` against these options exactly as an enqueue would
-    /// (names, JSON, payload size, retries), without opening any file: a
-    /// caller can refuse bad input before it creates a queue file.
-    pub fn check(&self, job: &NewJob) -> Result<()> {
-        enqueue::validate_parts(job, &self.rules(), now_ms()).map(|_| ())
-    }
-
-    fn rules(&self) -> EnqueueRules {
-        EnqueueRules {
-            max_payload_bytes: self.max_payload_bytes,
-            default_max_retries: self.default_max_retries,
-            kind_max_retries: self.kind_max_retries.clone(),
-        }
-    }
-}
+mod ops;
 
 /// A queue on one SQLite file. Cheap to clone; all clones share one writer
 /// thread and one reader pool. The writer stops when the last clone is
@@ -161,37 +60,6 @@ pub(crate) struct Inner {
     pub outbox_wake: Wakers,
 }
 
-/// The wake-up channels of a queue's runtimes. Each runtime subscribes its
-/// own channel (capacity one: a pending wake-up is enough) and a wake-up
-/// goes to all of them: with one shared channel, two runtimes on one queue
-/// (say, one per kind) swallowed each other's wake-ups and waited for the
-/// next poll. A runtime drops its receiver when it stops; its sender is
-/// pruned at the next wake-up.
-#[derive(Default)]
-pub(crate) struct Wakers(std::sync::Mutex<Vec<Sender<()>>>);
-
-impl Wakers {
-    /// A new channel that every later [`Wakers::wake`] reaches.
-    pub(crate) fn subscribe(&self) -> Receiver<()> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
-        rx
-    }
-
-    /// Wakes every subscriber.
-    pub(crate) fn wake(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|tx| {
-                !matches!(
-                    tx.try_send(()),
-                    Err(crossbeam_channel::TrySendError::Disconnected(_))
-                )
-            });
-    }
-}
-
 /// Whether `location` is a PostgreSQL URL rather than a file's path.
 pub fn is_postgres_url(location: &str) -> bool {
     location.starts_with("postgres://") || location.starts_with("postgresql://")
@@ -204,58 +72,6 @@ impl std::fmt::Debug for Queue {
             .field("location", &self.location())
             .finish()
     }
-}
-
-/// A write transaction on the writer thread, for application SQL and
-/// enqueues that must commit together ("row written + job enqueued, or
-/// neither"). Derefs to the connection; do not COMMIT or ROLLBACK yourself.
-pub struct WriteTx<'a> {
-    conn: &'a Connection,
-    rules: &'a EnqueueRules,
-    now: Millis,
-    enqueued: Cell<bool>,
-}
-
-impl WriteTx<'_> {
-    /// Enqueues inside this transaction.
-    pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let valid = enqueue::validate_owned(job, self.rules, self.now)?;
-        let r = enqueue::insert(self.conn, &valid, self.now)?;
-        if !r.is_duplicate() {
-            self.enqueued.set(true);
-        }
-        Ok(r)
-    }
-
-    /// The connection, inside the transaction.
-    pub fn conn(&self) -> &Connection {
-        self.conn
-    }
-}
-
-impl std::ops::Deref for WriteTx<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.conn
-    }
-}
-
-/// Runs `f`, a [`Queue::write`] body, in a [`WriteTx`] on the writer's
-/// connection; its result, and whether it enqueued a new job.
-fn in_write_tx<R>(
-    conn: &Connection,
-    rules: &EnqueueRules,
-    now: Millis,
-    f: impl FnOnce(&WriteTx<'_>) -> Result<R>,
-) -> Result<(R, bool)> {
-    let tx = WriteTx {
-        conn,
-        rules,
-        now,
-        enqueued: Cell::new(false),
-    };
-    let r = f(&tx)?;
-    Ok((r, tx.enqueued.get()))
 }
 
 /// How often a write answered `Aborted` (rolled back with a neighbour in its
@@ -489,7 +305,7 @@ impl Queue {
     /// seen before (its `deliveries` count grows, nothing else changes).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         let now = self.backend().now();
-        let valid = enqueue::validate_owned(job, &self.inner.rules, now)?;
+        let valid = crate::core::validate::validate_owned(job, &self.inner.rules, now)?;
         let r = self.backend().enqueue(valid, now)?;
         if !r.is_duplicate() {
             self.notify();
@@ -516,18 +332,22 @@ impl Queue {
             .iter()
             .enumerate()
             .map(|(i, j)| {
-                enqueue::validate_parts(j, &self.inner.rules, now).map_err(|e| match e {
-                    Error::InvalidInput(m) => {
-                        Error::InvalidInput(format!("job {i} ({}): {m}", j.key))
-                    }
-                    other => other,
-                })
+                crate::core::validate::validate_parts(j, &self.inner.rules, now).map_err(
+                    |e| match e {
+                        Error::InvalidInput(m) => {
+                            Error::InvalidInput(format!("job {i} ({}): {m}", j.key))
+                        }
+                        other => other,
+                    },
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(jobs
             .into_iter()
             .zip(checked)
-            .map(|(j, (run_at, max_attempts))| enqueue::into_valid(j, run_at, max_attempts))
+            .map(|(j, (run_at, max_attempts))| {
+                crate::core::validate::into_valid(j, run_at, max_attempts)
+            })
             .collect())
     }
 
@@ -538,7 +358,7 @@ impl Queue {
     pub fn enqueue_in(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
         self.sqlite("enqueue_in")?.writer()?;
         let now = now_ms();
-        let valid = enqueue::validate(job, &self.inner.rules, now)?;
+        let valid = crate::core::validate::validate(job, &self.inner.rules, now)?;
         enqueue::insert(conn, &valid, now)
     }
 
@@ -630,7 +450,7 @@ impl Queue {
         // check keeps a read-only queue from writing through it.
         store.writable()?;
         let now = self.backend().now();
-        let valid = enqueue::validate(job, &self.inner.rules, now)?;
+        let valid = crate::core::validate::validate(job, &self.inner.rules, now)?;
         let st = client
             .prepare(crate::postgres::enqueue::INSERT_ONE)
             .map_err(crate::postgres::conn::read_err)?;

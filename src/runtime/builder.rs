@@ -10,13 +10,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::core::backoff::Backoff;
-use crate::core::handler::{
-    EffectContext, ErasedEffect, ErasedHandler, FnEffect, FnHandler, HandlerError, JobContext,
-    JobTx, Outcome,
-};
+use crate::core::handler::{EffectContext, HandlerError, JobContext, Outcome};
 use crate::core::schedule::Schedule;
+use crate::driver::handler::{ErasedEffect, ErasedHandler, FnEffect, FnHandler};
 use crate::error::Result;
 use crate::queue::Queue;
+use crate::sqlite::tx::JobTx;
 
 use super::Runtime;
 
@@ -24,9 +23,9 @@ use super::Runtime;
 #[must_use = "a builder does nothing until it is started"]
 pub struct RuntimeBuilder {
     pub(crate) queue: Queue,
-    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler<crate::sqlite::Sqlite>>>,
     #[cfg(feature = "postgres")]
-    pub(crate) pg_handlers: HashMap<String, Arc<dyn crate::core::handler::ErasedPgHandler>>,
+    pub(crate) pg_handlers: HashMap<String, Arc<dyn ErasedHandler<crate::postgres::Postgres>>>,
     pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
     pub(crate) schedules: Vec<Schedule>,
     pub(crate) cfg: RuntimeConfig,
@@ -83,7 +82,10 @@ impl RuntimeBuilder {
     pub fn handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
-        F: Fn(&JobTx<'_>, T) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+        F: Fn(&mut JobTx<'_>, T) -> std::result::Result<Outcome, HandlerError>
+            + Send
+            + Sync
+            + 'static,
     {
         self.insert_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
     }
@@ -103,8 +105,10 @@ impl RuntimeBuilder {
         T: DeserializeOwned + Send + 'static,
         P: Send + 'static,
         Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
-        App:
-            Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+        App: Fn(&mut JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError>
+            + Send
+            + Sync
+            + 'static,
     {
         self.insert_handler(kind, prepare, apply, true)
     }
@@ -120,8 +124,10 @@ impl RuntimeBuilder {
         T: DeserializeOwned + Send + 'static,
         P: Send + 'static,
         Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
-        App:
-            Fn(&JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError> + Send + Sync + 'static,
+        App: Fn(&mut JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError>
+            + Send
+            + Sync
+            + 'static,
     {
         self.handlers.insert(
             kind.into(),
@@ -194,7 +200,7 @@ impl RuntimeBuilder {
     {
         self.pg_handlers.insert(
             kind.into(),
-            Arc::new(crate::core::handler::FnPgHandler {
+            Arc::new(FnHandler {
                 prepare,
                 apply,
                 user_prepare,

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver};
 
 use crate::core::backoff::Rng;
-use crate::core::handler::{panic_message, EffectContext, ErasedEffect};
+use crate::core::handler::{panic_message, EffectContext};
+use crate::core::outbox::{ClaimedEffect, EffectResult};
+use crate::driver::handler::ErasedEffect;
 use crate::error::Result;
 use crate::fault;
-use crate::sqlite::outbox::{self, ClaimedEffect, EffectResult};
 
 use super::{sleep_or_stop, worker_name, Shared};
 
@@ -164,7 +165,7 @@ fn ack_with_retry(
     oid: i64,
     aid: i64,
     result: EffectResult,
-) -> Result<Option<outbox::OutboxState>> {
+) -> Result<Option<crate::core::outbox::OutboxState>> {
     let give_up = Instant::now() + s.cfg.lease;
     let mut delay = Duration::from_millis(50);
     let b = s.queue.backend();

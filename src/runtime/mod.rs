@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::core::backoff::Rng;
-use crate::core::handler::{ErasedEffect, ErasedHandler};
 use crate::core::time::Millis;
+use crate::driver::handler::{ErasedEffect, ErasedHandler};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::sqlite::claim::Claimed;
@@ -63,10 +63,10 @@ pub(crate) struct Shared {
     pub(crate) queue: Queue,
     /// The lease owner this runtime writes into the rows it claims.
     pub(crate) owner: String,
-    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler<crate::sqlite::Sqlite>>>,
     /// The handlers of a queue on PostgreSQL.
     #[cfg(feature = "postgres")]
-    pub(crate) pg_handlers: HashMap<String, Arc<dyn crate::core::handler::ErasedPgHandler>>,
+    pub(crate) pg_handlers: HashMap<String, Arc<dyn ErasedHandler<crate::postgres::Postgres>>>,
     pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
     /// The handlers' and the effects' kinds (sorted), and the queues
     /// claimed from as JSON for the claim's SQL.

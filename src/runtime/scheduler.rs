@@ -21,12 +21,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::core::job::Enqueued;
 use crate::core::schedule::slots::{self, format_slot};
-use crate::core::schedule::{Declared, Schedule, SlotTx};
+use crate::core::schedule::Declaration;
+use crate::core::schedule::{Declared, Schedule};
 use crate::core::time::Millis;
+use crate::core::validate::EnqueueRules;
+use crate::driver::schedules::SlotTx;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::sqlite::enqueue::{self, EnqueueRules};
-use crate::sqlite::schedules::Declaration;
 
 /// The longest the thread sleeps between two looks at the clock, so a slot
 /// is never late by more than this after the wall clock is set forward.
@@ -80,7 +81,7 @@ pub(crate) fn check(
                 s.cron, s.tz
             ));
         };
-        enqueue::validate_parts(&d.job(next), rules, now).map_err(|e| match e {
+        crate::core::validate::validate_parts(&d.job(next), rules, now).map_err(|e| match e {
             Error::InvalidInput(m) => Error::InvalidInput(format!("schedule {:?}: {m}", s.name)),
             other => other,
         })?;
@@ -118,7 +119,7 @@ struct Started {
 pub(crate) fn declare(queue: &Queue, decls: Vec<Declared>, now: Millis) -> Result<Vec<Armed>> {
     let decls: Vec<Arc<Declared>> = decls.into_iter().map(Arc::new).collect();
     let in_tx = decls.clone();
-    let started = crate::core::schedule::in_transaction(queue, move |tx| {
+    let started = in_transaction(queue, move |tx| {
         in_tx
             .iter()
             .map(|d| declare_one(tx, d, now))
@@ -267,7 +268,7 @@ fn fire(
     let mut tries = 0;
     loop {
         let (d, due) = (d.clone(), due.clone());
-        let r = crate::core::schedule::in_transaction(queue, move |tx| {
+        let r = in_transaction(queue, move |tx| {
             let name = &d.schedule.name;
             let mut out = Vec::with_capacity(due.len());
             for &s in due.iter() {
@@ -320,3 +321,19 @@ pub(crate) fn scheduler_loop(queue: Queue, mut armed: Vec<Armed>, stop: Receiver
 
 #[cfg(test)]
 mod tests;
+
+/// Runs `f` in one write transaction of `queue`'s backend.
+pub(crate) fn in_transaction<R, F>(queue: &Queue, f: F) -> Result<R>
+where
+    R: Send + 'static,
+    F: FnOnce(&mut dyn crate::driver::schedules::SlotTx) -> Result<R> + Send + 'static,
+{
+    #[cfg(feature = "postgres")]
+    if queue.postgres().is_some() {
+        return queue.pg_write(|tx| f(tx));
+    }
+    queue.write(move |tx| {
+        let mut tx = tx;
+        f(&mut tx)
+    })
+}

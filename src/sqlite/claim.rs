@@ -4,10 +4,11 @@
 
 use rusqlite::{CachedStatement, Connection};
 
+use crate::core::attempt::AttemptOutcome;
 use crate::core::time::Millis;
 use crate::error::Result;
 use crate::sqlite::controls;
-use crate::sqlite::history::{self, AttemptOutcome};
+use crate::sqlite::history::{self};
 
 /// A job claimed by this process but not started yet: it holds a lease but
 /// no attempt, so a crash before it starts charges nothing.
@@ -163,7 +164,7 @@ pub(crate) fn claim_batch<W>(
     let mut for_workers = for_workers;
     for (priority, _, id, k, abandoned, queue) in candidates {
         let limits = queue.as_deref().and_then(|q| gate.limits(q));
-        let limited = limits.is_some_and(controls::Limits::limited);
+        let limited = limits.is_some_and(crate::core::controls::Limits::limited);
         let c = Claimed {
             id,
             kind: kinds[k].clone(),
@@ -570,7 +571,7 @@ mod tests {
 
     /// Enqueues job `key` of kind `k`, due at `run_at`, with two attempts.
     fn enqueue(conn: &Connection, key: &str, run_at: Millis) -> i64 {
-        let job = crate::sqlite::enqueue::into_valid(NewJob::new("k", key, &0), run_at, 2);
+        let job = crate::core::validate::into_valid(NewJob::new("k", key, &0), run_at, 2);
         match crate::sqlite::enqueue::insert(conn, &job, T0).unwrap() {
             Enqueued::New(id) => id,
             other => panic!("{key}: {other:?}"),
@@ -739,7 +740,7 @@ mod tests {
         let job = NewJob::new("k", key, &0)
             .with_queue(queue)
             .with_priority(priority);
-        let job = crate::sqlite::enqueue::into_valid(job, T0, 2);
+        let job = crate::core::validate::into_valid(job, T0, 2);
         crate::sqlite::enqueue::insert(conn, &job, T0).unwrap().id()
     }
 

@@ -7,54 +7,9 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
+use crate::core::options::Synchronous;
 use crate::error::{Error, Result};
 use crate::sqlite::schema;
-
-/// How hard a commit pushes data to the disk (`PRAGMA synchronous`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Synchronous {
-    /// Every commit that answers a caller (an enqueue, a completion, an
-    /// acknowledgement) is fsynced before the caller is answered: a returned
-    /// enqueue survives power loss. The default. (The writer does the fsync
-    /// of the WAL itself, off its thread; the file's other connections read
-    /// back `synchronous=2`.)
-    #[default]
-    Full,
-    /// Commits are fsynced only at checkpoints: a process crash loses nothing,
-    /// but a power loss may lose the last commits. Faster.
-    Normal,
-}
-
-impl Synchronous {
-    /// The pragma value, as SQLite spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        }
-    }
-
-    /// The number SQLite reads back from `PRAGMA synchronous`.
-    pub fn pragma_value(self) -> i64 {
-        match self {
-            Synchronous::Full => 2,
-            Synchronous::Normal => 1,
-        }
-    }
-}
-
-impl std::str::FromStr for Synchronous {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "full" => Ok(Synchronous::Full),
-            "normal" => Ok(Synchronous::Normal),
-            _ => Err(Error::invalid(format!(
-                "synchronous must be 'full' or 'normal', not {s:?}"
-            ))),
-        }
-    }
-}
 
 /// The per-connection settings every connection to the file gets.
 #[derive(Debug, Clone)]

@@ -1,136 +1,13 @@
-//! The producer side: validates a `NewJob` and inserts it, or counts a
+//! The producer side on a file: inserts a validated job, or counts a
 //! duplicate delivery. Writes `jobs` (insert, `deliveries`).
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::core::job::{Enqueued, NewJob};
+use crate::core::job::Enqueued;
 use crate::core::time::Millis;
+use crate::core::validate::ValidJob;
 use crate::error::{Error, Result};
 use crate::sqlite::ledger;
-
-/// The limits and defaults enqueue checks against.
-#[derive(Debug, Clone)]
-pub(crate) struct EnqueueRules {
-    pub max_payload_bytes: usize,
-    pub default_max_retries: u32,
-    pub kind_max_retries: std::collections::HashMap<String, u32>,
-}
-
-/// Longest kind, key or queue name accepted.
-pub(crate) const MAX_NAME_BYTES: usize = 1024;
-/// Largest `max_retries` accepted.
-pub(crate) const MAX_RETRIES_LIMIT: u32 = 10_000;
-
-/// A job that passed validation: ready to insert.
-#[derive(Debug, Clone)]
-pub(crate) struct ValidJob {
-    pub kind: String,
-    pub key: String,
-    pub payload: String,
-    pub queue: String,
-    pub priority: i64,
-    pub run_at: Millis,
-    pub max_attempts: i64,
-}
-
-/// Refuses an empty name, one over the length limit, or one holding a NUL.
-pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
-    if s.trim().is_empty() {
-        return Err(Error::invalid(format!("{what} must not be empty")));
-    }
-    if s.len() > MAX_NAME_BYTES {
-        return Err(Error::invalid(format!(
-            "{what} is {} bytes, longer than the limit of {MAX_NAME_BYTES}",
-            s.len()
-        )));
-    }
-    if s.contains('\0') {
-        return Err(Error::invalid(format!(
-            "{what} must not contain a NUL byte"
-        )));
-    }
-    Ok(())
-}
-
-/// [`validate`] for a job the caller owns: the strings move instead of
-/// being copied.
-pub(crate) fn validate_owned(job: NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
-    let (run_at, max_attempts) = validate_parts(&job, rules, now)?;
-    Ok(into_valid(job, run_at, max_attempts))
-}
-
-/// A checked job (see [`validate_parts`]) as a `ValidJob`, moving its strings.
-pub(crate) fn into_valid(job: NewJob, run_at: Millis, max_attempts: i64) -> ValidJob {
-    ValidJob {
-        kind: job.kind,
-        key: job.key,
-        payload: job.payload.unwrap_or_default(),
-        queue: job.queue,
-        priority: job.priority,
-        run_at,
-        max_attempts,
-    }
-}
-
-/// Checks everything that can be checked before touching the file.
-pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
-    let (run_at, max_attempts) = validate_parts(job, rules, now)?;
-    Ok(ValidJob {
-        kind: job.kind.clone(),
-        key: job.key.clone(),
-        payload: job.payload.clone().unwrap_or_default(),
-        queue: job.queue.clone(),
-        priority: job.priority,
-        run_at,
-        max_attempts,
-    })
-}
-
-/// The checks; returns `(run_at, max_attempts)`.
-pub(crate) fn validate_parts(
-    job: &NewJob,
-    rules: &EnqueueRules,
-    now: Millis,
-) -> Result<(Millis, i64)> {
-    check_name("kind", &job.kind)?;
-    check_name("key", &job.key)?;
-    check_name("queue", &job.queue)?;
-    let payload = match &job.payload {
-        Ok(p) => p,
-        Err(e) => {
-            return Err(Error::invalid(format!(
-                "payload cannot be serialized to JSON: {e}"
-            )))
-        }
-    };
-    if payload.len() > rules.max_payload_bytes {
-        return Err(Error::invalid(format!(
-            "payload is {} bytes, over the limit of {} bytes",
-            payload.len(),
-            rules.max_payload_bytes
-        )));
-    }
-    if !job.payload_is_serde_output {
-        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(payload) {
-            return Err(Error::invalid(format!("payload is not valid JSON: {e}")));
-        }
-    }
-    let retries = job
-        .max_retries
-        .or_else(|| rules.kind_max_retries.get(&job.kind).copied())
-        .unwrap_or(rules.default_max_retries);
-    if retries > MAX_RETRIES_LIMIT {
-        return Err(Error::invalid(format!(
-            "max_retries {retries} is over the limit of {MAX_RETRIES_LIMIT}"
-        )));
-    }
-    let run_at = match (job.run_at, job.delay) {
-        (Some(at), _) => at,
-        (None, Some(d)) => now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64),
-        (None, None) => now,
-    };
-    Ok((run_at, retries as i64 + 1))
-}
 
 /// Inserts a validated job, or counts a duplicate delivery. Runs inside the
 /// caller's transaction: the writer's, or the application's own.

@@ -3,94 +3,12 @@
 //! `outbox` (and `attempts` through the history module).
 
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde::Serialize;
 
+use crate::core::attempt::AttemptOutcome;
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::time::Millis;
 use crate::error::{Action, Error, Result, RowId};
-use crate::sqlite::history::{self, AttemptOutcome};
-
-/// Where an outbox row is. The same words as `outbox.state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutboxState {
-    /// Waiting for its (next) attempt.
-    Pending,
-    /// An effect is running under a lease.
-    Sending,
-    /// The effect returned Ok.
-    Sent,
-    /// Out of attempts.
-    Dead,
-}
-
-impl OutboxState {
-    /// The word stored in `outbox.state`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OutboxState::Pending => "pending",
-            OutboxState::Sending => "sending",
-            OutboxState::Sent => "sent",
-            OutboxState::Dead => "dead",
-        }
-    }
-
-    /// All states.
-    pub const ALL: [OutboxState; 4] = [
-        OutboxState::Pending,
-        OutboxState::Sending,
-        OutboxState::Sent,
-        OutboxState::Dead,
-    ];
-}
-
-impl std::str::FromStr for OutboxState {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        OutboxState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "unknown outbox state {s:?}: one of pending, sending, sent, dead"
-                ))
-            })
-    }
-}
-
-impl std::fmt::Display for OutboxState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One row of `outbox`.
-#[derive(Debug, Clone, Serialize)]
-pub struct OutboxRow {
-    /// Row id.
-    pub id: i64,
-    /// Stable, unique key.
-    pub key: String,
-    /// Effect kind.
-    pub kind: String,
-    /// JSON text.
-    pub payload: String,
-    /// State.
-    pub state: OutboxState,
-    /// Attempts made (counted before each call).
-    pub attempts: i64,
-    /// Attempt budget.
-    pub max_attempts: i64,
-    /// The job that wrote it.
-    pub job_id: Option<i64>,
-    /// Not attempted before this time.
-    pub next_attempt_at: Millis,
-    /// Last failure.
-    pub last_error: Option<String>,
-    /// ms since epoch.
-    pub created_at: Millis,
-    /// ms since epoch, once sent.
-    pub sent_at: Option<Millis>,
-}
+use crate::sqlite::history;
 
 const COLUMNS: &str = "id, key, kind, payload, state, attempts, max_attempts, job_id, \
                        next_attempt_at, last_error, created_at, sent_at";
@@ -152,13 +70,6 @@ pub(crate) fn add(
     Ok((id, false))
 }
 
-/// An outbox row claimed for one attempt.
-#[derive(Debug, Clone)]
-pub(crate) struct ClaimedEffect {
-    pub row: OutboxRow,
-    pub attempt_id: i64,
-}
-
 /// Claims the next due row of one of `kinds` and records its attempt
 /// (counted before the effect is called).
 pub(crate) fn claim_one(
@@ -197,17 +108,6 @@ pub(crate) fn claim_one(
     Ok(Some(ClaimedEffect { row, attempt_id }))
 }
 
-/// How an effect attempt ended.
-#[derive(Debug, Clone)]
-pub(crate) enum EffectResult {
-    Sent,
-    Failed {
-        error: String,
-        panicked: bool,
-        retry_at: Millis,
-    },
-}
-
 /// Records an effect attempt's end. Fenced on the attempt: an attempt whose
 /// lease was reaped changes nothing. Returns the row's new state, or None
 /// when fenced off.
@@ -243,7 +143,7 @@ pub(crate) fn ack(
                  next_attempt_at = ?4, last_error = ?3, \
                  lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
                  WHERE id = ?1 AND current_attempt = ?2 AND state = 'sending' RETURNING state";
-            let err = history::cap_error(error);
+            let err = crate::core::attempt::cap_error(error);
             let st: Option<String> = conn
                 .prepare_cached(SQL)?
                 .query_row(
@@ -442,7 +342,7 @@ mod tests {
     /// (kind `mail`, two attempts) written at T0.
     fn fresh() -> (tempfile::TempDir, Connection, i64) {
         let (dir, conn) = crate::sqlite::sql_check::fresh_file();
-        let job = crate::sqlite::enqueue::into_valid(NewJob::new("k", "evt", &0), T0, 2);
+        let job = crate::core::validate::into_valid(NewJob::new("k", "evt", &0), T0, 2);
         let Enqueued::New(job_id) = crate::sqlite::enqueue::insert(&conn, &job, T0).unwrap() else {
             panic!("not new")
         };

@@ -1,404 +1,190 @@
-//! Counting a whole queue for the metrics and the dashboard's overview:
-//! [`Tally`], the figures both backends fill (jobs per queue, kind and
-//! state with their deliveries and the oldest runnable job's due time,
-//! outbox rows per kind and state, runs per kind and outcome, the ledger,
-//! the storage's size), and how the SQLite file fills it: one plain scan of
-//! each table aggregated here, and the last hour's runs read from the
-//! newest attempt back. PostgreSQL fills the same figures with `GROUP BY`
-//! queries (`postgres::tally`). Writes no table.
-//!
-//! Why not `GROUP BY` in SQL on the file: SQLite has no hash aggregate, so
-//! grouping a million rows sorts them all first (about 0.7 s on a million
-//! jobs), where the scan alone takes about 0.1 s. And runs are counted per
-//! kind with the kinds of the job ids the same scan saw (an array indexed
-//! by id) instead of a join that looks every attempt's job up in the table.
+//! The operator's reads on a file: counts, one job with its history, and
+//! everything known about one key, each in one read transaction so its
+//! numbers agree with each other while workers write. Writes no table.
 
-use std::collections::BTreeMap;
+use std::path::Path;
 
 use rusqlite::Connection;
 
-use crate::core::job::JobState;
+use crate::core::reports::failures::FailureGroup;
+use crate::core::reports::failures::Failures;
+use crate::core::reports::stats::empty_stats;
+use crate::core::reports::stats::explanation_of;
+use crate::core::reports::stats::fill_job_counts;
+use crate::core::reports::stats::job_detail_of;
+use crate::core::reports::stats::Explanation;
+use crate::core::reports::stats::JobDetail;
+use crate::core::reports::stats::LedgerEntry;
+use crate::core::reports::stats::OutboxEntry;
+use crate::core::reports::stats::Stats;
 use crate::core::time::Millis;
 use crate::error::Result;
-use crate::overview::{Activity, ActivityCount};
-use crate::sqlite::history::AttemptOutcome;
-use crate::sqlite::outbox::OutboxState;
+use crate::sqlite::controls::{self};
+use crate::sqlite::history::{self};
+use crate::sqlite::ledger;
+use crate::sqlite::outbox::{self};
+use crate::sqlite::schema;
 
-/// Jobs of one queue and kind in one state.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Group {
-    /// Job rows.
-    pub count: i64,
-    /// Their `deliveries`, summed.
-    pub deliveries: i64,
-    /// The smallest `run_at` among them that has come (queued jobs only).
-    pub oldest_due_run_at: Option<Millis>,
+/// Runs `f` in one read transaction (unless the caller already opened one),
+/// so several queries see the same state of the file while workers write.
+pub(crate) fn in_snapshot<R>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<R>,
+) -> Result<R> {
+    if !conn.is_autocommit() {
+        return f(conn);
+    }
+    conn.execute_batch("BEGIN DEFERRED")?;
+    let r = f(conn);
+    if conn.execute_batch("COMMIT").is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    r
 }
 
-/// What a tally of the queue found, in one snapshot.
-#[derive(Debug, Default)]
-pub(crate) struct Tally {
-    /// `(queue, kind) -> state -> group`; every state of a pair is present.
-    pub jobs: BTreeMap<(String, String), BTreeMap<JobState, Group>>,
-    /// kind -> state -> rows; every state of a kind is present.
-    pub outbox: BTreeMap<String, BTreeMap<OutboxState, i64>>,
-    /// Runs per kind (a job's kind, or an effect's), by outcome in
-    /// [`OUTCOMES`] order; a kind with no run is left out. Empty when the
-    /// tally was not asked to count runs.
-    pub runs: BTreeMap<String, [i64; 7]>,
-    /// Rows in the `processed_jobs` ledger.
-    pub ledger_rows: i64,
-    /// The storage's size: the file's (PostgreSQL: the tables' on the
-    /// server).
-    pub file_bytes: u64,
-    /// The file's write-ahead log (PostgreSQL: 0).
-    pub wal_bytes: u64,
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
-impl Tally {
-    /// Adds the jobs of one queue, kind and state; the pair gets every
-    /// state.
-    pub(crate) fn add_jobs(&mut self, queue: &str, kind: &str, state: JobState, g: Group) {
-        let states = self
-            .jobs
-            .entry((queue.to_string(), kind.to_string()))
-            .or_insert_with(|| {
-                JobState::ALL
-                    .into_iter()
-                    .map(|s| (s, Group::default()))
-                    .collect()
-            });
-        let sum = states.entry(state).or_default();
-        sum.count += g.count;
-        sum.deliveries += g.deliveries;
-        sum.oldest_due_run_at = earliest(sum.oldest_due_run_at, g.oldest_due_run_at);
-    }
+/// The sizes in bytes of the database file and of its write-ahead log
+/// (`<file>-wal`; 0 when there is none).
+pub(crate) fn file_sizes(path: &Path) -> (u64, u64) {
+    let mut wal = path.to_path_buf().into_os_string();
+    wal.push("-wal");
+    (file_len(path), file_len(Path::new(&wal)))
+}
 
-    /// Adds the outbox rows of one kind and state; the kind gets every
-    /// state.
-    pub(crate) fn add_outbox(&mut self, kind: &str, state: OutboxState, n: i64) {
-        *self
-            .outbox
-            .entry(kind.to_string())
-            .or_insert_with(|| OutboxState::ALL.into_iter().map(|s| (s, 0)).collect())
-            .entry(state)
-            .or_default() += n;
-    }
-
-    /// Adds runs of one kind and outcome.
-    pub(crate) fn add_runs(&mut self, kind: &str, outcome: AttemptOutcome, n: i64) {
-        if n == 0 {
-            return;
+/// The counts of [`Queue::stats`], from a file (without its sizes).
+pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
+    let mut s = empty_stats(schema::read_version(conn)?);
+    {
+        let mut st = conn.prepare_cached(
+            "SELECT kind, queue, state, count(*) FROM jobs GROUP BY kind, queue, state",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (kind, queue, state, n) = row?;
+            s.jobs.add(&state, n);
+            s.by_kind.entry(kind).or_default().add(&state, n);
+            s.by_queue.entry(queue).or_default().add(&state, n);
         }
-        let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) else {
-            return;
-        };
-        self.runs.entry(kind.to_string()).or_default()[i] += n;
     }
-
-    /// Every queue's groups, per state, summed over its kinds.
-    pub(crate) fn by_queue(&self) -> BTreeMap<&str, BTreeMap<JobState, Group>> {
-        let mut out: BTreeMap<&str, BTreeMap<JobState, Group>> = BTreeMap::new();
-        for ((queue, _), states) in &self.jobs {
-            let q = out.entry(queue.as_str()).or_default();
-            for (state, g) in states {
-                let sum = q.entry(*state).or_default();
-                sum.count += g.count;
-                sum.deliveries += g.deliveries;
-                sum.oldest_due_run_at = earliest(sum.oldest_due_run_at, g.oldest_due_run_at);
-            }
+    {
+        let mut st =
+            conn.prepare_cached("SELECT kind, state, count(*) FROM outbox GROUP BY kind, state")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (kind, state, n) = row?;
+            s.outbox.add(&state, n);
+            s.outbox_by_kind.entry(kind).or_default().add(&state, n);
         }
-        out
     }
-}
-
-fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// Whether a tally counts runs per kind too (the metrics do; the overview,
-/// which has no use for them, skips the scan of `attempts`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Runs {
-    /// Count them.
-    Counted,
-    /// Leave [`Tally::runs`] empty.
-    Skipped,
-}
-
-/// The kind of every row a scan of `jobs` or `outbox` saw, by id, for the
-/// scan of `attempts`.
-#[derive(Debug, Default)]
-struct Kinds {
-    kind_of: KindOf,
-    kinds: Vec<String>,
-}
-
-/// The number of ledger rows (SQLite counts them from its smallest index).
-const LEDGER_ROWS: &str = "SELECT count(*) FROM processed_jobs";
-
-/// Attempts newest first, to read back only as far as the last hour: ids
-/// grow with `started_at` (an attempt row is written when its run starts).
-const RECENT_ATTEMPTS: &str =
-    "SELECT started_at, finished_at, outcome FROM attempts WHERE job_id IS NOT NULL \
-     ORDER BY id DESC";
-
-/// Counts the whole file (the caller holds one read transaction), runs
-/// too when asked; the sizes are the caller's to fill.
-pub(crate) fn count(conn: &Connection, now: Millis, runs: Runs) -> Result<Tally> {
-    let mut t = Tally::default();
-    let job_kinds = jobs(conn, now, &mut t)?;
-    let outbox_kinds = outbox(conn, &mut t)?;
-    if runs == Runs::Counted {
-        attempts(conn, &job_kinds, &outbox_kinds, &mut t)?;
-    }
-    t.ledger_rows = conn
-        .prepare_cached(LEDGER_ROWS)?
+    let (oldest_created, oldest_due, due): (Option<i64>, Option<i64>, i64) = conn
+        .prepare_cached(
+            "SELECT min(created_at), min(CASE WHEN run_at <= ?1 THEN run_at END), \
+                    coalesce(sum(run_at <= ?1), 0) \
+             FROM jobs WHERE state = 'queued'",
+        )?
+        .query_row([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    s.oldest_queued_age_ms = oldest_created.map(|t| (now - t).max(0));
+    s.oldest_due_wait_ms = oldest_due.map(|t| (now - t).max(0));
+    s.queued_due = due;
+    s.ledger_rows = conn
+        .prepare_cached("SELECT count(*) FROM processed_jobs")?
         .query_row([], |r| r.get(0))?;
-    Ok(t)
+    s.schedules = crate::sqlite::schedules::count(conn)?;
+    s.queue_controls = controls::controlled(conn, now)?;
+    fill_job_counts(&mut s);
+    Ok(s)
 }
 
-/// The last hour's runs per minute (see [`ActivityCount`]), read from the
-/// newest attempt back.
-pub(crate) fn activity(conn: &Connection, now: Millis) -> Result<Activity> {
-    let mut a = ActivityCount::new(now);
-    let mut st = conn.prepare_cached(RECENT_ATTEMPTS)?;
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        if !a.add(r.get(0)?, r.get(1)?, text(r, 2)?) {
-            break;
-        }
-    }
-    Ok(a.finish())
+pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
+    let Some(job) = crate::sqlite::reads::get_job(conn, id)? else {
+        return Ok(None);
+    };
+    let attempts = history::for_job(conn, id)?;
+    let outbox = outbox_entries(conn, id)?;
+    let ledger = ledger_entry(conn, &job.idempotency_key)?;
+    Ok(Some(job_detail_of(job, attempts, outbox, ledger)))
 }
 
-/// Every job row, in rowid order: a table scan with no sort.
-const JOB_ROWS: &str = "SELECT id, queue, kind, state, deliveries, run_at FROM jobs";
-
-/// Every outbox row, in rowid order.
-const OUTBOX_ROWS: &str = "SELECT id, kind, state FROM outbox";
-
-/// Every attempt row: what it ran, and how it ended.
-const ATTEMPT_ROWS: &str = "SELECT job_id, outbox_id, outcome FROM attempts";
-
-/// A text column, borrowed from the row (no allocation per row).
-pub(crate) fn text<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str> {
-    Ok(row.get_ref(i)?.as_str().map_err(rusqlite::Error::from)?)
+fn ledger_entry(conn: &Connection, key: &str) -> Result<Option<LedgerEntry>> {
+    Ok(
+        ledger::lookup(conn, key)?.map(|(completed_at, job_id)| LedgerEntry {
+            key: key.to_string(),
+            completed_at,
+            job_id,
+        }),
+    )
 }
 
-/// A text column's bytes, borrowed and not checked for UTF-8 (the names
-/// they are compared with are; a name is kept only once checked).
-fn bytes<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r [u8]> {
-    Ok(row.get_ref(i)?.as_bytes().map_err(rusqlite::Error::from)?)
+fn outbox_entries(conn: &Connection, job_id: i64) -> Result<Vec<OutboxEntry>> {
+    outbox::for_job(conn, job_id)?
+        .into_iter()
+        .map(|row| {
+            Ok(OutboxEntry {
+                attempts: history::for_outbox(conn, row.id)?,
+                row,
+            })
+        })
+        .collect()
 }
 
-fn state_index(s: &[u8]) -> Option<usize> {
-    JobState::ALL
-        .iter()
-        .position(|st| st.as_str().as_bytes() == s)
+pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
+    let job = crate::sqlite::reads::get_job_by_key(conn, key)?;
+    let ledger = ledger_entry(conn, key)?;
+    let (attempts, outbox) = match &job {
+        Some(j) => (history::for_job(conn, j.id)?, outbox_entries(conn, j.id)?),
+        None => (Vec::new(), Vec::new()),
+    };
+    Ok(explanation_of(key, job, attempts, ledger, outbox))
 }
 
-/// Counts every job of the file into `t`. `now` decides which queued jobs
-/// are due.
-fn jobs(conn: &Connection, now: Millis, t: &mut Tally) -> Result<Kinds> {
-    let (mut queues, mut kinds) = (Names::default(), Names::default());
-    // [queue][kind] -> counts per state, in `JobState::ALL` order.
-    let mut pairs: Vec<Vec<Option<[Group; 5]>>> = Vec::new();
-    let mut ids = Vec::new();
-    let mut st = conn.prepare_cached(JOB_ROWS)?;
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        let id: i64 = r.get(0)?;
-        let q = queues.index(bytes(r, 1)?)?;
-        let k = kinds.index(bytes(r, 2)?)?;
-        let Some(s) = state_index(bytes(r, 3)?) else {
-            continue;
-        };
-        if pairs.len() <= q {
-            pairs.resize_with(q + 1, Vec::new);
-        }
-        if pairs[q].len() <= k {
-            pairs[q].resize_with(k + 1, || None);
-        }
-        let g = &mut pairs[q][k].get_or_insert_with(Default::default)[s];
-        g.count += 1;
-        g.deliveries += r.get::<_, i64>(4)?;
-        if JobState::ALL[s] == JobState::Queued {
-            let run_at: i64 = r.get(5)?;
-            if run_at <= now && g.oldest_due_run_at.map_or(true, |o| run_at < o) {
-                g.oldest_due_run_at = Some(run_at);
-            }
-        }
-        ids.push((id, k as u32));
-    }
-    for (q, by_kind) in pairs.into_iter().enumerate() {
-        for (k, groups) in by_kind.into_iter().enumerate() {
-            let Some(groups) = groups else { continue };
-            for (state, g) in JobState::ALL.into_iter().zip(groups) {
-                t.add_jobs(&queues.0[q], &kinds.0[k], state, g);
-            }
-        }
-    }
-    Ok(Kinds {
-        kind_of: KindOf::new(ids),
-        kinds: kinds.0,
+// Failures: dead jobs and dead outbox rows by last error and kind.
+
+/// Dead jobs by last error and kind. `+state`: a table scan, which a
+/// million finished jobs cost less than an index walk with a lookup each.
+const DEAD_JOBS: &str =
+    "SELECT last_error, kind, count(*), max(id), min(finished_at), max(finished_at) \
+     FROM jobs WHERE +state = 'dead' GROUP BY last_error, kind ORDER BY 3 DESC, 4 DESC LIMIT ?1";
+
+/// Dead outbox rows by last error and kind.
+const DEAD_OUTBOX: &str =
+    "SELECT last_error, kind, count(*), max(id), min(created_at), max(created_at) \
+     FROM outbox WHERE +state = 'dead' GROUP BY last_error, kind ORDER BY 3 DESC, 4 DESC LIMIT ?1";
+
+/// The groups of a file (the caller holds one read transaction).
+pub(crate) fn failures(conn: &Connection, limit: u32) -> Result<Failures> {
+    Ok(Failures {
+        jobs: groups(conn, DEAD_JOBS, limit)?,
+        outbox: groups(conn, DEAD_OUTBOX, limit)?,
     })
 }
 
-/// Names seen in a scan, numbered in order of appearance. A scan meets few
-/// distinct queues and kinds: a look at the last one and a walk over the
-/// rest cost less per row than hashing the text.
-#[derive(Debug, Default)]
-struct Names(Vec<String>, usize);
-
-impl Names {
-    fn index(&mut self, s: &[u8]) -> Result<usize> {
-        if self.0.get(self.1).is_some_and(|n| n.as_bytes() == s) {
-            return Ok(self.1);
-        }
-        let i = match self.0.iter().position(|n| n.as_bytes() == s) {
-            Some(i) => i,
-            None => {
-                let name = std::str::from_utf8(s).map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        0,
-                        rusqlite::types::Type::Text,
-                        e.into(),
-                    )
-                })?;
-                self.0.push(name.to_owned());
-                self.0.len() - 1
-            }
-        };
-        self.1 = i;
-        Ok(i)
-    }
-}
-
-/// The kind of each id of a scan: indexed directly when the ids are dense
-/// (the usual case: ids are never reused and are pruned oldest first),
-/// else by binary search over the ids, which come sorted from the scan.
-#[derive(Debug, Default)]
-struct KindOf {
-    first: i64,
-    dense: Vec<u32>,
-    sparse: Vec<(i64, u32)>,
-}
-
-impl KindOf {
-    const NONE: u32 = u32::MAX;
-
-    fn new(ids: Vec<(i64, u32)>) -> KindOf {
-        let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
-            return KindOf::default();
-        };
-        let span = (last.0 - first.0 + 1) as usize;
-        if span > 4 * ids.len() + 1024 {
-            return KindOf {
-                first: 0,
-                dense: Vec::new(),
-                sparse: ids,
-            };
-        }
-        let mut dense = vec![KindOf::NONE; span];
-        for (id, k) in &ids {
-            dense[(id - first.0) as usize] = *k;
-        }
-        KindOf {
-            first: first.0,
-            dense,
-            sparse: Vec::new(),
-        }
-    }
-
-    fn get(&self, id: i64) -> Option<usize> {
-        let k = if self.sparse.is_empty() {
-            let i = usize::try_from(id - self.first).ok()?;
-            *self.dense.get(i)?
-        } else {
-            let i = self.sparse.binary_search_by_key(&id, |e| e.0).ok()?;
-            self.sparse[i].1
-        };
-        (k != KindOf::NONE).then_some(k as usize)
-    }
-}
-
-/// Counts every outbox row of the file into `t`.
-fn outbox(conn: &Connection, t: &mut Tally) -> Result<Kinds> {
-    let mut kinds = Names::default();
-    let mut counts: Vec<[i64; 4]> = Vec::new();
-    let mut ids = Vec::new();
-    let mut st = conn.prepare_cached(OUTBOX_ROWS)?;
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        let id: i64 = r.get(0)?;
-        let k = kinds.index(bytes(r, 1)?)?;
-        let state = bytes(r, 2)?;
-        if counts.len() <= k {
-            counts.resize(k + 1, [0; 4]);
-        }
-        if let Some(s) = OutboxState::ALL
-            .iter()
-            .position(|x| x.as_str().as_bytes() == state)
-        {
-            counts[k][s] += 1;
-        }
-        ids.push((id, k as u32));
-    }
-    for (k, c) in counts.into_iter().enumerate() {
-        for (state, n) in OutboxState::ALL.into_iter().zip(c) {
-            t.add_outbox(&kinds.0[k], state, n);
-        }
-    }
-    Ok(Kinds {
-        kind_of: KindOf::new(ids),
-        kinds: kinds.0,
-    })
-}
-
-/// Every attempt outcome, in the order the metrics list them.
-pub(crate) const OUTCOMES: [AttemptOutcome; 7] = [
-    AttemptOutcome::Running,
-    AttemptOutcome::Succeeded,
-    AttemptOutcome::Failed,
-    AttemptOutcome::Panicked,
-    AttemptOutcome::Duplicate,
-    AttemptOutcome::Abandoned,
-    AttemptOutcome::Released,
-];
-
-/// Runs per kind (a job's kind, or an effect's outbox kind) and outcome,
-/// with the kinds of `jobs` and `outbox`, tallied in the same snapshot, into
-/// `t`. An attempt whose row the scans did not see (written after them: the
-/// caller's read transaction prevents that) is left out.
-fn attempts(conn: &Connection, jobs: &Kinds, outbox: &Kinds, t: &mut Tally) -> Result<()> {
-    let mut of_jobs = vec![[0i64; 7]; jobs.kinds.len()];
-    let mut of_effects = vec![[0i64; 7]; outbox.kinds.len()];
-    let mut st = conn.prepare_cached(ATTEMPT_ROWS)?;
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        let counts = match (r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?) {
-            (Some(job), _) => jobs.kind_of.get(job).map(|k| &mut of_jobs[k]),
-            (None, Some(row)) => outbox.kind_of.get(row).map(|k| &mut of_effects[k]),
-            (None, None) => None,
-        };
-        let Some(counts) = counts else { continue };
-        let outcome = bytes(r, 2)?;
-        if let Some(o) = OUTCOMES
-            .iter()
-            .position(|x| x.as_str().as_bytes() == outcome)
-        {
-            counts[o] += 1;
-        }
-    }
-    let named = jobs.kinds.iter().zip(of_jobs);
-    for (kind, c) in named.chain(outbox.kinds.iter().zip(of_effects)) {
-        for (outcome, n) in OUTCOMES.into_iter().zip(c) {
-            t.add_runs(kind, outcome, n);
-        }
-    }
-    Ok(())
+fn groups(conn: &Connection, sql: &str, limit: u32) -> Result<Vec<FailureGroup>> {
+    let mut st = conn.prepare_cached(sql)?;
+    let rows = st.query_map([limit], |r| {
+        Ok(FailureGroup {
+            error: r.get(0)?,
+            kind: r.get(1)?,
+            count: r.get(2)?,
+            newest_id: r.get(3)?,
+            first_at: r.get(4)?,
+            last_at: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }

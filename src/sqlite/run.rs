@@ -8,16 +8,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::Connection;
 
-use crate::core::handler::{
-    panic_message, ErasedHandler, JobContext, JobTx, Outcome, Prepared, Savepoint, RELEASE_RUN,
-    ROLLBACK_RUN,
-};
+use crate::core::attempt::AttemptOutcome;
+use crate::core::handler::{panic_message, JobContext, Prepared};
 use crate::core::job::JobState;
+use crate::core::lifecycle::judge;
+use crate::core::lifecycle::HandlerResult;
+use crate::core::lifecycle::Next;
+use crate::core::lifecycle::Verdict;
 use crate::core::time::Millis;
+use crate::driver::handler::ErasedHandler;
 use crate::error::{Error, Result};
-use crate::sqlite::history::{self, AttemptOutcome};
+use crate::sqlite::history::{self};
 use crate::sqlite::ledger;
+use crate::sqlite::tx::JobTx;
+use crate::sqlite::tx::{Savepoint, RELEASE_RUN, ROLLBACK_RUN};
 use crate::sqlite::writer::exec_cached;
+use crate::sqlite::Sqlite;
 
 /// How a run ended, as recorded.
 #[derive(Debug, Clone)]
@@ -29,15 +35,6 @@ pub(crate) struct RunEnd {
     pub outbox_added: usize,
     /// When it runs again, if it was requeued.
     pub retry_at: Option<Millis>,
-}
-
-/// What to do with a failed run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Next {
-    /// Requeue at this time if attempts remain, else dead.
-    RetryAt(Millis),
-    /// Dead now, whatever the attempts.
-    Discard,
 }
 
 /// Whether this run still holds the job: running, fenced on its attempt.
@@ -112,7 +109,7 @@ pub(crate) fn fail(
         Next::RetryAt(at) => (false, at),
         Next::Discard => (true, now),
     };
-    let capped = history::cap_error(error);
+    let capped = crate::core::attempt::cap_error(error);
     let state: Option<String> = {
         let mut st = conn.prepare_cached(SQL)?;
         let mut rows = st.query(rusqlite::params![
@@ -142,7 +139,7 @@ pub(crate) fn fail(
 
 /// Everything the apply step needs besides the connection.
 pub(crate) struct ApplyInput<'h> {
-    pub handler: &'h dyn ErasedHandler,
+    pub handler: &'h dyn ErasedHandler<Sqlite>,
     pub ctx: JobContext,
     pub attempt_id: i64,
     pub prepared: Prepared,
@@ -202,7 +199,8 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         savepoint: std::cell::Cell::new(Savepoint::NotOpened),
     };
     let interrupts_before = interrupts.load(Ordering::Acquire);
-    let result = catch_unwind(AssertUnwindSafe(|| handler.apply(&tx, prepared)));
+    let mut tx = tx;
+    let result = catch_unwind(AssertUnwindSafe(|| handler.apply(&mut tx, prepared)));
     let outbox_added = tx.outbox_added.get();
     let savepoint = tx.savepoint.get();
     if conn.is_autocommit() {
@@ -249,10 +247,6 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         Within::SelfIsolated,
     )
 }
-
-/// What the handler returned (or how it panicked), run to completion.
-pub(crate) type HandlerResult =
-    std::thread::Result<std::result::Result<Outcome, crate::core::handler::HandlerError>>;
 
 /// A key already in the ledger: the run records `duplicate` and completes
 /// the job without the handler.
@@ -324,52 +318,6 @@ fn rolled_back(result: &HandlerResult, interrupted: bool) -> Error {
         code
     };
     classify_rollback(&why, code)
-}
-
-/// How a run that ran to its end (or panicked) turned out.
-pub(crate) enum Verdict {
-    /// The handler said `Done`.
-    Done,
-    /// Anything else: the attempt's outcome, its error text and what comes
-    /// next for the job.
-    Failed(AttemptOutcome, String, Next),
-}
-
-/// What a handler's result means for its run: done, or failed with an
-/// outcome, an error and what comes next for the job.
-pub(crate) fn judge(result: HandlerResult, now: Millis, backoff_at: Millis) -> Verdict {
-    let (outcome, error, next) = match result {
-        Ok(Ok(Outcome::Done)) => return Verdict::Done,
-        Ok(Ok(Outcome::Retry(msg))) => (
-            AttemptOutcome::Failed,
-            format!("retry: {msg}"),
-            Next::RetryAt(backoff_at),
-        ),
-        Ok(Ok(Outcome::RetryAfter(d, msg))) => (
-            AttemptOutcome::Failed,
-            format!(
-                "retry after {}: {msg}",
-                crate::core::time::format_duration(d)
-            ),
-            Next::RetryAt(now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64)),
-        ),
-        Ok(Ok(Outcome::Discard(msg))) => (
-            AttemptOutcome::Failed,
-            format!("discarded: {msg}"),
-            Next::Discard,
-        ),
-        Ok(Err(e)) => (
-            AttemptOutcome::Failed,
-            e.to_string(),
-            Next::RetryAt(backoff_at),
-        ),
-        Err(p) => (
-            AttemptOutcome::Panicked,
-            panic_message(p.as_ref()),
-            Next::RetryAt(backoff_at),
-        ),
-    };
-    Verdict::Failed(outcome, error, next)
 }
 
 /// Ends the transaction: a step failed after an earlier one of this run

@@ -13,96 +13,27 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use crate::core::time::Millis;
 use crate::error::Result;
 
-use crate::core::schedule::Declared;
+use crate::core::job::{Enqueued, NewJob};
+use crate::core::schedule::{Declaration, Declared, ScheduleRow};
+use crate::driver::schedules::SlotTx;
 
-/// One row of `schedules`, as [`crate::Queue::schedules`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct ScheduleRow {
-    /// The schedule's name, the middle of its jobs' keys.
-    pub name: String,
-    /// The cron expression, as declared.
-    pub cron: String,
-    /// The IANA time zone its expression reads.
-    pub tz: String,
-    /// The kind of its jobs.
-    pub kind: String,
-    /// Its jobs' payload (JSON text).
-    pub payload: String,
-    /// Its jobs' queue.
-    pub queue: String,
-    /// Its jobs' priority.
-    pub priority: i64,
-    /// Its jobs' `max_retries`; `None`: the kind's default.
-    pub max_retries: Option<i64>,
-    /// `latest`, `window` or `none` (see [`crate::CatchUp`]).
-    pub catch_up: String,
-    /// The window of `window`, in ms.
-    pub catch_up_window_ms: Option<i64>,
-    /// The latest slot fired (ms since the epoch); `None` before the first.
-    pub last_slot_at: Option<Millis>,
-    /// The next slot (ms since the epoch); `None` when it has no more.
-    pub next_slot_at: Option<Millis>,
-    /// When the declaration was last written (a start that changed it).
-    pub updated_at: Millis,
-}
-
-impl ScheduleRow {
-    fn from_row(r: &Row<'_>) -> rusqlite::Result<ScheduleRow> {
-        Ok(ScheduleRow {
-            name: r.get(0)?,
-            cron: r.get(1)?,
-            tz: r.get(2)?,
-            kind: r.get(3)?,
-            payload: r.get(4)?,
-            queue: r.get(5)?,
-            priority: r.get(6)?,
-            max_retries: r.get(7)?,
-            catch_up: r.get(8)?,
-            catch_up_window_ms: r.get(9)?,
-            last_slot_at: r.get(10)?,
-            next_slot_at: r.get(11)?,
-            updated_at: r.get(12)?,
-        })
-    }
-
-    /// The idempotency key of this schedule's job for `slot`:
-    /// `schedule:<name>:<slot in UTC, RFC 3339>`.
-    pub fn slot_key(&self, slot: Millis) -> String {
-        crate::core::schedule::slot_key(&self.name, slot)
-    }
-
-    /// The declaration's fields differ from `d`'s: what changed, for the log.
-    pub(crate) fn changes(&self, d: &Declared) -> Vec<String> {
-        let s = &d.schedule;
-        let mut out = Vec::new();
-        let mut field = |what: &str, old: String, new: String| {
-            if old != new {
-                out.push(format!("{what} {old} → {new}"));
-            }
-        };
-        field("cron", format!("{:?}", self.cron), format!("{:?}", s.cron));
-        field("tz", self.tz.clone(), s.tz.clone());
-        field("kind", self.kind.clone(), s.kind.clone());
-        field("payload", self.payload.clone(), d.payload.clone());
-        field("queue", self.queue.clone(), s.queue.clone());
-        field(
-            "priority",
-            self.priority.to_string(),
-            s.priority.to_string(),
-        );
-        field(
-            "max_retries",
-            format!("{:?}", self.max_retries),
-            format!("{:?}", s.max_retries.map(i64::from)),
-        );
-        field(
-            "catch_up",
-            format!("{} {:?}", self.catch_up, self.catch_up_window_ms),
-            format!("{} {:?}", s.catch_up.as_str(), s.catch_up.window_ms()),
-        );
-        out
-    }
+/// A `ScheduleRow` from a row read with [`GET`]'s columns.
+fn row_from(r: &Row<'_>) -> rusqlite::Result<ScheduleRow> {
+    Ok(ScheduleRow {
+        name: r.get(0)?,
+        cron: r.get(1)?,
+        tz: r.get(2)?,
+        kind: r.get(3)?,
+        payload: r.get(4)?,
+        queue: r.get(5)?,
+        priority: r.get(6)?,
+        max_retries: r.get(7)?,
+        catch_up: r.get(8)?,
+        catch_up_window_ms: r.get(9)?,
+        last_slot_at: r.get(10)?,
+        next_slot_at: r.get(11)?,
+        updated_at: r.get(12)?,
+    })
 }
 
 const GET: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, catch_up, \
@@ -137,41 +68,20 @@ const SET_NEXT: &str =
 pub(crate) fn get(conn: &Connection, name: &str) -> Result<Option<ScheduleRow>> {
     Ok(conn
         .prepare_cached(GET)?
-        .query_row([name], ScheduleRow::from_row)
+        .query_row([name], row_from)
         .optional()?)
 }
 
 /// Every row, by name.
 pub(crate) fn list(conn: &Connection) -> Result<Vec<ScheduleRow>> {
     let mut st = conn.prepare_cached(LIST)?;
-    let rows = st.query_map([], ScheduleRow::from_row)?;
+    let rows = st.query_map([], row_from)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
 /// How many schedules the file has.
 pub(crate) fn count(conn: &Connection) -> Result<i64> {
     Ok(conn.prepare_cached(COUNT)?.query_row([], |r| r.get(0))?)
-}
-
-/// What a start found in the row it declared.
-#[derive(Debug)]
-pub(crate) enum Declaration {
-    /// No row had the name.
-    New,
-    /// The row held the same declaration.
-    Same(ScheduleRow),
-    /// The row held another declaration (what changed), now replaced.
-    Changed(ScheduleRow, Vec<String>),
-}
-
-impl Declaration {
-    /// The row as it was before the start.
-    pub(crate) fn before(&self) -> Option<&ScheduleRow> {
-        match self {
-            Declaration::New => None,
-            Declaration::Same(r) | Declaration::Changed(r, _) => Some(r),
-        }
-    }
 }
 
 /// Writes `d` to its row (a new row, or the new declaration of an existing
@@ -225,4 +135,19 @@ pub(crate) fn set_next(conn: &Connection, name: &str, next: Option<Millis>) -> R
     conn.prepare_cached(SET_NEXT)?
         .execute(rusqlite::params![name, next])?;
     Ok(())
+}
+
+impl SlotTx for &crate::WriteTx<'_> {
+    fn declare(&mut self, d: &Declared, now: Millis) -> Result<Declaration> {
+        declare(self, d, now)
+    }
+    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
+        fired(self, name, slot, next)
+    }
+    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()> {
+        set_next(self, name, next)
+    }
+    fn enqueue(&mut self, job: NewJob) -> Result<Enqueued> {
+        crate::WriteTx::enqueue(self, job)
+    }
 }

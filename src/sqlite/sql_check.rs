@@ -20,7 +20,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::sqlite::db::{open_file, ConnConfig, Synchronous};
+use crate::core::options::Synchronous;
+use crate::sqlite::db::{open_file, ConnConfig};
 
 /// The first words that make a string literal a statement.
 const VERBS: &[&str] = &[
@@ -478,12 +479,12 @@ fn every_sql_statement_in_the_sources_prepares_against_a_fresh_file() {
     // The scan sees what it must: named constants, function-local ones,
     // inline SQL, templates filled from a constant and from the table.
     let has = |s: &str| found.iter().any(|(_, f)| f == s);
-    assert!(has(crate::core::handler::RUN_SAVEPOINT));
+    assert!(has(crate::sqlite::tx::RUN_SAVEPOINT));
     assert!(has("DELETE FROM processed_jobs WHERE key = ?1"));
     assert!(has("SELECT state FROM outbox WHERE id = ?1"));
     assert!(has(&format!(
         "SELECT {} FROM jobs WHERE id = ?1",
-        crate::core::job::JOB_COLUMNS
+        crate::sqlite::reads::JOB_COLUMNS
     )));
     let batch_inserts = found
         .iter()

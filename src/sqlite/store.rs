@@ -9,24 +9,32 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use crate::core::job::{self, Enqueued, Job, JobFilter};
+use crate::core::attempt::Attempt;
+use crate::core::controls::{QueueControl, QueueLimits};
+use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::options::QueueOptions;
+use crate::core::options::Synchronous;
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
+use crate::core::reports::failures::Failures;
+use crate::core::reports::overview;
+use crate::core::reports::overview::Overview;
+use crate::core::reports::stats::{Explanation, JobDetail, Stats};
+use crate::core::reports::tally::{Runs, Tally};
 use crate::core::time::{now_ms, Millis};
+use crate::core::validate::ValidJob;
 use crate::driver::{Backend, BackendKind, PruneWhat};
 use crate::error::{Error, Result};
-use crate::failures::{self, Failures};
-use crate::overview::{self, Overview};
-use crate::queue::QueueOptions;
 use crate::sqlite::admin;
 use crate::sqlite::claim;
-use crate::sqlite::controls::{self, QueueControl, QueueLimits};
-use crate::sqlite::db::{self, ConnConfig, Pool, Synchronous};
-use crate::sqlite::enqueue::{self, ValidJob};
-use crate::sqlite::history::{self, Attempt};
+use crate::sqlite::controls::{self};
+use crate::sqlite::db::{self, ConnConfig, Pool};
+use crate::sqlite::enqueue::{self};
+use crate::sqlite::history::{self};
 use crate::sqlite::ledger;
-use crate::sqlite::outbox::{self, ClaimedEffect, EffectResult, OutboxRow, OutboxState};
-use crate::sqlite::reads::{self, Explanation, JobDetail, Stats};
-use crate::sqlite::reports::{self, Runs, Tally};
+use crate::sqlite::outbox::{self};
+use crate::sqlite::reports::{self};
 use crate::sqlite::schema;
+use crate::sqlite::tally::{self};
 use crate::sqlite::writer::{Writer, WriterConfig};
 
 /// A queue file: the write connection (inside its [`Writer`]) and the
@@ -153,15 +161,15 @@ impl Backend for SqliteStore {
     }
 
     fn job(&self, id: i64) -> Result<Option<Job>> {
-        self.read(|c| job::get_job(c, id))
+        self.read(|c| crate::sqlite::reads::get_job(c, id))
     }
 
     fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
-        self.read(|c| job::get_job_by_key(c, key))
+        self.read(|c| crate::sqlite::reads::get_job_by_key(c, key))
     }
 
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.read(|c| job::list_jobs(c, filter))
+        self.read(|c| crate::sqlite::reads::list_jobs(c, filter))
     }
 
     fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
@@ -191,18 +199,18 @@ impl Backend for SqliteStore {
     }
 
     fn stats(&self, now: Millis) -> Result<Stats> {
-        let mut stats = self.read(|c| reads::in_snapshot(c, |c| reads::stats(c, now)))?;
-        (stats.file_bytes, stats.wal_bytes) = reads::file_sizes(&self.path);
+        let mut stats = self.read(|c| reports::in_snapshot(c, |c| reports::stats(c, now)))?;
+        (stats.file_bytes, stats.wal_bytes) = reports::file_sizes(&self.path);
         stats.path = self.path.clone();
         Ok(stats)
     }
 
     fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
-        self.read(|c| reads::in_snapshot(c, |c| reads::job_detail(c, id)))
+        self.read(|c| reports::in_snapshot(c, |c| reports::job_detail(c, id)))
     }
 
     fn explain(&self, key: &str) -> Result<Explanation> {
-        self.read(|c| reads::in_snapshot(c, |c| reads::explain(c, key)))
+        self.read(|c| reports::in_snapshot(c, |c| reports::explain(c, key)))
     }
 
     fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
@@ -210,11 +218,11 @@ impl Backend for SqliteStore {
     }
 
     fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>> {
-        self.read(|c| reads::in_snapshot(c, |c| controls::list(c, now)))
+        self.read(|c| reports::in_snapshot(c, |c| controls::list(c, now)))
     }
 
     fn queue_control(&self, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
-        self.read(|c| reads::in_snapshot(c, |c| controls::of_queue(c, queue, now)))
+        self.read(|c| reports::in_snapshot(c, |c| controls::of_queue(c, queue, now)))
     }
 
     fn change_queue(
@@ -224,7 +232,7 @@ impl Backend for SqliteStore {
         limits: &QueueLimits,
         now: Millis,
     ) -> Result<()> {
-        controls::check_change(queue, limits)?;
+        crate::core::controls::check_change(queue, limits)?;
         let (queue, limits) = (queue.to_string(), limits.clone());
         self.writer()?
             .run(move |conn| controls::change(conn, &queue, paused, &limits, now).map(|_| ()))
@@ -232,27 +240,27 @@ impl Backend for SqliteStore {
 
     fn tally(&self, now: Millis) -> Result<Tally> {
         let mut t =
-            self.read(|c| reads::in_snapshot(c, |c| reports::count(c, now, Runs::Counted)))?;
-        (t.file_bytes, t.wal_bytes) = reads::file_sizes(&self.path);
+            self.read(|c| reports::in_snapshot(c, |c| tally::count(c, now, Runs::Counted)))?;
+        (t.file_bytes, t.wal_bytes) = reports::file_sizes(&self.path);
         Ok(t)
     }
 
     fn overview(&self, now: Millis) -> Result<Overview> {
         let (mut t, activity, schedules) = self.read(|c| {
-            reads::in_snapshot(c, |c| {
+            reports::in_snapshot(c, |c| {
                 Ok((
-                    reports::count(c, now, Runs::Skipped)?,
-                    reports::activity(c, now)?,
+                    tally::count(c, now, Runs::Skipped)?,
+                    tally::activity(c, now)?,
                     crate::sqlite::schedules::list(c)?,
                 ))
             })
         })?;
-        (t.file_bytes, t.wal_bytes) = reads::file_sizes(&self.path);
+        (t.file_bytes, t.wal_bytes) = reports::file_sizes(&self.path);
         Ok(overview::assemble(now, t, activity, schedules))
     }
 
     fn failures(&self, limit: u32) -> Result<Failures> {
-        self.read(|c| reads::in_snapshot(c, |c| failures::read(c, limit)))
+        self.read(|c| reports::in_snapshot(c, |c| reports::failures(c, limit)))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {

@@ -16,11 +16,8 @@ use serde::Serialize;
 use crate::core::job::NewJob;
 use crate::core::time::Millis;
 use crate::error::{Error, Result};
-use crate::queue::Queue;
 
 pub(crate) mod slots;
-
-pub use crate::sqlite::schedules::ScheduleRow;
 
 use slots::Slots;
 
@@ -234,89 +231,102 @@ impl Declared {
     }
 }
 
+/// One row of `schedules`, as [`crate::Queue::schedules`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ScheduleRow {
+    /// The schedule's name, the middle of its jobs' keys.
+    pub name: String,
+    /// The cron expression, as declared.
+    pub cron: String,
+    /// The IANA time zone its expression reads.
+    pub tz: String,
+    /// The kind of its jobs.
+    pub kind: String,
+    /// Its jobs' payload (JSON text).
+    pub payload: String,
+    /// Its jobs' queue.
+    pub queue: String,
+    /// Its jobs' priority.
+    pub priority: i64,
+    /// Its jobs' `max_retries`; `None`: the kind's default.
+    pub max_retries: Option<i64>,
+    /// `latest`, `window` or `none` (see [`crate::CatchUp`]).
+    pub catch_up: String,
+    /// The window of `window`, in ms.
+    pub catch_up_window_ms: Option<i64>,
+    /// The latest slot fired (ms since the epoch); `None` before the first.
+    pub last_slot_at: Option<Millis>,
+    /// The next slot (ms since the epoch); `None` when it has no more.
+    pub next_slot_at: Option<Millis>,
+    /// When the declaration was last written (a start that changed it).
+    pub updated_at: Millis,
+}
+
+impl ScheduleRow {
+    /// The idempotency key of this schedule's job for `slot`:
+    /// `schedule:<name>:<slot in UTC, RFC 3339>`.
+    pub fn slot_key(&self, slot: Millis) -> String {
+        crate::core::schedule::slot_key(&self.name, slot)
+    }
+
+    /// The declaration's fields differ from `d`'s: what changed, for the log.
+    pub(crate) fn changes(&self, d: &Declared) -> Vec<String> {
+        let s = &d.schedule;
+        let mut out = Vec::new();
+        let mut field = |what: &str, old: String, new: String| {
+            if old != new {
+                out.push(format!("{what} {old} → {new}"));
+            }
+        };
+        field("cron", format!("{:?}", self.cron), format!("{:?}", s.cron));
+        field("tz", self.tz.clone(), s.tz.clone());
+        field("kind", self.kind.clone(), s.kind.clone());
+        field("payload", self.payload.clone(), d.payload.clone());
+        field("queue", self.queue.clone(), s.queue.clone());
+        field(
+            "priority",
+            self.priority.to_string(),
+            s.priority.to_string(),
+        );
+        field(
+            "max_retries",
+            format!("{:?}", self.max_retries),
+            format!("{:?}", s.max_retries.map(i64::from)),
+        );
+        field(
+            "catch_up",
+            format!("{} {:?}", self.catch_up, self.catch_up_window_ms),
+            format!("{} {:?}", s.catch_up.as_str(), s.catch_up.window_ms()),
+        );
+        out
+    }
+}
+
+/// What a start found in the row it declared.
+#[derive(Debug)]
+pub(crate) enum Declaration {
+    /// No row had the name.
+    New,
+    /// The row held the same declaration.
+    Same(ScheduleRow),
+    /// The row held another declaration (what changed), now replaced.
+    Changed(ScheduleRow, Vec<String>),
+}
+
+impl Declaration {
+    /// The row as it was before the start.
+    pub(crate) fn before(&self) -> Option<&ScheduleRow> {
+        match self {
+            Declaration::New => None,
+            Declaration::Same(r) | Declaration::Changed(r, _) => Some(r),
+        }
+    }
+}
+
 /// The idempotency key of a slot's job: `schedule:<name>:<slot in UTC>`.
 pub(crate) fn slot_key(name: &str, slot: Millis) -> String {
     format!("schedule:{name}:{}", slots::format_slot(slot))
-}
-
-impl Queue {
-    /// Every schedule declared on this queue (by any process), by name.
-    pub fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        self.backend().schedules()
-    }
-}
-
-/// The writes a scheduler makes in one transaction, on either backend: its
-/// row (through the table's store) and its slots' jobs (through the normal
-/// enqueue path).
-pub(crate) trait SlotTx {
-    /// Writes the declaration (see [`crate::sqlite::schedules::declare`]).
-    fn declare(
-        &mut self,
-        d: &Declared,
-        now: Millis,
-    ) -> Result<crate::sqlite::schedules::Declaration>;
-    /// Records a fired slot (see [`crate::sqlite::schedules::fired`]).
-    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool>;
-    /// Records the next slot (see [`crate::sqlite::schedules::set_next`]).
-    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()>;
-    /// Enqueues a slot's job in this transaction.
-    fn enqueue(&mut self, job: NewJob) -> Result<crate::Enqueued>;
-}
-
-impl SlotTx for &crate::WriteTx<'_> {
-    fn declare(
-        &mut self,
-        d: &Declared,
-        now: Millis,
-    ) -> Result<crate::sqlite::schedules::Declaration> {
-        crate::sqlite::schedules::declare(self, d, now)
-    }
-    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
-        crate::sqlite::schedules::fired(self, name, slot, next)
-    }
-    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()> {
-        crate::sqlite::schedules::set_next(self, name, next)
-    }
-    fn enqueue(&mut self, job: NewJob) -> Result<crate::Enqueued> {
-        crate::WriteTx::enqueue(self, job)
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl SlotTx for crate::PgWriteTx<'_, '_> {
-    fn declare(
-        &mut self,
-        d: &Declared,
-        now: Millis,
-    ) -> Result<crate::sqlite::schedules::Declaration> {
-        crate::postgres::schedules::declare(&mut **self, d, now)
-    }
-    fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
-        crate::postgres::schedules::fired(&mut **self, name, slot, next)
-    }
-    fn set_next(&mut self, name: &str, next: Option<Millis>) -> Result<()> {
-        crate::postgres::schedules::set_next(&mut **self, name, next)
-    }
-    fn enqueue(&mut self, job: NewJob) -> Result<crate::Enqueued> {
-        crate::PgWriteTx::enqueue(self, job)
-    }
-}
-
-/// Runs `f` in one write transaction of `queue`'s backend.
-pub(crate) fn in_transaction<R, F>(queue: &Queue, f: F) -> Result<R>
-where
-    R: Send + 'static,
-    F: FnOnce(&mut dyn SlotTx) -> Result<R> + Send + 'static,
-{
-    #[cfg(feature = "postgres")]
-    if queue.postgres().is_some() {
-        return queue.pg_write(|tx| f(tx));
-    }
-    queue.write(move |tx| {
-        let mut tx = tx;
-        f(&mut tx)
-    })
 }
 
 #[cfg(test)]

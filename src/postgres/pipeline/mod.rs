@@ -19,23 +19,25 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
+use crate::core::attempt::{cap_error, AttemptOutcome};
 use crate::core::backoff::Rng;
-use crate::core::handler::{panic_message, ErasedPgHandler, JobContext, PrepareStop, Prepared};
+use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
+use crate::core::lifecycle::{judge, Next, Verdict};
 use crate::core::time::Millis;
+use crate::driver::handler::ErasedHandler;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::postgres::conn::{PgConn, Session};
 use crate::postgres::controls as pg_controls;
 use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
 use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
+use crate::postgres::Postgres;
 use crate::postgres::{leases, notify, PgStore};
-use crate::sqlite::history::{cap_error, AttemptOutcome};
-use crate::sqlite::run::{judge, Next, Verdict};
 
+use crate::core::lifecycle::failure;
 use crate::runtime::effects::effect_loop;
 use crate::runtime::leases::{heartbeat, reap};
 use crate::runtime::{sleep_or_stop, spawn, worker_name, Shared};
-use crate::sqlite::pipeline::begin::failure;
 
 /// Most jobs one worker's claim takes, and its default: a batch shares one
 /// transaction and one commit, whose fixed costs a larger batch spreads.
@@ -176,7 +178,7 @@ fn keeper_loop(s: Arc<Shared>, stop: Receiver<()>) {
 struct Run {
     started: Started,
     ctx: JobContext,
-    handler: Arc<dyn ErasedPgHandler>,
+    handler: Arc<dyn ErasedHandler<Postgres>>,
     prepared: Option<std::result::Result<Prepared, PrepareStop>>,
     backoff_at: Millis,
     t0: Instant,

@@ -9,16 +9,18 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::core::backoff::Rng;
-use crate::core::handler::{panic_message, ErasedHandler, JobContext, PrepareStop, Prepared};
+use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
 use crate::core::time::{now_ms, Millis};
+use crate::driver::handler::ErasedHandler;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::sqlite::claim::{self, Claimed};
-use crate::sqlite::history::AttemptOutcome;
-use crate::sqlite::run::{self, ApplyInput, Next, Within};
+use crate::sqlite::run::{self, ApplyInput, Within};
+use crate::sqlite::Sqlite;
 
 use super::finish::submit_fail;
 use super::pending::{context, Pending, Running};
+use crate::core::lifecycle::failure;
 use crate::runtime::Shared;
 
 /// Once a run's start committed, before any of its user code: counts it in
@@ -51,7 +53,7 @@ fn begin_apply_only(
     claimed: &Claimed,
     worker: &str,
     rng: &mut Rng,
-    handler: Arc<dyn ErasedHandler>,
+    handler: Arc<dyn ErasedHandler<Sqlite>>,
 ) -> Pending {
     let slot: Arc<Mutex<Option<claim::Started>>> = Arc::new(Mutex::new(None));
     let (id, owner, w, rated) = (
@@ -102,7 +104,7 @@ fn begin_apply_only(
 pub(crate) fn apply_started(
     conn: &rusqlite::Connection,
     sh: &Arc<Shared>,
-    handler: &dyn ErasedHandler,
+    handler: &dyn ErasedHandler<Sqlite>,
     id: i64,
     kind: &str,
     worker: &str,
@@ -152,17 +154,6 @@ pub(crate) fn apply_started(
                 Within::SelfIsolated,
             )
         }
-    }
-}
-
-/// What a run that stopped before its apply step records: a payload that
-/// does not decode is discarded at once; a failed or panicking prepare
-/// step retries after the backoff.
-pub(crate) fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
-    match stop {
-        PrepareStop::BadPayload(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
-        PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),
-        PrepareStop::Panicked(msg) => (AttemptOutcome::Panicked, msg, Next::RetryAt(backoff_at)),
     }
 }
 
@@ -231,7 +222,7 @@ fn start_run(s: &Arc<Shared>, id: i64, worker: &str, rated: bool) -> Option<clai
 /// group transaction.
 fn submit_apply(
     s: &Arc<Shared>,
-    handler: Arc<dyn ErasedHandler>,
+    handler: Arc<dyn ErasedHandler<Sqlite>>,
     ctx: JobContext,
     attempt_id: i64,
     prepared: Prepared,

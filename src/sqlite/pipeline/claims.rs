@@ -8,11 +8,12 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::core::backoff::Rng;
-use crate::core::handler::ErasedHandler;
 use crate::core::time::{now_ms, Millis};
+use crate::driver::handler::ErasedHandler;
 use crate::error::Result;
 use crate::sqlite::claim::{self, Claimed};
 use crate::sqlite::writer;
+use crate::sqlite::Sqlite;
 
 use super::begin::apply_started;
 use super::pending::{context, Pending, Running};
@@ -166,7 +167,7 @@ fn start_later(
     conn: &rusqlite::Connection,
     cycle: &mut writer::Cycle,
     sh: &Arc<Shared>,
-    later: Vec<(Claimed, Arc<dyn ErasedHandler>, String)>,
+    later: Vec<(Claimed, Arc<dyn ErasedHandler<Sqlite>>, String)>,
     lease_ms: i64,
     rng: &mut Rng,
 ) -> Result<Vec<Pending>> {
@@ -192,7 +193,7 @@ fn queue_run(
     sh: &Arc<Shared>,
     c: Claimed,
     st: claim::Started,
-    handler: Arc<dyn ErasedHandler>,
+    handler: Arc<dyn ErasedHandler<Sqlite>>,
     unit: f64,
     now: Millis,
 ) -> Pending {

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::core::attempt::AttemptOutcome;
+use crate::core::lifecycle::Next;
 use crate::core::time::now_ms;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::sqlite::claim;
-use crate::sqlite::history::AttemptOutcome;
-use crate::sqlite::run::{self, Next, Within};
+use crate::sqlite::run::{self, Within};
 use crate::sqlite::writer;
 
 use super::pending::{context, Pending, Running};

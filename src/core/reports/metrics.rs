@@ -5,52 +5,16 @@
 //! kind and outcome; the ledger; the storage's size. Writes no table.
 //!
 //! The backend counts it all in one snapshot, so the figures agree with
-//! each other ([`crate::sqlite::reports`]: one scan per table of the file, `GROUP BY`
+//! each other ([`crate::sqlite::tally`]: one scan per table of the file, `GROUP BY`
 //! queries on PostgreSQL); the text is written here, the same for both.
 
 use std::fmt::Write as _;
 
 use crate::core::job::JobState;
+use crate::core::outbox::OutboxState;
+use crate::core::reports::tally::{Tally, OUTCOMES};
 use crate::core::time::Millis;
 use crate::driver::BackendKind;
-use crate::error::Result;
-use crate::queue::Queue;
-use crate::sqlite::outbox::OutboxState;
-use crate::sqlite::reports::{Tally, OUTCOMES};
-
-impl Queue {
-    /// The queue's metrics as Prometheus text (exposition format 0.0.4),
-    /// for an application that serves `/metrics` from its own HTTP server
-    /// (`litejob serve` serves the same text). The families:
-    ///
-    /// - `litejob_jobs{queue,kind,state}` (gauge): job rows, every state of
-    ///   each queue and kind present, zeros included;
-    /// - `litejob_outbox{kind,state}` (gauge): outbox rows;
-    /// - `litejob_oldest_queued_age_seconds{queue}` (gauge): how long the
-    ///   longest-waiting runnable job of the queue has been due (since its
-    ///   `run_at`: a job scheduled for later is not late), 0 when none is;
-    /// - `litejob_deliveries_total` and `litejob_duplicate_deliveries_total`
-    ///   (counters): enqueues seen over the job rows in the queue, and those
-    ///   that were duplicates (a prune lowers them: Prometheus reads that as
-    ///   a counter reset);
-    /// - `litejob_attempts{kind,outcome}` (gauge): runs in the attempt
-    ///   history, by the job's or the effect's kind;
-    /// - `litejob_ledger_rows`, `litejob_file_bytes`, `litejob_wal_bytes`
-    ///   (gauges). On PostgreSQL `litejob_file_bytes` is the size of
-    ///   litejob's tables on the server (`pg_total_relation_size`: rows,
-    ///   indexes, TOAST) and `litejob_wal_bytes` is 0 (the server's log is
-    ///   the whole cluster's, not the queue's).
-    ///
-    /// It reads every row of `jobs`, `outbox` and `attempts` once: about
-    /// half a second for a million jobs with their runs in a file on a
-    /// small VPS, about a second on PostgreSQL on the same machine (where
-    /// joining each run to its job's kind is most of it).
-    pub fn metrics(&self) -> Result<String> {
-        let now = self.backend().now();
-        let t = self.backend().tally(now)?;
-        Ok(render(&t, now, self.backend_kind()))
-    }
-}
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
@@ -77,7 +41,7 @@ fn seconds(ms: Millis) -> String {
     format!("{:.3}", ms.max(0) as f64 / 1000.0)
 }
 
-fn render(t: &Tally, now: Millis, backend: BackendKind) -> String {
+pub(crate) fn render(t: &Tally, now: Millis, backend: BackendKind) -> String {
     let mut o = String::new();
     family(
         &mut o,

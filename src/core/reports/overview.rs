@@ -10,13 +10,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::core::controls::QueueControl;
+use crate::core::reports::stats::{JobCounts, OutboxCounts};
+use crate::core::reports::tally::Tally;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
-use crate::error::Result;
-use crate::queue::Queue;
-use crate::sqlite::controls::QueueControl;
-use crate::sqlite::reads::{JobCounts, OutboxCounts};
-use crate::sqlite::reports::Tally;
 
 /// One minute, in the unit of the `*_at` columns.
 const MINUTE: Millis = 60_000;
@@ -86,24 +84,6 @@ pub struct Overview {
     /// Size of its write-ahead log in bytes (PostgreSQL: 0, the server's
     /// log is the whole cluster's).
     pub wal_bytes: u64,
-}
-
-impl Queue {
-    /// Jobs per queue and state with each queue's backlog age, the last
-    /// hour's runs per minute, the outbox, the schedules, the ledger and the
-    /// storage's size, in one read snapshot. Reads every job and outbox row
-    /// once.
-    pub fn overview(&self) -> Result<Overview> {
-        let now = self.backend().now();
-        let mut o = self.backend().overview(now)?;
-        o.controls = self
-            .backend()
-            .queue_controls(now)?
-            .into_iter()
-            .filter(QueueControl::in_force)
-            .collect();
-        Ok(o)
-    }
 }
 
 /// The overview of a queue from what a backend read in one snapshot.

@@ -1,0 +1,159 @@
+//! How a queue opens: [`QueueOptions`] (durability, timeouts, limits,
+//! retries, pool), the same for both engines. Writes no table.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::core::job::NewJob;
+use crate::core::time::now_ms;
+use crate::core::validate::{self, EnqueueRules};
+use crate::error::{Error, Result};
+
+/// How a queue opens its file. Builder-lite:
+///
+/// ```
+/// # use litejob::{QueueOptions, Synchronous};
+/// let opts = QueueOptions::default()
+///     .with_synchronous(Synchronous::Normal)
+///     .with_kind_max_retries("send_digest", 3);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct QueueOptions {
+    /// `PRAGMA synchronous`; `Full` by default (durable on power loss).
+    pub synchronous: Synchronous,
+    /// How long a write waits for another connection's lock (default 30 s).
+    pub busy_timeout: Duration,
+    /// Largest payload accepted, in bytes (default 1 MiB).
+    pub max_payload_bytes: usize,
+    /// `max_retries` for jobs that set none and whose kind has no default (1).
+    pub default_max_retries: u32,
+    /// `max_retries` per kind.
+    pub kind_max_retries: HashMap<String, u32>,
+    /// Reader connections (default 4).
+    pub pool_size: u32,
+    /// Most writes applied in one group commit (default 512).
+    pub max_group: usize,
+    /// A single write (a handler's apply step included) running longer than
+    /// this is interrupted and rolled back (default 30 s; None: no limit).
+    pub transaction_budget: Option<Duration>,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(30),
+            max_payload_bytes: 1024 * 1024,
+            default_max_retries: 1,
+            kind_max_retries: HashMap::new(),
+            pool_size: 4,
+            max_group: 512,
+            transaction_budget: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl QueueOptions {
+    /// Sets `PRAGMA synchronous`.
+    pub fn with_synchronous(mut self, s: Synchronous) -> Self {
+        self.synchronous = s;
+        self
+    }
+    /// Sets the busy timeout.
+    pub fn with_busy_timeout(mut self, d: Duration) -> Self {
+        self.busy_timeout = d;
+        self
+    }
+    /// Sets the payload limit in bytes.
+    pub fn with_max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+    /// Sets the default `max_retries`.
+    pub fn with_default_max_retries(mut self, n: u32) -> Self {
+        self.default_max_retries = n;
+        self
+    }
+    /// Sets the default `max_retries` of one kind.
+    pub fn with_kind_max_retries(mut self, kind: impl Into<String>, n: u32) -> Self {
+        self.kind_max_retries.insert(kind.into(), n);
+        self
+    }
+    /// Sets the number of reader connections.
+    pub fn with_pool_size(mut self, n: u32) -> Self {
+        self.pool_size = n;
+        self
+    }
+    /// Sets the most writes applied in one group commit.
+    pub fn with_max_group(mut self, n: usize) -> Self {
+        self.max_group = n;
+        self
+    }
+    /// Sets the time budget of one write transaction step.
+    pub fn with_transaction_budget(mut self, d: Option<Duration>) -> Self {
+        self.transaction_budget = d;
+        self
+    }
+
+    /// Checks `job` against these options exactly as an enqueue would
+    /// (names, JSON, payload size, retries), without opening any file: a
+    /// caller can refuse bad input before it creates a queue file.
+    pub fn check(&self, job: &NewJob) -> Result<()> {
+        validate::validate_parts(job, &self.rules(), now_ms()).map(|_| ())
+    }
+
+    pub(crate) fn rules(&self) -> EnqueueRules {
+        EnqueueRules {
+            max_payload_bytes: self.max_payload_bytes,
+            default_max_retries: self.default_max_retries,
+            kind_max_retries: self.kind_max_retries.clone(),
+        }
+    }
+}
+
+/// How hard a commit pushes data to the disk (`PRAGMA synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit that answers a caller (an enqueue, a completion, an
+    /// acknowledgement) is fsynced before the caller is answered: a returned
+    /// enqueue survives power loss. The default. (The writer does the fsync
+    /// of the WAL itself, off its thread; the file's other connections read
+    /// back `synchronous=2`.)
+    #[default]
+    Full,
+    /// Commits are fsynced only at checkpoints: a process crash loses nothing,
+    /// but a power loss may lose the last commits. Faster.
+    Normal,
+}
+
+impl Synchronous {
+    /// The pragma value, as SQLite spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+
+    /// The number SQLite reads back from `PRAGMA synchronous`.
+    pub fn pragma_value(self) -> i64 {
+        match self {
+            Synchronous::Full => 2,
+            Synchronous::Normal => 1,
+        }
+    }
+}
+
+impl std::str::FromStr for Synchronous {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "full" => Ok(Synchronous::Full),
+            "normal" => Ok(Synchronous::Normal),
+            _ => Err(Error::invalid(format!(
+                "synchronous must be 'full' or 'normal', not {s:?}"
+            ))),
+        }
+    }
+}

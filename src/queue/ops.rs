@@ -1,0 +1,252 @@
+//! The operator's methods of [`Queue`]: queue controls, repairs and
+//! reports, each through the engine's store. Writes through the store
+//! only.
+
+use crate::error::Result;
+use std::time::Duration;
+
+use crate::core::controls::{QueueControl, QueueLimits};
+use crate::core::reports::failures::Failures;
+use crate::core::reports::metrics::render;
+use crate::core::reports::overview::Overview;
+use crate::core::reports::prune::PruneOptions;
+use crate::core::reports::prune::PruneReport;
+use crate::core::reports::stats::Explanation;
+use crate::core::reports::stats::JobDetail;
+use crate::core::reports::stats::Stats;
+use crate::core::schedule::ScheduleRow;
+use crate::driver::PruneWhat;
+use crate::queue::Queue;
+
+impl Queue {
+    /// Pauses `queue` for every process on the file (or database): nothing
+    /// new of it starts, from each process's next claim (at the latest one
+    /// poll interval later); its running jobs finish and enqueues still
+    /// succeed. A queue may be paused before its first job.
+    pub fn pause_queue(&self, queue: &str) -> Result<()> {
+        self.change_queue(queue, Some(true), &QueueLimits::new())
+    }
+
+    /// Lifts a pause; its cap and rate, if any, stay in force.
+    pub fn resume_queue(&self, queue: &str) -> Result<()> {
+        self.change_queue(queue, Some(false), &QueueLimits::new())
+    }
+
+    /// Changes `queue`'s cap and rate limit (a limit `limits` does not name
+    /// is kept), in force for every process from its next claim. A cap of
+    /// 0 is refused with [`Error::InvalidInput`] and nothing is written.
+    pub fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
+        self.change_queue(queue, None, &limits)
+    }
+
+    /// Every queue that has jobs or controls, by name: its controls, its
+    /// queued and running jobs, the starts in its rate's window.
+    pub fn queue_controls(&self) -> Result<Vec<QueueControl>> {
+        let now = self.backend().now();
+        self.backend().queue_controls(now)
+    }
+
+    fn change_queue(&self, queue: &str, paused: Option<bool>, limits: &QueueLimits) -> Result<()> {
+        let now = self.backend().now();
+        self.backend().change_queue(queue, paused, limits, now)?;
+        // A resumed or widened queue may have work for this process's
+        // workers now.
+        self.notify();
+        Ok(())
+    }
+}
+
+impl Queue {
+    /// Counts jobs and outbox rows per state, kind and queue, the backlog's
+    /// age, the ledger, and the file's size.
+    pub fn stats(&self) -> Result<Stats> {
+        let now = self.backend().now();
+        self.backend().stats(now)
+    }
+
+    /// One job with its runs and the outbox rows it wrote; `None` when there
+    /// is no job with this id.
+    pub fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
+        self.backend().job_detail(id)
+    }
+
+    /// Everything known about one idempotency key: its deliveries, its job
+    /// (unless none was enqueued or it was pruned), every run, the ledger
+    /// row, the outbox rows with their attempts, and the controls in force
+    /// on the job's queue.
+    pub fn explain(&self, key: &str) -> Result<Explanation> {
+        let mut e = self.backend().explain(key)?;
+        if let Some(job) = &e.job {
+            let now = self.backend().now();
+            e.queue_control = self.backend().queue_control(&job.queue, now)?;
+        }
+        Ok(e)
+    }
+}
+
+impl Queue {
+    /// Jobs per queue and state with each queue's backlog age, the last
+    /// hour's runs per minute, the outbox, the schedules, the ledger and the
+    /// storage's size, in one read snapshot. Reads every job and outbox row
+    /// once.
+    pub fn overview(&self) -> Result<Overview> {
+        let now = self.backend().now();
+        let mut o = self.backend().overview(now)?;
+        o.controls = self
+            .backend()
+            .queue_controls(now)?
+            .into_iter()
+            .filter(QueueControl::in_force)
+            .collect();
+        Ok(o)
+    }
+}
+
+impl Queue {
+    /// Dead jobs and dead outbox rows grouped by last error and kind, the
+    /// largest groups first, at most `limit` groups of each.
+    pub fn failures(&self, limit: u32) -> Result<Failures> {
+        self.backend().failures(limit)
+    }
+}
+
+impl Queue {
+    /// The queue's metrics as Prometheus text (exposition format 0.0.4),
+    /// for an application that serves `/metrics` from its own HTTP server
+    /// (`litejob serve` serves the same text). The families:
+    ///
+    /// - `litejob_jobs{queue,kind,state}` (gauge): job rows, every state of
+    ///   each queue and kind present, zeros included;
+    /// - `litejob_outbox{kind,state}` (gauge): outbox rows;
+    /// - `litejob_oldest_queued_age_seconds{queue}` (gauge): how long the
+    ///   longest-waiting runnable job of the queue has been due (since its
+    ///   `run_at`: a job scheduled for later is not late), 0 when none is;
+    /// - `litejob_deliveries_total` and `litejob_duplicate_deliveries_total`
+    ///   (counters): enqueues seen over the job rows in the queue, and those
+    ///   that were duplicates (a prune lowers them: Prometheus reads that as
+    ///   a counter reset);
+    /// - `litejob_attempts{kind,outcome}` (gauge): runs in the attempt
+    ///   history, by the job's or the effect's kind;
+    /// - `litejob_ledger_rows`, `litejob_file_bytes`, `litejob_wal_bytes`
+    ///   (gauges). On PostgreSQL `litejob_file_bytes` is the size of
+    ///   litejob's tables on the server (`pg_total_relation_size`: rows,
+    ///   indexes, TOAST) and `litejob_wal_bytes` is 0 (the server's log is
+    ///   the whole cluster's, not the queue's).
+    ///
+    /// It reads every row of `jobs`, `outbox` and `attempts` once: about
+    /// half a second for a million jobs with their runs in a file on a
+    /// small VPS, about a second on PostgreSQL on the same machine (where
+    /// joining each run to its job's kind is most of it).
+    pub fn metrics(&self) -> Result<String> {
+        let now = self.backend().now();
+        let t = self.backend().tally(now)?;
+        Ok(render(&t, now, self.backend_kind()))
+    }
+}
+
+impl Queue {
+    /// Requeues one dead job with a renewed attempt budget, runnable now.
+    /// [`Error::NotFound`] when there is no such job; [`Error::WrongState`]
+    /// when it is not dead (nothing changes).
+    pub fn retry_job(&self, id: i64) -> Result<()> {
+        let now = self.backend().now();
+        self.backend().retry_job(id, now)?;
+        self.notify();
+        Ok(())
+    }
+
+    /// Requeues every dead job (of `kind`, if given) with a renewed attempt
+    /// budget, a bounded batch per write transaction so the write lock is
+    /// never held long. Only jobs dead when a batch runs are touched; the
+    /// walk goes by id, so a job that dies again meanwhile is not retried
+    /// twice. Returns how many were requeued.
+    pub fn retry_dead_jobs(&self, kind: Option<&str>) -> Result<usize> {
+        let (now, batch) = (
+            self.backend().now(),
+            crate::core::reports::prune::BATCH as i64,
+        );
+        let mut after = 0i64;
+        let mut total = 0usize;
+        loop {
+            let ids = self.backend().retry_dead_batch(kind, after, batch, now)?;
+            total += ids.len();
+            if let Some(max) = ids.iter().max() {
+                after = *max;
+                self.notify();
+            }
+            if (ids.len() as i64) < batch {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Cancels a queued job: it will not run. [`Error::NotFound`] when there
+    /// is no such job; [`Error::WrongState`] when it is not queued (a running
+    /// job's transaction is already under way; a finished one has nothing
+    /// left to cancel).
+    pub fn cancel_job(&self, id: i64) -> Result<()> {
+        let now = self.backend().now();
+        self.backend().cancel_job(id, now)
+    }
+
+    /// Requeues a dead outbox row with a fresh attempt budget, due now.
+    /// [`Error::NotFound`] when there is no such row; [`Error::WrongState`]
+    /// when it is not dead (nothing changes).
+    pub fn retry_outbox(&self, outbox_id: i64) -> Result<()> {
+        let now = self.backend().now();
+        self.backend().retry_outbox(outbox_id, now)?;
+        // Effect threads of this process pick it up now, not at their next poll.
+        self.notify_outbox();
+        Ok(())
+    }
+
+    /// Deletes finished history in bounded batches (one write transaction
+    /// per batch), so even a prune of millions of rows holds the write lock
+    /// only briefly at a time and workers keep going in between. A finished
+    /// job whose outbox rows are not all sent yet is kept, so
+    /// [`Queue::explain`] can still link the pending effect to its job.
+    pub fn prune(&self, opts: &PruneOptions) -> Result<PruneReport> {
+        let now = self.backend().now();
+        let before = |d: Duration| now.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
+        let batch = opts.batch.max(1) as i64;
+        let finished_before = before(opts.older_than);
+        let mut report = PruneReport::default();
+        // Jobs first: their outbox rows outlive them (job_id becomes NULL),
+        // and their attempts go in the same transaction.
+        let mut steps = vec![
+            (PruneWhat::Jobs, finished_before),
+            (PruneWhat::Outbox, finished_before),
+        ];
+        if let Some(d) = opts.ledger_older_than {
+            steps.push((PruneWhat::Ledger, before(d)));
+        }
+        for (what, before) in steps {
+            loop {
+                let (rows, attempts) = self.backend().prune_batch(what, before, batch)?;
+                report.transactions += 1;
+                match what {
+                    PruneWhat::Jobs => {
+                        report.jobs += rows;
+                        report.job_attempts += attempts;
+                    }
+                    PruneWhat::Outbox => {
+                        report.outbox += rows;
+                        report.outbox_attempts += attempts;
+                    }
+                    PruneWhat::Ledger => report.ledger += rows,
+                }
+                if (rows as i64) < batch {
+                    break;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl Queue {
+    /// Every schedule declared on this queue (by any process), by name.
+    pub fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.backend().schedules()
+    }
+}
