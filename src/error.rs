@@ -1,5 +1,5 @@
 //! The library's error type: what can go wrong in litejob itself (as opposed
-//! to what a handler says about its job, which is [`crate::Outcome`]).
+//! to what a handler says about its job, which is [`crate::core::handler::Outcome`]).
 
 use std::fmt;
 
@@ -67,7 +67,7 @@ pub enum Error {
     /// file or directory, permissions); the message names the path.
     Open(String),
     /// A write was asked of a queue opened read-only
-    /// ([`crate::Queue::open_read_only`]); nothing was written.
+    /// ([`crate::queue::Queue::open_read_only`]); nothing was written.
     ReadOnly(String),
     /// An internal failure (a thread died, a channel closed unexpectedly).
     Internal(String),
@@ -101,11 +101,11 @@ pub enum RowId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
-    /// Requeue a dead job ([`crate::Queue::retry_job`]).
+    /// Requeue a dead job ([`crate::queue::Queue::retry_job`]).
     RetryJob(i64),
-    /// Cancel a queued job ([`crate::Queue::cancel_job`]).
+    /// Cancel a queued job ([`crate::queue::Queue::cancel_job`]).
     CancelJob(i64),
-    /// Requeue a dead outbox row ([`crate::Queue::retry_outbox`]).
+    /// Requeue a dead outbox row ([`crate::queue::Queue::retry_outbox`]).
     RetryOutbox(i64),
 }
 
@@ -304,7 +304,7 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
-/// A PostgreSQL error in the application's own SQL (a [`crate::Queue::pg_write`]
+/// A PostgreSQL error in the application's own SQL (a [`crate::queue::Queue::pg_write`]
 /// body, say), classified like litejob's: a broken connection is
 /// [`Error::Connection`] (the transaction had not committed), a CHECK or
 /// NOT NULL violation [`Error::InvalidInput`], the rest [`Error::Postgres`].

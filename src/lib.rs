@@ -1,5 +1,5 @@
-//! litejob: a job queue in one SQLite file, where "safe to run twice" is the
-//! default.
+//! litejob: a job queue in one SQLite file (or a PostgreSQL database), where
+//! "safe to run twice" is the default.
 //!
 //! - **Dedup at the door**: every job carries its producer's idempotency key;
 //!   a second enqueue with the same key creates nothing and says
@@ -94,22 +94,24 @@
 //!
 //! # On PostgreSQL
 //!
-//! The same queue across machines: [`Queue::open_postgres`] (or
-//! [`Queue::open_location`], which takes a path or a URL) creates or
-//! migrates its tables in the database. Everything above works the same,
-//! except the handler's SQL, which gets the job's PostgreSQL transaction
-//! ([`PgJobTx`], which derefs to [`pg::Transaction`]):
+//! The same queue across machines: `Queue<Postgres>` opens with a URL and
+//! creates or migrates its tables in the database. Everything above works
+//! the same; the handler's SQL gets the job's PostgreSQL transaction
+//! ([`postgres::PgJobTx`], which derefs to [`pg::Transaction`]), and a
+//! handler written for the other engine does not compile:
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use litejob::{NewJob, Outcome, Queue};
+//! use litejob::postgres::Postgres;
+//! use litejob::{NewJob, Outcome, Queue, QueueOptions};
 //!
-//! let queue = Queue::open_postgres("postgres://app:secret@db.internal:5432/app")?;
+//! let url = "postgres://app:secret@db.internal:5432/app";
+//! let queue = Queue::<Postgres>::open_with(url, QueueOptions::default())?;
 //! queue.enqueue(NewJob::new("payment.succeeded", "evt_1", &4200_i64))?;
 //! let mut runtime = queue
 //!     .runtime()
-//!     .pg_handler("payment.succeeded", |tx, cents: i64| {
+//!     .handler("payment.succeeded", |tx, cents: i64| {
 //!         tx.execute("INSERT INTO invoices (cents) VALUES ($1)", &[&cents])?;
 //!         tx.outbox("send_receipt", &format!("receipt:{}", tx.job().key), &cents)?;
 //!         Ok(Outcome::Done)
@@ -122,19 +124,19 @@
 //! # fn main() {}
 //! ```
 //!
-//! [`Queue::pg_write`] and [`Queue::pg_enqueue_in`] are the forms of
-//! [`Queue::write`] and [`Queue::enqueue_in`] for the application's own
-//! PostgreSQL transactions.
+//! [`Queue::write`] and [`Queue::enqueue_in`] take the engine's own
+//! transactions: a `rusqlite` connection on a file, a `postgres` one on
+//! PostgreSQL. A tool that is pointed at either at run time (as the
+//! `litejob` command is) opens an [`admin::AnyQueue`].
 //!
 //! # Layout
 //!
-//! One file per concept; ARCHITECTURE.md has the codemap and invariants.
-//! [`Queue`] opens the queue and enqueues; [`Queue::runtime`] builds the
-//! worker threads; a handler returns an [`Outcome`]; library failures are
-//! [`Error`]s. Behind them, `src/backend/` is the boundary between the
-//! queue's operations and its storage: the SQLite file (`src/writer/`, the
-//! one writer thread and its group commit) and PostgreSQL
-//! (`src/postgres/`).
+//! ARCHITECTURE.md has the codemap and the invariants. [`Queue`] opens the
+//! queue and enqueues; [`Queue::runtime`] builds the worker threads; a
+//! handler returns an [`Outcome`]; library failures are [`Error`]s; the
+//! operator's reads and repairs are [`Queue::admin`]'s. Inside, a core of
+//! engine-free types and decisions, the driver boundary, and one folder
+//! per engine (`sqlite`, `postgres`), each with its own job pipeline.
 //!
 //! # Features
 //!
@@ -142,60 +144,69 @@
 //!   env_logger, ctrlc, tiny_http); it turns on `postgres`. An application
 //!   that embeds the library sets `default-features = false` and gets none
 //!   of them.
-//! - `postgres`: the PostgreSQL backend (the `postgres` and `r2d2_postgres`
+//! - `postgres`: the PostgreSQL engine (the `postgres` and `r2d2_postgres`
 //!   crates).
 //! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
 //!   Off, the library never aborts the process and never writes to stderr.
 
-#[cfg(feature = "postgres")]
-mod copy;
 mod core;
 mod driver;
-mod error;
+pub mod error;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub mod postgres;
 mod queue;
 mod runtime;
-mod sqlite;
+pub mod sqlite;
 
 /// The PostgreSQL client litejob uses, for the types its handlers and
 /// transactions hand out (`Transaction`, `types::ToSql`).
 #[cfg(feature = "postgres")]
 pub use ::postgres as pg;
-#[cfg(feature = "postgres")]
-pub use copy::CopyReport;
-pub use core::attempt::{Attempt, AttemptOutcome, MAX_ERROR_BYTES};
+/// The SQLite library litejob uses, for the types its handlers and
+/// transactions hand out (`Connection`, `params!`, `OptionalExtension`), at
+/// litejob's version.
+pub use ::rusqlite;
+
+pub use core::attempt::{Attempt, AttemptOutcome};
 pub use core::backoff::Backoff;
-pub use core::controls::{QueueControl, QueueLimits, Rate};
 pub use core::handler::{EffectContext, HandlerError, JobContext, Outcome};
 pub use core::job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use core::options::{QueueOptions, Synchronous};
 pub use core::outbox::{OutboxRow, OutboxState};
-pub use core::reports::failures::{FailureGroup, Failures};
-pub use core::reports::overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
-pub use core::reports::prune::{PruneOptions, PruneReport};
-pub use core::reports::stats::{
-    Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
-};
-pub use core::schedule::{CatchUp, Schedule, ScheduleRow};
+pub use core::schedule::{CatchUp, Schedule};
 pub use driver::reply::WriteFuture;
-pub use driver::{BackendKind, Engine};
-pub use error::{Action, Error, Result, RowId};
-#[cfg(feature = "postgres")]
-pub use postgres::tx::{PgJobTx, PgWriteTx};
-#[cfg(feature = "postgres")]
-pub use postgres::Postgres;
-pub use queue::{is_postgres_url, Queue};
+pub use driver::Engine;
+pub use error::{Error, Result};
+pub use queue::Queue;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
-pub use sqlite::db::immediate;
-pub use sqlite::schema::SCHEMA_VERSION;
-pub use sqlite::tx::{JobTx, WriteTx};
-pub use sqlite::Sqlite;
+
+/// What an operator reads and repairs: the [`Admin`](admin::Admin) handle
+/// ([`Queue::admin`]) and the reports it returns (counts, one job's story,
+/// everything about a key, the overview, failure groups), queue controls,
+/// pruning, and a queue whose engine is chosen at run time
+/// ([`AnyQueue`](admin::AnyQueue)), as the `litejob` command and its
+/// dashboard use them.
+pub mod admin {
+    pub use crate::core::attempt::MAX_ERROR_BYTES;
+    pub use crate::core::controls::{QueueControl, QueueLimits, Rate};
+    pub use crate::core::copy::CopyReport;
+    pub use crate::core::options::EngineKind;
+    pub use crate::core::reports::failures::{FailureGroup, Failures};
+    pub use crate::core::reports::overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
+    pub use crate::core::reports::prune::{PruneOptions, PruneReport};
+    pub use crate::core::reports::stats::{
+        Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
+    };
+    pub use crate::core::schedule::ScheduleRow;
+    pub use crate::core::SCHEMA_VERSION;
+    pub use crate::queue::any::is_postgres_url;
+    pub use crate::queue::{Admin, AnyQueue};
+}
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

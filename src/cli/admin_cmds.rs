@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::ArgGroup;
-use litejob::{JobCounts, OutboxCounts, PruneOptions, Queue};
+use litejob::admin::{AnyQueue, JobCounts, OutboxCounts, PruneOptions};
 use serde::Serialize;
 
 use super::{cell, span, CliResult, Out, Table};
@@ -41,11 +41,11 @@ struct Retried {
 }
 
 /// `litejob retry ID | --dead [--kind K]`.
-pub fn retry(queue: &Queue, a: &RetryArgs, json: bool, out: &mut Out) -> CliResult {
+pub fn retry(queue: &AnyQueue, a: &RetryArgs, json: bool, out: &mut Out) -> CliResult {
     if let Some(id) = a.id {
         // A job that is not dead is refused by the library, whose error
         // says so (exit 1).
-        queue.retry_job(id)?;
+        queue.admin().retry_job(id)?;
         if json {
             return out.json(&Retried {
                 retried: 1,
@@ -54,7 +54,7 @@ pub fn retry(queue: &Queue, a: &RetryArgs, json: bool, out: &mut Out) -> CliResu
         }
         return out.line(format!("job {id} requeued"));
     }
-    let n = queue.retry_dead_jobs(a.kind.as_deref())?;
+    let n = queue.admin().retry_dead_jobs(a.kind.as_deref())?;
     if json {
         return out.json(&Retried {
             retried: n,
@@ -92,9 +92,9 @@ struct Cancelled {
 }
 
 /// `litejob cancel ID`.
-pub fn cancel(queue: &Queue, a: &CancelArgs, json: bool, out: &mut Out) -> CliResult {
+pub fn cancel(queue: &AnyQueue, a: &CancelArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
-    queue.cancel_job(id)?;
+    queue.admin().cancel_job(id)?;
     if json {
         return out.json(&Cancelled {
             id,
@@ -110,8 +110,8 @@ pub fn cancel(queue: &Queue, a: &CancelArgs, json: bool, out: &mut Out) -> CliRe
 pub struct StatsArgs {}
 
 /// `litejob stats`.
-pub fn stats(queue: &Queue, _a: &StatsArgs, json: bool, out: &mut Out) -> CliResult {
-    let s = queue.stats()?;
+pub fn stats(queue: &AnyQueue, _a: &StatsArgs, json: bool, out: &mut Out) -> CliResult {
+    let s = queue.admin().stats()?;
     if json {
         return out.json(&s);
     }
@@ -270,8 +270,8 @@ pub struct PruneArgs {
 }
 
 /// `litejob prune`.
-pub fn prune(queue: &Queue, a: &PruneArgs, json: bool, out: &mut Out) -> CliResult {
-    let r = queue.prune(
+pub fn prune(queue: &AnyQueue, a: &PruneArgs, json: bool, out: &mut Out) -> CliResult {
+    let r = queue.admin().prune(
         &PruneOptions::new(a.older_than)
             .with_ledger_older_than(a.ledger_older_than)
             .with_batch(a.batch),

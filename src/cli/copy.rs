@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use litejob::QueueOptions;
+use litejob::admin::AnyQueue;
+use litejob::postgres::Postgres;
+use litejob::{Queue, QueueOptions};
 use serde::Serialize;
 
 use super::{CliError, CliResult, Out};
@@ -48,7 +50,7 @@ pub fn copy(db: &Path, a: &CopyArgs, json: bool, out: &mut Out) -> CliResult {
                 .into(),
         ));
     }
-    if !litejob::is_postgres_url(&a.to) {
+    if !litejob::admin::is_postgres_url(&a.to) {
         return Err(CliError::Input(
             "--to is not a PostgreSQL URL: expected postgres://user:password@host:port/database"
                 .into(),
@@ -56,14 +58,16 @@ pub fn copy(db: &Path, a: &CopyArgs, json: bool, out: &mut Out) -> CliResult {
     }
     // The file first: a missing one must leave the database untouched,
     // not even given the tables.
-    let file = super::open_existing(db)?;
-    let dest = super::open(Path::new(&a.to), QueueOptions::default())?;
+    let AnyQueue::Sqlite(file) = super::open_existing(db)? else {
+        return Err(CliError::Failed("copy reads a queue file".into()));
+    };
+    let dest: Queue<Postgres> = Queue::open_with(a.to.as_str(), QueueOptions::default())?;
     let t0 = Instant::now();
     let r = file.copy_to(&dest)?;
     if json {
         return out.json(&CopyOut {
-            from: file.location(),
-            to: dest.location(),
+            from: file.location().to_string(),
+            to: dest.location().to_string(),
             jobs: r.jobs,
             processed_jobs: r.processed_jobs,
             outbox: r.outbox,

@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use litejob::{BackendKind, Backoff, Enqueued, Error, JobTx, NewJob, Outcome, Queue, QueueOptions};
+use litejob::admin::AnyQueue;
+use litejob::sqlite::JobTx;
+use litejob::{Backoff, Enqueued, Error, NewJob, Outcome, QueueOptions};
 use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 
@@ -154,7 +156,7 @@ struct ThisRun {
 pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let lease = check_args(args)?;
     let location = db.to_string_lossy().into_owned();
-    let on_postgres = litejob::is_postgres_url(&location);
+    let on_postgres = litejob::admin::is_postgres_url(&location);
     let receipts = args.receipts.clone().unwrap_or_else(|| {
         if on_postgres {
             return PathBuf::from(PG_RECEIPTS);
@@ -166,9 +168,8 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let t0 = Instant::now();
     let signals = install_signal_handler();
 
-    let queue = Queue::open_location(&location, QueueOptions::default())?;
-    let app = App::of(&queue);
-    app.create_invoices(&queue)?;
+    let queue = AnyQueue::open_with(&location, QueueOptions::default())?;
+    create_invoices(&queue)?;
     // Created up front so that an empty run still has a file to count.
     OpenOptions::new()
         .create(true)
@@ -189,9 +190,9 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     s.events = args.events;
     s.this_run = this_run.snapshot();
     s.interrupted = interrupted;
-    s.db = match app {
-        App::File => db.display().to_string(),
-        App::Postgres => queue.location(),
+    s.db = match &queue {
+        AnyQueue::Postgres(q) => q.location().to_string(),
+        _ => db.display().to_string(),
     };
     s.receipts = receipts.display().to_string();
     s.elapsed_ms = t0.elapsed().as_millis() as u64;
@@ -231,7 +232,7 @@ fn check_args(args: &DemoArgs) -> Result<Duration, Error> {
 /// an HTTP endpoint would do it) and waits until no work is left, showing
 /// progress on a terminal. True when a signal cut it short.
 fn deliver_until_done(
-    queue: &Queue,
+    queue: &AnyQueue,
     events: &[PaymentEvent],
     order: &[usize],
     signals: &AtomicUsize,
@@ -286,12 +287,12 @@ fn deliver_until_done(
 
 /// One line of progress on stderr, rewritten in place.
 fn show_progress(
-    queue: &Queue,
+    queue: &AnyQueue,
     this_run: &Counters,
     deliveries: usize,
     left: i64,
 ) -> Result<(), Error> {
-    let done = App::of(queue).progress(queue)?;
+    let done = progress(queue)?;
     eprint!(
         "\rdemo: {}/{} deliveries, {} invoices, {} receipts sent, {} waiting   ",
         this_run.deliveries.load(Ordering::Relaxed),
@@ -303,50 +304,39 @@ fn show_progress(
     Ok(())
 }
 
-/// Where the app's tables live, and so which SQL dialect its queries
-/// speak: the app's SQL is the only part of the demo that differs between
-/// a file and a PostgreSQL database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum App {
-    File,
-    Postgres,
+/// Creates `invoices` if it is missing. The app's SQL is the only part of
+/// the demo that differs between a file and a PostgreSQL database.
+fn create_invoices(queue: &AnyQueue) -> Result<(), Error> {
+    match queue {
+        AnyQueue::Sqlite(q) => q.write(|tx| Ok(tx.execute_batch(CREATE_INVOICES)?)),
+        AnyQueue::Postgres(q) => postgres::create_invoices(q),
+        _ => Err(Error::Unsupported(
+            "an engine this demo does not know".into(),
+        )),
+    }
 }
 
-impl App {
-    fn of(queue: &Queue) -> App {
-        match queue.backend_kind() {
-            BackendKind::Postgres => App::Postgres,
-            _ => App::File,
-        }
-    }
-
-    /// Creates `invoices` if it is missing.
-    fn create_invoices(self, queue: &Queue) -> Result<(), Error> {
-        match self {
-            App::File => queue.write(|tx| Ok(tx.execute_batch(CREATE_INVOICES)?)),
-            App::Postgres => postgres::create_invoices(queue),
-        }
-    }
-
-    /// Invoices, and receipts sent.
-    fn progress(self, queue: &Queue) -> Result<(i64, i64), Error> {
-        match self {
-            App::File => queue.read(|c| {
-                Ok(c.query_row(
-                    "SELECT (SELECT count(*) FROM invoices), \
+/// Invoices, and receipts sent.
+fn progress(queue: &AnyQueue) -> Result<(i64, i64), Error> {
+    match queue {
+        AnyQueue::Sqlite(q) => q.read(|c| {
+            Ok(c.query_row(
+                "SELECT (SELECT count(*) FROM invoices), \
                             (SELECT count(*) FROM outbox WHERE kind = ?1 AND state = 'sent')",
-                    [EFFECT_KIND],
-                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-                )?)
-            }),
-            App::Postgres => postgres::progress(queue),
-        }
+                [EFFECT_KIND],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )?)
+        }),
+        AnyQueue::Postgres(q) => postgres::progress(q),
+        _ => Err(Error::Unsupported(
+            "an engine this demo does not know".into(),
+        )),
     }
 }
 
 /// Registers the job handler and the receipt effect, and starts the workers.
 fn start_runtime(
-    queue: &Queue,
+    queue: &AnyQueue,
     args: &DemoArgs,
     lease: Duration,
     receipts: &Path,
@@ -355,12 +345,40 @@ fn start_runtime(
     let send_delay = parse_duration(&args.send_delay).map_err(Error::InvalidInput)?;
     let mail_rng = Mutex::new(Rng::from_entropy());
     let receipts = receipts.to_path_buf();
-    let runtime = match App::of(queue) {
-        App::File => queue.runtime().handler(JOB_KIND, record_invoice),
-        App::Postgres => queue
-            .runtime()
-            .pg_handler(JOB_KIND, postgres::record_invoice),
+    let effect = move |_effect: &litejob::EffectContext, r: Receipt| {
+        std::thread::sleep(send_delay);
+        let fail = mail_rng.lock().unwrap_or_else(|p| p.into_inner()).unit() < failure_rate;
+        if fail {
+            return Err("mail provider unavailable (simulated), nothing sent".into());
+        }
+        send_receipt(&receipts, &r)?;
+        Ok(())
     };
+    match queue {
+        AnyQueue::Sqlite(q) => {
+            configure(q.runtime().handler(JOB_KIND, record_invoice), args, lease)
+                .effect(EFFECT_KIND, effect)
+                .start()
+        }
+        AnyQueue::Postgres(q) => configure(
+            q.runtime().handler(JOB_KIND, postgres::record_invoice),
+            args,
+            lease,
+        )
+        .effect(EFFECT_KIND, effect)
+        .start(),
+        _ => Err(Error::Unsupported(
+            "an engine this demo does not know".into(),
+        )),
+    }
+}
+
+/// The demo's runtime settings, the same on both engines.
+fn configure<E: litejob::Engine>(
+    runtime: litejob::RuntimeBuilder<E>,
+    args: &DemoArgs,
+    lease: Duration,
+) -> litejob::RuntimeBuilder<E> {
     runtime
         .workers(args.workers)
         .effect_workers(args.effect_workers)
@@ -382,16 +400,6 @@ fn start_runtime(
                 .with_max(Duration::from_millis(200))
                 .with_jitter(0.25),
         )
-        .effect(EFFECT_KIND, move |_effect, r: Receipt| {
-            std::thread::sleep(send_delay);
-            let fail = mail_rng.lock().unwrap_or_else(|p| p.into_inner()).unit() < failure_rate;
-            if fail {
-                return Err("mail provider unavailable (simulated), nothing sent".into());
-            }
-            send_receipt(&receipts, &r)?;
-            Ok(())
-        })
-        .start()
 }
 
 /// The job handler: one invoice and one receipt to send, in the job's
@@ -454,7 +462,7 @@ fn delivery_order(events: usize, redeliver: u32, seed: u64) -> Vec<usize> {
 /// One webhook delivery. A transient failure (busy, unknown outcome) is
 /// retried with the same key, which is always safe: at worst it is a
 /// duplicate.
-fn deliver(queue: &Queue, ev: &PaymentEvent) -> Result<Enqueued, Error> {
+fn deliver(queue: &AnyQueue, ev: &PaymentEvent) -> Result<Enqueued, Error> {
     let mut delay = Duration::from_millis(50);
     let mut tries = 0;
     loop {
@@ -496,9 +504,9 @@ impl Counters {
 
 /// Jobs and receipts of the demo's kinds not finished yet, in this process
 /// or any other on the same database.
-fn work_left(queue: &Queue) -> Result<i64, Error> {
-    match App::of(queue) {
-        App::File => queue.read(|c| {
+fn work_left(queue: &AnyQueue) -> Result<i64, Error> {
+    match queue {
+        AnyQueue::Sqlite(q) => q.read(|c| {
             Ok(c.query_row(
                 "SELECT (SELECT count(*) FROM jobs WHERE kind = ?1 AND state IN ('queued', 'running')) \
                       + (SELECT count(*) FROM outbox WHERE kind = ?2 AND state IN ('pending', 'sending'))",
@@ -506,13 +514,14 @@ fn work_left(queue: &Queue) -> Result<i64, Error> {
                 |r| r.get(0),
             )?)
         }),
-        App::Postgres => postgres::work_left(queue),
+        AnyQueue::Postgres(q) => postgres::work_left(q),
+        _ => Err(Error::Unsupported("an engine this demo does not know".into())),
     }
 }
 
 /// The summary's counts, in plain SQL over the demo's keys (the event
 /// ids), and the receipts file read back.
-fn summarize(queue: &Queue, events: &[PaymentEvent], receipts: &Path) -> Result<Summary, Error> {
+fn summarize(queue: &AnyQueue, events: &[PaymentEvent], receipts: &Path) -> Result<Summary, Error> {
     const SQL: &str = "\
         WITH k(key) AS (SELECT value FROM json_each(?1)),
              j AS (SELECT id, state, deliveries FROM jobs WHERE idempotency_key IN (SELECT key FROM k)),
@@ -526,11 +535,11 @@ fn summarize(queue: &Queue, events: &[PaymentEvent], receipts: &Path) -> Result<
              + (SELECT count(*) - count(DISTINCT outbox_id) FROM attempts WHERE outbox_id IN (SELECT id FROM o)),
                (SELECT count(*) FROM attempts WHERE outbox_id IN (SELECT id FROM o) AND outcome = 'failed')";
     let keys: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
-    let counts: [i64; 7] = match App::of(queue) {
-        App::File => {
+    let counts: [i64; 7] = match queue {
+        AnyQueue::Sqlite(q) => {
             let keys_json =
                 serde_json::to_string(&keys).map_err(|e| Error::Internal(e.to_string()))?;
-            queue.read(|c| {
+            q.read(|c| {
                 Ok(c.query_row(SQL, [keys_json], |r| {
                     let mut v = [0i64; 7];
                     for (i, x) in v.iter_mut().enumerate() {
@@ -540,7 +549,12 @@ fn summarize(queue: &Queue, events: &[PaymentEvent], receipts: &Path) -> Result<
                 })?)
             })?
         }
-        App::Postgres => postgres::summary(queue, &keys)?,
+        AnyQueue::Postgres(q) => postgres::summary(q, &keys)?,
+        _ => {
+            return Err(Error::Unsupported(
+                "an engine this demo does not know".into(),
+            ))
+        }
     };
     let [jobs, deliveries, invoices, receipts_sent, dead, retries, failed_sends] = counts;
     let mut s = Summary {
@@ -620,7 +634,7 @@ fn print_summary(s: &Summary, args: &DemoArgs) {
         format!("runs beyond the first ({} failed sends)", s.failed_sends),
     );
     line("dead", s.dead, "jobs and receipts out of attempts".into());
-    let shell = if litejob::is_postgres_url(&s.db) {
+    let shell = if litejob::admin::is_postgres_url(&s.db) {
         // The URL is shown without its password: put it back to run these.
         format!("psql '{}' -c", s.db)
     } else {

@@ -1,10 +1,8 @@
 //! `litejob explain KEY`: everything known for one idempotency key, under
 //! one sentence answering "ten events, or one event ten times?". Reads only.
 
-use litejob::{
-    Attempt, AttemptOutcome, Explanation, Job, JobState, LedgerEntry, OutboxEntry, OutboxState,
-    Queue, QueueControl,
-};
+use litejob::admin::{AnyQueue, Explanation, LedgerEntry, OutboxEntry, QueueControl};
+use litejob::{Attempt, AttemptOutcome, Job, JobState, OutboxState};
 use serde::Serialize;
 
 use super::jobs::{print_attempts, print_outbox};
@@ -40,8 +38,8 @@ struct Explained<'a> {
 
 /// `litejob explain KEY`. An unknown key is an answer ("no job has this
 /// key"), not a failure: exit 0.
-pub fn explain(queue: &Queue, a: &ExplainArgs, json: bool, out: &mut Out) -> CliResult {
-    let e = queue.explain(&a.key)?;
+pub fn explain(queue: &AnyQueue, a: &ExplainArgs, json: bool, out: &mut Out) -> CliResult {
+    let e = queue.admin().explain(&a.key)?;
     let summary = summarize(
         e.job.as_ref(),
         &e.attempts,

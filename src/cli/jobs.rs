@@ -1,7 +1,8 @@
 //! `litejob jobs` and `litejob show`: list jobs, and one job with its
 //! attempts and outbox rows. Reads only; writes no table.
 
-use litejob::{Attempt, Job, JobDetail, JobFilter, JobState, OutboxEntry, Queue};
+use litejob::admin::{AnyQueue, JobDetail, OutboxEntry};
+use litejob::{Attempt, Job, JobFilter, JobState};
 use serde::Serialize;
 
 use super::{cell, cell_cut, span, when, CliError, CliResult, Out, Table};
@@ -32,7 +33,7 @@ struct JobList<'a> {
 }
 
 /// `litejob jobs`.
-pub fn jobs(queue: &Queue, a: &JobsArgs, json: bool, out: &mut Out) -> CliResult {
+pub fn jobs(queue: &AnyQueue, a: &JobsArgs, json: bool, out: &mut Out) -> CliResult {
     let mut filter = JobFilter::default().with_state(a.state).with_limit(a.limit);
     if let Some(kind) = &a.kind {
         filter = filter.with_kind(kind);
@@ -79,9 +80,10 @@ pub struct ShowArgs {
 }
 
 /// `litejob show ID`.
-pub fn show(queue: &Queue, a: &ShowArgs, json: bool, out: &mut Out) -> CliResult {
+pub fn show(queue: &AnyQueue, a: &ShowArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
     let detail = queue
+        .admin()
         .job_detail(id)?
         .ok_or_else(|| CliError::Failed(format!("no job with id {id}")))?;
     if json {

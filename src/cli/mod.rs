@@ -36,7 +36,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
-use litejob::{Error, JobState, OutboxState, Queue};
+use litejob::admin::AnyQueue;
+use litejob::{Error, JobState, OutboxState};
 use serde::Serialize;
 
 /// `litejob [--db PATH|URL] [--json] COMMAND`
@@ -259,21 +260,18 @@ fn run(cli: &Cli) -> CliResult<i32> {
 
 /// Whether `--db` names a PostgreSQL database rather than a file.
 pub fn is_url(db: &Path) -> bool {
-    db.to_str().is_some_and(litejob::is_postgres_url)
+    db.to_str().is_some_and(litejob::admin::is_postgres_url)
 }
 
 /// Opens `--db`: a file, or a PostgreSQL database (`postgres://…`).
-pub fn open(db: &Path, opts: litejob::QueueOptions) -> CliResult<Queue> {
-    match db.to_str() {
-        Some(url) if litejob::is_postgres_url(url) => Ok(Queue::open_location(url, opts)?),
-        _ => Ok(Queue::open_with(db, opts)?),
-    }
+pub fn open(db: &Path, opts: litejob::QueueOptions) -> CliResult<AnyQueue> {
+    Ok(AnyQueue::open_with(db, opts)?)
 }
 
 /// Opens the queue for a command that inspects or repairs it: a missing
 /// file is an error (a typo in `--db` must not create an empty queue). A
 /// PostgreSQL database without the tables gets them.
-pub fn open_existing(db: &Path) -> CliResult<Queue> {
+pub fn open_existing(db: &Path) -> CliResult<AnyQueue> {
     if is_url(db) {
         return open(db, litejob::QueueOptions::default());
     }
@@ -284,7 +282,7 @@ pub fn open_existing(db: &Path) -> CliResult<Queue> {
             db.display()
         )));
     }
-    Ok(Queue::open(db)?)
+    open(db, litejob::QueueOptions::default())
 }
 
 /// Buffered stdout. Every write goes through `?`, so a closed pipe ends the

@@ -1,7 +1,8 @@
 //! `litejob outbox`: list outbox rows, and `outbox retry ID` to requeue a
 //! dead one. Writes `outbox` (retry only) through `Queue::retry_outbox`.
 
-use litejob::{OutboxRow, OutboxState, Queue};
+use litejob::admin::AnyQueue;
+use litejob::{OutboxRow, OutboxState};
 use serde::Serialize;
 
 use super::{cell_cut, when, CliResult, Out, Table};
@@ -49,12 +50,12 @@ struct Retried {
 }
 
 /// `litejob outbox [--state S]` and `litejob outbox retry ID`.
-pub fn outbox(queue: &Queue, a: &OutboxArgs, json: bool, out: &mut Out) -> CliResult {
+pub fn outbox(queue: &AnyQueue, a: &OutboxArgs, json: bool, out: &mut Out) -> CliResult {
     if let Some(OutboxAction::Retry { id }) = &a.action {
         let id = *id;
         // A row that is not dead is refused by the library, whose error
         // says so (exit 1).
-        queue.retry_outbox(id)?;
+        queue.admin().retry_outbox(id)?;
         if json {
             return out.json(&Retried {
                 id,

@@ -3,7 +3,7 @@
 //! rate's `queue_starts`) through the `Queue`'s control methods.
 
 use clap::{ArgGroup, Subcommand};
-use litejob::{Queue, QueueControl, QueueLimits, Rate};
+use litejob::admin::{AnyQueue, QueueControl, QueueLimits, Rate};
 use serde::Serialize;
 
 use super::{cell, cell_cut, CliResult, Out, Table};
@@ -113,8 +113,8 @@ struct List<'a> {
 }
 
 /// `litejob queues`.
-pub fn queues(queue: &Queue, _a: &QueuesArgs, json: bool, out: &mut Out) -> CliResult {
-    let all = queue.queue_controls()?;
+pub fn queues(queue: &AnyQueue, _a: &QueuesArgs, json: bool, out: &mut Out) -> CliResult {
+    let all = queue.admin().queue_controls()?;
     if json {
         return out.json(&List { queues: &all });
     }
@@ -145,14 +145,14 @@ pub fn queues(queue: &Queue, _a: &QueuesArgs, json: bool, out: &mut Out) -> CliR
 }
 
 /// `litejob queue pause|resume|set`.
-pub fn queue_cmd(queue: &Queue, a: &QueueArgs, json: bool, out: &mut Out) -> CliResult {
+pub fn queue_cmd(queue: &AnyQueue, a: &QueueArgs, json: bool, out: &mut Out) -> CliResult {
     let name = match &a.action {
         QueueAction::Pause { queue: q } => {
-            queue.pause_queue(q)?;
+            queue.admin().pause_queue(q)?;
             q
         }
         QueueAction::Resume { queue: q } => {
-            queue.resume_queue(q)?;
+            queue.admin().resume_queue(q)?;
             q
         }
         QueueAction::Set {
@@ -171,11 +171,12 @@ pub fn queue_cmd(queue: &Queue, a: &QueueArgs, json: bool, out: &mut Out) -> Cli
                 Some(Setting::Clear) => l.no_rate(),
                 None => l,
             };
-            queue.set_queue_limits(q, l)?;
+            queue.admin().set_queue_limits(q, l)?;
             q
         }
     };
     let after = queue
+        .admin()
         .queue_controls()?
         .into_iter()
         .find(|c| &c.name == name);

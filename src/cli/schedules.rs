@@ -2,7 +2,7 @@
 //! fired slot and its next one. Reads only; writes no table (the runtimes
 //! that declare schedules write their rows).
 
-use litejob::{Queue, ScheduleRow};
+use litejob::admin::{AnyQueue, ScheduleRow};
 use serde::Serialize;
 
 use super::{cell, cell_cut, when, CliResult, Out, Table};
@@ -60,8 +60,8 @@ struct List<'a> {
 }
 
 /// `litejob schedules`.
-pub fn schedules(queue: &Queue, _a: &SchedulesArgs, json: bool, out: &mut Out) -> CliResult {
-    let rows = queue.schedules()?;
+pub fn schedules(queue: &AnyQueue, _a: &SchedulesArgs, json: bool, out: &mut Out) -> CliResult {
+    let rows = queue.admin().schedules()?;
     if json {
         return out.json(&List {
             schedules: rows.iter().map(Entry::from).collect(),

@@ -20,9 +20,9 @@ pub(crate) const MAX_WINDOW_MS: i64 = 366 * 86_400_000;
 ///
 /// ```
 /// # use std::time::Duration;
-/// let r = litejob::Rate::new(100, Duration::from_secs(60)).unwrap();
+/// let r = litejob::admin::Rate::new(100, Duration::from_secs(60)).unwrap();
 /// assert_eq!(r.to_string(), "100/1m");
-/// assert!(litejob::Rate::new(0, Duration::from_secs(1)).is_err());
+/// assert!(litejob::admin::Rate::new(0, Duration::from_secs(1)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -125,12 +125,12 @@ impl<T: Copy> Change<T> {
     }
 }
 
-/// Changes to a queue's limits for [`crate::Queue::set_queue_limits`]; a
+/// Changes to a queue's limits for [`crate::queue::Queue::set_queue_limits`]; a
 /// limit not named is kept. Builder-lite:
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use litejob::{QueueLimits, Rate};
+/// # use litejob::admin::{QueueLimits, Rate};
 /// let limits = QueueLimits::new()
 ///     .concurrency(2)
 ///     .rate(Rate::new(100, Duration::from_secs(60)).unwrap());
@@ -181,7 +181,7 @@ impl QueueLimits {
     }
 }
 
-/// One queue's controls and load ([`crate::Queue::queue_controls`]): a queue
+/// One queue's controls and load ([`crate::queue::Queue::queue_controls`]): a queue
 /// that has jobs, a control, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

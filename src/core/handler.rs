@@ -11,7 +11,7 @@ use std::time::Duration;
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What a job handler says about its job. A closed set, separate from
-/// library errors ([`crate::Error`]) and from handler errors
+/// library errors ([`crate::error::Error`]) and from handler errors
 /// ([`HandlerError`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {

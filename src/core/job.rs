@@ -242,7 +242,7 @@ pub struct Job {
     pub current_attempt: Option<i64>,
 }
 
-/// Which jobs [`crate::Queue::jobs`] lists.
+/// Which jobs [`crate::queue::Queue::jobs`] lists.
 ///
 /// ```
 /// # use litejob::{JobFilter, JobState};

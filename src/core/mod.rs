@@ -5,6 +5,7 @@
 pub(crate) mod attempt;
 pub(crate) mod backoff;
 pub(crate) mod controls;
+pub(crate) mod copy;
 pub(crate) mod handler;
 pub(crate) mod job;
 pub(crate) mod lifecycle;
@@ -14,3 +15,9 @@ pub(crate) mod reports;
 pub(crate) mod schedule;
 pub(crate) mod time;
 pub(crate) mod validate;
+
+/// The version of the queue's schema this library writes, the same on
+/// both engines: `PRAGMA user_version` in a file, the row of
+/// `litejob_schema` in PostgreSQL. An older one is migrated on open, a
+/// newer one refused untouched.
+pub const SCHEMA_VERSION: i64 = 3;

@@ -37,6 +37,15 @@ pub struct QueueOptions {
     /// A single write (a handler's apply step included) running longer than
     /// this is interrupted and rolled back (default 30 s; None: no limit).
     pub transaction_budget: Option<Duration>,
+    /// Open for reading only (default false): for a dashboard or a report
+    /// beside the processes that work on the queue. Nothing is created,
+    /// migrated or written (a file's connections are opened
+    /// `SQLITE_OPEN_READONLY` and no writer thread starts; a PostgreSQL
+    /// session is `default_transaction_read_only` and starts no thread); a
+    /// queue that does not exist, or whose schema is older or newer than
+    /// this library's, is refused; every write fails with
+    /// [`crate::error::Error::ReadOnly`] before anything is sent.
+    pub read_only: bool,
 }
 
 impl Default for QueueOptions {
@@ -50,6 +59,7 @@ impl Default for QueueOptions {
             pool_size: 4,
             max_group: 512,
             transaction_budget: Some(Duration::from_secs(30)),
+            read_only: false,
         }
     }
 }
@@ -93,6 +103,12 @@ impl QueueOptions {
     /// Sets the time budget of one write transaction step.
     pub fn with_transaction_budget(mut self, d: Option<Duration>) -> Self {
         self.transaction_budget = d;
+        self
+    }
+
+    /// Opens the queue for reading only (see [`QueueOptions::read_only`]).
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -154,6 +170,25 @@ impl std::str::FromStr for Synchronous {
             _ => Err(Error::invalid(format!(
                 "synchronous must be 'full' or 'normal', not {s:?}"
             ))),
+        }
+    }
+}
+
+/// Which engine holds a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// One SQLite file.
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres,
+}
+
+impl EngineKind {
+    /// `"sqlite"` or `"postgres"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Sqlite => "sqlite",
+            EngineKind::Postgres => "postgres",
         }
     }
 }

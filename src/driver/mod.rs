@@ -1,17 +1,22 @@
 //! The backend boundary: the queue operations litejob needs from the
 //! database that holds a queue, one implementation per engine — SQLite
 //! (`sqlite.rs`, the file and its one writer) and PostgreSQL
-//! (`crate::postgres`). [`crate::Queue`] and the runtime's shared threads
+//! (`crate::postgres`). [`crate::queue::Queue`] and the runtime's shared threads
 //! (effects, lease renewal, reaping) call only these; each engine runs its
 //! own job pipeline (claims, starts, the run's transaction), which lives
 //! beside its store. Writes nothing itself.
 //!
 //! Every operation takes the time it runs at (`now`, ms since the epoch)
-//! from [`Backend::now`], the backend's clock: the local clock for a file,
+//! from [`Store::now`], the store's clock: the local clock for a file,
 //! the database server's for PostgreSQL, whose leases machines with
 //! different clocks must agree on.
 
+#[cfg(feature = "postgres")]
+pub(crate) mod copy;
 pub(crate) mod handler;
+pub(crate) mod in_flight;
+pub(crate) mod leases;
+pub(crate) mod pipeline;
 pub(crate) mod reply;
 pub(crate) mod schedules;
 pub(crate) mod wake;
@@ -19,27 +24,58 @@ pub(crate) mod wake;
 use crate::core::attempt::Attempt;
 use crate::core::controls::{QueueControl, QueueLimits};
 use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::options::{EngineKind, QueueOptions};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
+use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
-use crate::core::validate::ValidJob;
+use crate::core::validate::{EnqueueRules, ValidJob};
 use crate::error::Result;
 
 /// The engines a queue can live on: [`crate::sqlite::Sqlite`], a file, and
-/// `Postgres`, a PostgreSQL database (feature `postgres`). What differs
-/// between them for an application is the type of the transactions its
-/// code gets; a handler written for one does not compile for the other.
-/// Sealed: litejob's engines are the only ones.
+/// `litejob::postgres::Postgres`, a PostgreSQL database (feature
+/// `postgres`). What differs between them for an application is where the
+/// queue is and the type of the transactions its code gets; a handler
+/// written for one does not compile for the other. Sealed: litejob's
+/// engines are the only ones.
+// The hidden items name the crate's own store and pipeline types: an
+// application never implements an engine (sealed) nor sees those items.
+#[allow(private_bounds, private_interfaces)]
 pub trait Engine: sealed::Sealed + Send + Sync + Sized + 'static {
     /// The transaction a job handler's apply step runs in.
     type JobTx<'a, 't>
     where
         't: 'a;
+    /// Where a queue of this engine is: a file's path, or a URL.
+    type Location: ?Sized;
     /// Which engine this is, at run time.
-    const KIND: BackendKind;
+    const KIND: EngineKind;
+    #[doc(hidden)]
+    type Store: Store;
+    #[doc(hidden)]
+    fn open(location: &Self::Location, opts: &QueueOptions) -> Result<Self::Store>;
+    #[doc(hidden)]
+    fn start(shared: std::sync::Arc<pipeline::Shared<Self>>) -> Result<pipeline::Launched>;
+    #[doc(hidden)]
+    fn in_slot_tx<R, F>(
+        store: &Self::Store,
+        rules: std::sync::Arc<EnqueueRules>,
+        now: Millis,
+        f: F,
+    ) -> Result<(R, bool)>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn schedules::SlotTx) -> Result<R> + Send + 'static;
+}
+
+/// Locks `m`, whatever a thread that panicked while holding it left: every
+/// lock of the crate guards state that a panic cannot leave half-changed
+/// (its holders run no user code), so the state is used as it is.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) mod sealed {
@@ -47,26 +83,12 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// Which engine holds a queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// One SQLite file (`Queue::open`).
-    Sqlite,
-    /// A PostgreSQL database (`Queue::open_postgres`).
-    Postgres,
-}
+/// How often a write answered `Aborted` (rolled back with a neighbour in its
+/// group, nothing of it written) is sent again before the caller gets the
+/// error.
+pub(crate) const ABORTED_RETRIES: u32 = 5;
 
-impl BackendKind {
-    /// `"sqlite"` or `"postgres"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Sqlite => "sqlite",
-            BackendKind::Postgres => "postgres",
-        }
-    }
-}
-
-/// What a prune batch deletes (see [`crate::Queue::prune`]).
+/// What a prune batch deletes (see [`crate::queue::Queue::prune`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PruneWhat {
     /// Finished jobs (whose outbox rows are all sent) and their attempts.
@@ -77,10 +99,19 @@ pub(crate) enum PruneWhat {
     Ledger,
 }
 
-/// The queue operations, as one engine implements them.
-pub(crate) trait Backend: Send + Sync {
+/// The queue operations, as one engine implements them: what the facade,
+/// the operator's reports and repairs, and the runtime's shared threads
+/// ask of the database.
+pub(crate) trait Store: Send + Sync + 'static {
     /// Which engine this is.
-    fn kind(&self) -> BackendKind;
+    fn kind(&self) -> EngineKind;
+    /// Where the queue is: the file's path, or the URL without its password.
+    fn location(&self) -> &str;
+    /// True when the queue was opened read-only.
+    fn is_read_only(&self) -> bool;
+    /// [`Error::ReadOnly`](crate::error::Error::ReadOnly) for a queue opened
+    /// read-only: every write asks this first, so nothing is sent anywhere.
+    fn writable(&self) -> Result<()>;
     /// The clock every time this backend stores is measured with.
     fn now(&self) -> Millis;
     /// The schema version the database holds.
@@ -92,6 +123,16 @@ pub(crate) trait Backend: Send + Sync {
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued>;
     /// Inserts a batch in one transaction: all or nothing.
     fn enqueue_many(&self, jobs: Vec<ValidJob>, now: Millis) -> Result<Vec<Enqueued>>;
+    /// [`Store::enqueue`] on a thread of the store's, answered through
+    /// `reply`; the caller does not wait.
+    fn enqueue_async(&self, job: ValidJob, now: Millis, reply: reply::Deliver<Enqueued>);
+    /// [`Store::enqueue_many`] on a thread of the store's.
+    fn enqueue_many_async(
+        &self,
+        jobs: Vec<ValidJob>,
+        now: Millis,
+        reply: reply::Deliver<Vec<Enqueued>>,
+    );
 
     // Reads.
 
@@ -124,7 +165,7 @@ pub(crate) trait Backend: Send + Sync {
     /// Everything known about a key, in one snapshot.
     fn explain(&self, key: &str) -> Result<Explanation>;
     /// Every schedule's row, by name.
-    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>>;
+    fn schedules(&self) -> Result<Vec<ScheduleRow>>;
 
     // Queue controls.
 

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use crossbeam_channel::Sender;
+
 use crate::error::{Error, Result};
 
 /// The shared slot: the answer once given, and the waker of the task that
@@ -86,8 +88,8 @@ impl<T> Drop for ReplyTx<T> {
 /// A write sent to the queue from async code, as a future: it resolves to
 /// the write's answer once the thread that applies it has answered (for an
 /// enqueue with `synchronous=FULL`: once its commit is durable). Returned by
-/// [`crate::Queue::enqueue_async`], [`crate::Queue::enqueue_many_async`] and
-/// [`crate::Queue::write_async`].
+/// [`crate::queue::Queue::enqueue_async`], [`crate::queue::Queue::enqueue_many_async`] and
+/// [`crate::queue::Queue::write_async`].
 ///
 /// Polling it never blocks the executor's thread: it looks at the answer
 /// and, if there is none yet, leaves its task's waker for the answering
@@ -190,6 +192,55 @@ fn polled_again() -> Error {
     Error::Internal("a WriteFuture was polled after it completed".into())
 }
 
+/// Where an operation's answer goes: a channel (pipelined callers select
+/// over several), a one-shot slot (a caller blocked on
+/// this one answer) or a [`ReplyTx`] (an async caller's future).
+pub(crate) trait Sink<T>: Clone + Send + 'static {
+    /// Delivers the answer (each operation is answered once).
+    fn put(&self, v: T);
+}
+
+impl<T: Send + 'static> Sink<T> for Sender<T> {
+    fn put(&self, v: T) {
+        let _ = self.send(v);
+    }
+}
+
+impl<T: Send + 'static> Sink<T> for ReplyTx<T> {
+    fn put(&self, v: T) {
+        ReplyTx::put(self, v)
+    }
+}
+
+/// Where an async write's answer goes: the caller's future, after waking
+/// this process's workers if the write created a job — on the thread that
+/// answers, so the workers do not wait for the caller's executor to poll.
+pub(crate) struct Deliver<R> {
+    pub(crate) tx: ReplyTx<Result<R>>,
+    pub(crate) wake: Arc<crate::driver::wake::Wakers>,
+}
+
+impl<R> Clone for Deliver<R> {
+    fn clone(&self) -> Self {
+        Deliver {
+            tx: self.tx.clone(),
+            wake: self.wake.clone(),
+        }
+    }
+}
+
+impl<R: Send + 'static> Sink<Result<(R, bool)>> for Deliver<R> {
+    fn put(&self, answer: Result<(R, bool)>) {
+        let answer = answer.map(|(r, created)| {
+            if created {
+                self.wake.wake();
+            }
+            r
+        });
+        self.tx.put(answer);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,8 +312,10 @@ mod tests {
     #[test]
     fn the_future_is_send_and_static() {
         fn spawnable<F: Future + Send + 'static>(_: &F) {}
-        let (fut, _tx) = WriteFuture::<crate::Enqueued>::channel();
+        let (fut, _tx) = WriteFuture::<crate::core::job::Enqueued>::channel();
         spawnable(&fut);
-        spawnable(&WriteFuture::<Vec<crate::Enqueued>>::ready(Ok(vec![])));
+        spawnable(&WriteFuture::<Vec<crate::core::job::Enqueued>>::ready(Ok(
+            vec![],
+        )));
     }
 }

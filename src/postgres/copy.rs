@@ -10,7 +10,11 @@
 use postgres::Transaction;
 
 use super::conn::{read_err, write_err, PgConn};
-use super::PgStore;
+use super::store::PgStore;
+use crate::core::copy::{
+    AttemptRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows, ScheduleRows,
+};
+use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
 
 /// Taken first: concurrent copies (or a producer) into the same database
@@ -85,109 +89,6 @@ SELECT setval(s, v) FROM (
     FROM (SELECT pg_get_serial_sequence($1, 'id')::regclass AS s) a
 ) b WHERE v > 0";
 
-/// Rows of `jobs`, column by column.
-#[derive(Default)]
-pub(crate) struct JobRows {
-    pub id: Vec<i64>,
-    pub queue: Vec<String>,
-    pub kind: Vec<String>,
-    pub key: Vec<String>,
-    pub payload: Vec<String>,
-    pub state: Vec<String>,
-    pub priority: Vec<i64>,
-    pub run_at: Vec<i64>,
-    pub attempts: Vec<i64>,
-    pub max_attempts: Vec<i64>,
-    pub abandoned: Vec<i64>,
-    pub deliveries: Vec<i64>,
-    pub last_error: Vec<Option<String>>,
-    pub created_at: Vec<i64>,
-    pub finished_at: Vec<Option<i64>>,
-    pub lease_owner: Vec<Option<String>>,
-    pub lease_expires_at: Vec<Option<i64>>,
-    pub current_attempt: Vec<Option<i64>>,
-}
-
-/// Rows of `processed_jobs`.
-#[derive(Default)]
-pub(crate) struct LedgerRows {
-    pub key: Vec<String>,
-    pub completed_at: Vec<i64>,
-    pub job_id: Vec<Option<i64>>,
-}
-
-/// Rows of `outbox`.
-#[derive(Default)]
-pub(crate) struct OutboxRows {
-    pub id: Vec<i64>,
-    pub key: Vec<String>,
-    pub kind: Vec<String>,
-    pub payload: Vec<String>,
-    pub state: Vec<String>,
-    pub attempts: Vec<i64>,
-    pub max_attempts: Vec<i64>,
-    pub job_id: Vec<Option<i64>>,
-    pub next_attempt_at: Vec<i64>,
-    pub last_error: Vec<Option<String>>,
-    pub created_at: Vec<i64>,
-    pub sent_at: Vec<Option<i64>>,
-    pub lease_owner: Vec<Option<String>>,
-    pub lease_expires_at: Vec<Option<i64>>,
-    pub current_attempt: Vec<Option<i64>>,
-}
-
-/// Rows of `attempts`.
-#[derive(Default)]
-pub(crate) struct AttemptRows {
-    pub id: Vec<i64>,
-    pub job_id: Vec<Option<i64>>,
-    pub outbox_id: Vec<Option<i64>>,
-    pub attempt: Vec<i64>,
-    pub key: Vec<String>,
-    pub worker: Vec<String>,
-    pub started_at: Vec<i64>,
-    pub finished_at: Vec<Option<i64>>,
-    pub outcome: Vec<String>,
-    pub error: Vec<Option<String>>,
-}
-
-/// Rows of `schedules`.
-#[derive(Default)]
-pub(crate) struct ScheduleRows {
-    pub name: Vec<String>,
-    pub cron: Vec<String>,
-    pub tz: Vec<String>,
-    pub kind: Vec<String>,
-    pub payload: Vec<String>,
-    pub queue: Vec<String>,
-    pub priority: Vec<i64>,
-    pub max_retries: Vec<Option<i64>>,
-    pub catch_up: Vec<String>,
-    pub catch_up_window_ms: Vec<Option<i64>>,
-    pub last_slot_at: Vec<Option<i64>>,
-    pub next_slot_at: Vec<Option<i64>>,
-    pub created_at: Vec<i64>,
-    pub updated_at: Vec<i64>,
-}
-
-/// Rows of `queues` (the queue controls).
-#[derive(Default)]
-pub(crate) struct QueueRows {
-    pub name: Vec<String>,
-    pub paused: Vec<bool>,
-    pub concurrency: Vec<Option<i64>>,
-    pub rate_limit: Vec<Option<i64>>,
-    pub rate_window_ms: Vec<Option<i64>>,
-    pub updated_at: Vec<i64>,
-}
-
-/// Rows of `queue_starts` (a rate's starts in its window).
-#[derive(Default)]
-pub(crate) struct QueueStartRows {
-    pub queue: Vec<String>,
-    pub started_at: Vec<i64>,
-}
-
 /// A copy in progress: the transaction [`PgStore::copy_in`] opened.
 pub(crate) struct CopyTx<'a, 't> {
     tx: &'a mut Transaction<'t>,
@@ -211,9 +112,11 @@ impl CopyTx<'_, '_> {
         self.tx.execute(sql, params).map_err(at)?;
         Ok(())
     }
+}
 
+impl CopySink for CopyTx<'_, '_> {
     /// Inserts a batch of jobs.
-    pub(crate) fn jobs(&mut self, r: &JobRows) -> Result<()> {
+    fn jobs(&mut self, r: &JobRows) -> Result<()> {
         self.insert(
             "jobs",
             INSERT_JOBS,
@@ -241,7 +144,7 @@ impl CopyTx<'_, '_> {
     }
 
     /// Inserts a batch of ledger rows.
-    pub(crate) fn ledger(&mut self, r: &LedgerRows) -> Result<()> {
+    fn ledger(&mut self, r: &LedgerRows) -> Result<()> {
         self.insert(
             "processed_jobs",
             INSERT_LEDGER,
@@ -250,7 +153,7 @@ impl CopyTx<'_, '_> {
     }
 
     /// Inserts a batch of outbox rows.
-    pub(crate) fn outbox(&mut self, r: &OutboxRows) -> Result<()> {
+    fn outbox(&mut self, r: &OutboxRows) -> Result<()> {
         self.insert(
             "outbox",
             INSERT_OUTBOX,
@@ -275,7 +178,7 @@ impl CopyTx<'_, '_> {
     }
 
     /// Inserts a batch of attempts.
-    pub(crate) fn attempts(&mut self, r: &AttemptRows) -> Result<()> {
+    fn attempts(&mut self, r: &AttemptRows) -> Result<()> {
         self.insert(
             "attempts",
             INSERT_ATTEMPTS,
@@ -295,7 +198,7 @@ impl CopyTx<'_, '_> {
     }
 
     /// Inserts a batch of schedules.
-    pub(crate) fn schedules(&mut self, r: &ScheduleRows) -> Result<()> {
+    fn schedules(&mut self, r: &ScheduleRows) -> Result<()> {
         self.insert(
             "schedules",
             INSERT_SCHEDULES,
@@ -319,7 +222,7 @@ impl CopyTx<'_, '_> {
     }
 
     /// Inserts a batch of queue controls.
-    pub(crate) fn queues(&mut self, r: &QueueRows) -> Result<()> {
+    fn queues(&mut self, r: &QueueRows) -> Result<()> {
         self.insert(
             "queues",
             INSERT_QUEUES,
@@ -335,7 +238,7 @@ impl CopyTx<'_, '_> {
     }
 
     /// Inserts a batch of a rate's starts.
-    pub(crate) fn queue_starts(&mut self, r: &QueueStartRows) -> Result<()> {
+    fn queue_starts(&mut self, r: &QueueStartRows) -> Result<()> {
         self.insert(
             "queue_starts",
             INSERT_QUEUE_STARTS,
@@ -344,22 +247,14 @@ impl CopyTx<'_, '_> {
     }
 }
 
-/// The highest ids the file ever gave out, per table with an id.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct LastIds {
-    pub jobs: i64,
-    pub outbox: i64,
-    pub attempts: i64,
-}
-
 impl PgStore {
     /// Runs a copy into this database: `fill` inserts the rows through the
-    /// [`CopyTx`] it is given and returns the file's last ids; then the
+    /// sink it is given and returns the file's last ids; then the
     /// sequences are set and the transaction commits. Refused, with
     /// nothing written, when any litejob table holds a row already.
     pub(crate) fn copy_in<R>(
         &self,
-        fill: impl FnOnce(&mut CopyTx<'_, '_>) -> Result<(R, LastIds)>,
+        fill: impl FnOnce(&mut dyn CopySink) -> Result<(R, LastIds)>,
     ) -> Result<R> {
         let mut conn: PgConn = self.session.connect()?;
         let mut tx = conn.client.transaction().map_err(read_err)?;

@@ -21,7 +21,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::conn::{self, Pool, Session};
-use super::{enqueue, with_conn};
+use super::enqueue;
+use super::store::with_conn;
 use crate::core::job::Enqueued;
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;

@@ -130,7 +130,7 @@ pub(crate) fn set_next<C: GenericClient>(
     Ok(())
 }
 
-impl SlotTx for crate::PgWriteTx<'_, '_> {
+impl SlotTx for crate::postgres::tx::PgWriteTx<'_, '_> {
     fn declare(&mut self, d: &Declared, now: Millis) -> Result<Declaration> {
         declare(&mut **self, d, now)
     }
@@ -141,6 +141,6 @@ impl SlotTx for crate::PgWriteTx<'_, '_> {
         set_next(&mut **self, name, next)
     }
     fn enqueue(&mut self, job: NewJob) -> Result<Enqueued> {
-        crate::PgWriteTx::enqueue(self, job)
+        crate::postgres::tx::PgWriteTx::enqueue(self, job)
     }
 }

@@ -1,292 +1,142 @@
-//! The queue handle: opens the file, owns the writer and the reader pool,
-//! and is the producer's API (enqueue, batch, transactional; their async
-//! forms in [`async_ops`]) and the reader's (jobs, attempts, outbox rows). Writes `jobs` through enqueue. The
-//! operator's methods live beside it: repairs in the admin module, reports
-//! in the inspect module.
+//! The facade: [`Queue`], an application's handle on a queue of either
+//! engine. Opening, the producer's API (enqueue, batch; their async forms
+//! in `async_ops`), the reads an application makes of its jobs, and the
+//! door to the operator's API ([`Queue::admin`]). What differs between the
+//! engines (the transactions handed out) lives in `sqlite.rs` and
+//! `postgres.rs`. Writes `jobs` through the store's enqueue.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-use rusqlite::Connection;
 
 use crate::core::attempt::Attempt;
 use crate::core::job::{Enqueued, Job, JobFilter, NewJob};
-use crate::core::options::QueueOptions;
+use crate::core::options::{EngineKind, QueueOptions};
 use crate::core::outbox::{OutboxRow, OutboxState};
-use crate::core::time::{now_ms, Millis};
-use crate::core::validate::{EnqueueRules, ValidJob};
+use crate::core::time::Millis;
+use crate::core::validate::{self, EnqueueRules, ValidJob};
 use crate::driver::wake::Wakers;
-use crate::driver::{Backend, BackendKind};
+use crate::driver::{Engine, Store};
 use crate::error::{Error, Result};
-use crate::runtime::RuntimeBuilder;
-use crate::sqlite::db::{self};
-use crate::sqlite::enqueue::{self};
-use crate::sqlite::store::SqliteStore;
-use crate::sqlite::tx::in_write_tx;
-use crate::sqlite::tx::WriteTx;
-use crate::sqlite::writer::Writer;
+use crate::sqlite::Sqlite;
 
+pub(crate) mod admin;
+pub(crate) mod any;
 mod async_ops;
-mod ops;
+#[cfg(feature = "postgres")]
+mod copy;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod sqlite;
 
-/// A queue on one SQLite file. Cheap to clone; all clones share one writer
-/// thread and one reader pool. The writer stops when the last clone is
-/// dropped (after finishing what was sent to it).
-#[derive(Clone)]
-pub struct Queue {
-    pub(crate) inner: Arc<Inner>,
+pub use admin::Admin;
+pub use any::AnyQueue;
+
+/// A queue: on one SQLite file (`Queue`, the default engine) or in a
+/// PostgreSQL database (`Queue<Postgres>`). Cheap to clone; all clones
+/// share one store (on a file: one writer thread and one reader pool,
+/// which stop when the last clone is dropped, after finishing what was
+/// sent to them).
+pub struct Queue<E: Engine = Sqlite> {
+    pub(crate) inner: Arc<Inner<E>>,
 }
 
-pub(crate) struct Inner {
-    /// The database behind the queue, through the backend boundary.
-    pub backend: Arc<dyn Backend>,
-    /// The same store when it is a SQLite file: the writer, the reader
-    /// pool, and the APIs that hand out a SQLite connection.
-    pub sqlite: Option<Arc<SqliteStore>>,
-    /// The same store when it is a PostgreSQL database.
-    #[cfg(feature = "postgres")]
-    pub pg: Option<Arc<crate::postgres::PgStore>>,
-    /// The file's path, or the PostgreSQL URL without its password.
-    pub location: PathBuf,
-    pub opts: QueueOptions,
+impl<E: Engine> Clone for Queue<E> {
+    fn clone(&self) -> Self {
+        Queue {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+pub(crate) struct Inner<E: Engine> {
+    /// The database behind the queue.
+    pub(crate) store: Arc<E::Store>,
+    pub(crate) opts: QueueOptions,
     /// Shared with the writes sent from async code, which must not hold the
     /// queue itself: the last handle dropped on the writer thread would
     /// join that thread from itself.
-    pub rules: Arc<EnqueueRules>,
+    pub(crate) rules: Arc<EnqueueRules>,
     /// Wakes this process's job claimers after an in-process enqueue (from
     /// the thread that answers an async enqueue, too).
-    pub job_wake: Arc<Wakers>,
-    /// Wakes effect dispatchers after a run wrote outbox rows.
-    pub outbox_wake: Wakers,
+    pub(crate) job_wake: Arc<Wakers>,
+    /// Wakes effect threads after a run wrote outbox rows.
+    pub(crate) outbox_wake: Arc<Wakers>,
 }
 
-/// Whether `location` is a PostgreSQL URL rather than a file's path.
-pub fn is_postgres_url(location: &str) -> bool {
-    location.starts_with("postgres://") || location.starts_with("postgresql://")
-}
-
-impl std::fmt::Debug for Queue {
+impl<E: Engine> std::fmt::Debug for Queue<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue")
-            .field("backend", &self.inner.backend.kind())
+            .field("engine", &E::KIND)
             .field("location", &self.location())
             .finish()
     }
 }
 
-/// How often a write answered `Aborted` (rolled back with a neighbour in its
-/// group, nothing of it written) is sent again before the caller gets the
-/// error.
-pub(crate) const ABORTED_RETRIES: u32 = 5;
-
-impl Queue {
-    /// Opens (creating and migrating if needed) the queue at `path` with the
-    /// default options: WAL, `synchronous=FULL`, 30 s busy timeout.
+impl Queue<Sqlite> {
+    /// Opens (creating and migrating if needed) the queue file at `path`
+    /// with the default options: WAL, `synchronous=FULL`, 30 s busy
+    /// timeout. [`Queue::open_with`] takes options, and opens a queue on
+    /// PostgreSQL too.
     pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
         Queue::open_with(path, QueueOptions::default())
     }
+}
 
-    /// Opens the queue at `path` with `opts`.
-    pub fn open_with(path: impl AsRef<Path>, opts: QueueOptions) -> Result<Queue> {
-        let store = Arc::new(SqliteStore::open(path.as_ref(), &opts)?);
-        let location = store.path.clone();
-        Ok(Queue::with_backend(
-            store.clone(),
-            Some(store),
-            #[cfg(feature = "postgres")]
-            None,
-            location,
-            opts,
-        ))
-    }
-
-    /// Opens an existing queue file for reading only, with the default
-    /// options: for a dashboard or a report beside the processes that work
-    /// on the file. It never creates, migrates or writes the file (its
-    /// connections are opened `SQLITE_OPEN_READONLY`, and no writer thread
-    /// starts), and its reads never take the write lock. It refuses a
-    /// missing file, one that is not a litejob file, and one whose schema is
-    /// older or newer than this library's. Every write through it (an
-    /// enqueue, a repair, a runtime) fails with [`Error::ReadOnly`].
+impl<E: Engine> Queue<E> {
+    /// Opens the queue at `location` with `opts`: a file's path for
+    /// `Queue` (created and migrated if needed), a URL for
+    /// `Queue<Postgres>` (`postgres://user:password@host:port/database`;
+    /// its tables are created or migrated in the schema its `search_path`
+    /// names). A schema newer than this library is refused untouched. With
+    /// [`QueueOptions::with_read_only`] nothing is created, migrated or
+    /// written, and every write fails with [`Error::ReadOnly`].
     ///
-    /// A WAL file's reader needs the `-shm` and `-wal` files beside it:
-    /// SQLite creates them when they are missing, so the directory must be
-    /// writable unless another process has the file open.
-    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Queue> {
-        Queue::open_read_only_with(path, QueueOptions::default())
+    /// The engine is the queue's type: name it where nothing else does
+    /// (`Queue` is a file's, `Queue<Postgres>` a database's).
+    ///
+    /// ```
+    /// # use litejob::{Queue, QueueOptions, Synchronous};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let opts = QueueOptions::default().with_synchronous(Synchronous::Normal);
+    /// let queue: Queue = Queue::open_with(dir.path().join("app.db"), opts)?;
+    /// # Ok::<(), litejob::Error>(())
+    /// ```
+    pub fn open_with(location: impl AsRef<E::Location>, opts: QueueOptions) -> Result<Queue<E>> {
+        let store = E::open(location.as_ref(), &opts)?;
+        Ok(Queue::from_store(Arc::new(store), opts))
     }
 
-    /// [`Queue::open_read_only`] with `opts` (the busy timeout and the
-    /// reader pool's size apply; the write settings do not).
-    pub fn open_read_only_with(path: impl AsRef<Path>, opts: QueueOptions) -> Result<Queue> {
-        let store = Arc::new(SqliteStore::open_read_only(path.as_ref(), &opts)?);
-        let location = store.path.clone();
-        Ok(Queue::with_backend(
-            store.clone(),
-            Some(store),
-            #[cfg(feature = "postgres")]
-            None,
-            location,
-            opts,
-        ))
-    }
-
-    /// True when the queue was opened read-only.
-    pub fn is_read_only(&self) -> bool {
-        #[cfg(feature = "postgres")]
-        if let Some(pg) = self.postgres() {
-            return pg.is_read_only();
-        }
-        self.inner.sqlite.as_ref().is_some_and(|s| s.is_read_only())
-    }
-
-    /// Opens the queue in the PostgreSQL database at `url`
-    /// (`postgres://user:password@host:port/database`, in the schema its
-    /// `search_path` names), creating its tables if they are missing and
-    /// migrating older ones; a newer schema is refused untouched. Several
-    /// processes on several machines may share it.
-    #[cfg(feature = "postgres")]
-    pub fn open_postgres(url: &str) -> Result<Queue> {
-        Queue::open_postgres_with(url, QueueOptions::default())
-    }
-
-    /// [`Queue::open_postgres`] with `opts`: `synchronous` is the server's
-    /// `synchronous_commit` (`Full`: on, each commit waits for its WAL
-    /// flush; `Normal`: off), `busy_timeout` its `lock_timeout`, and the
-    /// pool holds four connections per `pool_size`.
-    #[cfg(feature = "postgres")]
-    pub fn open_postgres_with(url: &str, opts: QueueOptions) -> Result<Queue> {
-        let store = Arc::new(crate::postgres::PgStore::open(url, &opts)?);
-        let location = PathBuf::from(&store.location);
-        Ok(Queue::with_backend(
-            store.clone(),
-            None,
-            Some(store),
-            location,
-            opts,
-        ))
-    }
-
-    /// Opens the queue in the PostgreSQL database at `url` for reading
-    /// only, with the default options: for a dashboard or a report beside
-    /// the processes that work on it. Every connection's session is
-    /// `default_transaction_read_only = on`, so the server refuses any
-    /// write; it never creates or migrates the tables (a database without
-    /// litejob's tables, or with an older or newer version of them, is
-    /// refused); it starts no thread (no `LISTEN/NOTIFY`). Every write
-    /// through it (an enqueue, a repair, a runtime, `pg_write`) fails with
-    /// [`Error::ReadOnly`] before anything is sent.
-    #[cfg(feature = "postgres")]
-    pub fn open_postgres_read_only(url: &str) -> Result<Queue> {
-        Queue::open_postgres_read_only_with(url, QueueOptions::default())
-    }
-
-    /// [`Queue::open_postgres_read_only`] with `opts` (the busy timeout,
-    /// which bounds the wait for a connection, and the pool's size apply;
-    /// the write settings do not).
-    #[cfg(feature = "postgres")]
-    pub fn open_postgres_read_only_with(url: &str, opts: QueueOptions) -> Result<Queue> {
-        let store = Arc::new(crate::postgres::PgStore::open_read_only(url, &opts)?);
-        let location = PathBuf::from(&store.location);
-        Ok(Queue::with_backend(
-            store.clone(),
-            None,
-            Some(store),
-            location,
-            opts,
-        ))
-    }
-
-    /// Opens `location` for reading only: a PostgreSQL URL with
-    /// [`Queue::open_postgres_read_only_with`], anything else as a file with
-    /// [`Queue::open_read_only_with`].
-    pub fn open_location_read_only(location: &str, opts: QueueOptions) -> Result<Queue> {
-        if is_postgres_url(location) {
-            #[cfg(feature = "postgres")]
-            return Queue::open_postgres_read_only_with(location, opts);
-            #[cfg(not(feature = "postgres"))]
-            return Err(Error::Unsupported(
-                "this build of litejob has no PostgreSQL backend (the `postgres` feature)".into(),
-            ));
-        }
-        Queue::open_read_only_with(location, opts)
-    }
-
-    /// Opens `location`: a PostgreSQL URL (`postgres://` or
-    /// `postgresql://`) with [`Queue::open_postgres_with`], anything else as
-    /// a file with [`Queue::open_with`].
-    pub fn open_location(location: &str, opts: QueueOptions) -> Result<Queue> {
-        if is_postgres_url(location) {
-            #[cfg(feature = "postgres")]
-            return Queue::open_postgres_with(location, opts);
-            #[cfg(not(feature = "postgres"))]
-            return Err(Error::Unsupported(
-                "this build of litejob has no PostgreSQL backend (the `postgres` feature)".into(),
-            ));
-        }
-        Queue::open_with(location, opts)
-    }
-
-    pub(crate) fn with_backend(
-        backend: Arc<dyn Backend>,
-        sqlite: Option<Arc<SqliteStore>>,
-        #[cfg(feature = "postgres")] pg: Option<Arc<crate::postgres::PgStore>>,
-        location: PathBuf,
-        opts: QueueOptions,
-    ) -> Queue {
+    pub(crate) fn from_store(store: Arc<E::Store>, opts: QueueOptions) -> Queue<E> {
         let rules = Arc::new(opts.rules());
         Queue {
             inner: Arc::new(Inner {
-                backend,
-                sqlite,
-                #[cfg(feature = "postgres")]
-                pg,
-                location,
+                store,
                 opts,
                 rules,
                 job_wake: Arc::default(),
-                outbox_wake: Wakers::default(),
+                outbox_wake: Arc::default(),
             }),
         }
     }
 
-    /// The backend boundary.
-    pub(crate) fn backend(&self) -> &dyn Backend {
-        self.inner.backend.as_ref()
+    /// The store behind the queue.
+    pub(crate) fn store(&self) -> &E::Store {
+        &self.inner.store
     }
 
-    /// The SQLite store, or the error that names what a PostgreSQL queue
-    /// offers instead of `what`.
-    pub(crate) fn sqlite(&self, what: &str) -> Result<&SqliteStore> {
-        self.inner.sqlite.as_deref().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "{what} hands out a SQLite connection; this queue is on PostgreSQL \
-                 (see Queue::pg_write and Queue::pg_enqueue_in)"
-            ))
-        })
-    }
-
-    /// The PostgreSQL store, when the queue is in a database.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn postgres(&self) -> Option<&Arc<crate::postgres::PgStore>> {
-        self.inner.pg.as_ref()
+    /// The store's clock, which every time the queue stores is read from.
+    pub(crate) fn now(&self) -> Millis {
+        self.store().now()
     }
 
     /// Which engine holds the queue.
-    pub fn backend_kind(&self) -> BackendKind {
-        self.inner.backend.kind()
+    pub fn engine(&self) -> EngineKind {
+        E::KIND
     }
 
-    /// Where the queue lives: the file's path, or the PostgreSQL URL
-    /// without its password.
-    pub fn location(&self) -> String {
-        self.inner.location.display().to_string()
-    }
-
-    /// The file's path (for a PostgreSQL queue: its URL without the
-    /// password, as a path).
-    pub fn path(&self) -> &Path {
-        &self.inner.location
+    /// Where the queue is: the file's path, or the URL without its password.
+    pub fn location(&self) -> &str {
+        self.store().location()
     }
 
     /// The options it was opened with.
@@ -294,19 +144,24 @@ impl Queue {
         &self.inner.opts
     }
 
+    /// True when the queue was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.store().is_read_only()
+    }
+
     /// The schema version the database holds (`PRAGMA user_version` in a
     /// file).
     pub fn schema_version(&self) -> Result<i64> {
-        self.backend().schema_version()
+        self.store().schema_version()
     }
 
     /// Enqueues one job. Returns once its commit is durable (with
     /// `synchronous=FULL`): `New(id)`, or `Duplicate(id)` when the key was
     /// seen before (its `deliveries` count grows, nothing else changes).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        let now = self.backend().now();
-        let valid = crate::core::validate::validate_owned(job, &self.inner.rules, now)?;
-        let r = self.backend().enqueue(valid, now)?;
+        let now = self.now();
+        let valid = validate::validate_owned(job, &self.inner.rules, now)?;
+        let r = self.store().enqueue(valid, now)?;
         if !r.is_duplicate() {
             self.notify();
         }
@@ -316,9 +171,9 @@ impl Queue {
     /// Enqueues many jobs in one transaction: all are written or none. Any
     /// invalid job refuses the whole batch before anything is written.
     pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        let now = self.backend().now();
+        let now = self.now();
         let valid = self.validate_batch(jobs, now)?;
-        let r = self.backend().enqueue_many(valid, now)?;
+        let r = self.store().enqueue_many(valid, now)?;
         if r.iter().any(|e| !e.is_duplicate()) {
             self.notify();
         }
@@ -327,238 +182,71 @@ impl Queue {
 
     /// Checks every job of a batch before any is written: one bad job
     /// refuses the batch, and the message names it.
-    fn validate_batch(&self, jobs: Vec<NewJob>, now: Millis) -> Result<Vec<ValidJob>> {
+    pub(crate) fn validate_batch(&self, jobs: Vec<NewJob>, now: Millis) -> Result<Vec<ValidJob>> {
         let checked = jobs
             .iter()
             .enumerate()
             .map(|(i, j)| {
-                crate::core::validate::validate_parts(j, &self.inner.rules, now).map_err(
-                    |e| match e {
-                        Error::InvalidInput(m) => {
-                            Error::InvalidInput(format!("job {i} ({}): {m}", j.key))
-                        }
-                        other => other,
-                    },
-                )
+                validate::validate_parts(j, &self.inner.rules, now).map_err(|e| match e {
+                    Error::InvalidInput(m) => {
+                        Error::InvalidInput(format!("job {i} ({}): {m}", j.key))
+                    }
+                    other => other,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(jobs
             .into_iter()
             .zip(checked)
-            .map(|(j, (run_at, max_attempts))| {
-                crate::core::validate::into_valid(j, run_at, max_attempts)
-            })
+            .map(|(j, (run_at, max_attempts))| validate::into_valid(j, run_at, max_attempts))
             .collect())
     }
 
-    /// Enqueues inside a transaction the application opened itself on its own
-    /// connection to the same file (see [`Queue::connect`]). The job exists if
-    /// and only if that transaction commits. Call [`Queue::notify`] after the
-    /// commit to wake workers at once; otherwise they see it at their next poll.
-    pub fn enqueue_in(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
-        self.sqlite("enqueue_in")?.writer()?;
-        let now = now_ms();
-        let valid = crate::core::validate::validate(job, &self.inner.rules, now)?;
-        enqueue::insert(conn, &valid, now)
-    }
-
-    /// Runs `f` in a write transaction on the writer thread, where it commits
-    /// together with other writes (group commit). What `f` writes and enqueues
-    /// through [`WriteTx::enqueue`] commits together, or not at all when `f`
-    /// returns an error.
-    pub fn write<R, F>(&self, f: F) -> Result<R>
-    where
-        R: Send + 'static,
-        F: FnOnce(&WriteTx<'_>) -> Result<R> + Send + 'static,
-    {
-        let store = self.sqlite("Queue::write")?;
-        let rules = self.inner.rules.clone();
-        let now = now_ms();
-        let (r, enqueued) = store
-            .writer()?
-            .run(move |conn| in_write_tx(conn, &rules, now, f))?;
-        if enqueued {
-            self.notify();
-        }
-        Ok(r)
-    }
-
-    /// [`Queue::write`] for a queue on PostgreSQL: runs `f` in a transaction
-    /// on a pooled connection; what it writes and enqueues through
-    /// [`crate::PgWriteTx::enqueue`] commits together, or not at all when
-    /// `f` returns an error.
-    #[cfg(feature = "postgres")]
-    pub fn pg_write<R, F>(&self, f: F) -> Result<R>
-    where
-        F: FnOnce(&mut crate::PgWriteTx<'_, '_>) -> Result<R>,
-    {
-        let store = self.postgres().ok_or_else(|| {
-            Error::Unsupported(
-                "Queue::pg_write hands out a PostgreSQL transaction; this queue is a SQLite file: \
-                 use Queue::write"
-                    .into(),
-            )
-        })?;
-        store.writable()?;
-        let now = self.backend().now();
-        let (r, enqueued) = store.handle().write(&self.inner.rules, now, f)?;
-        if enqueued {
-            self.notify();
-        }
-        Ok(r)
-    }
-
-    /// [`Queue::read`] for a queue on PostgreSQL: runs `f` on a pooled
-    /// connection, for the application's own reads of the queue's tables
-    /// (`SELECT … FROM jobs`) or of its own.
-    #[cfg(feature = "postgres")]
-    pub fn pg_read<R>(&self, f: impl FnOnce(&mut postgres::Client) -> Result<R>) -> Result<R> {
-        let store = self.postgres().ok_or_else(|| {
-            Error::Unsupported(
-                "Queue::pg_read hands out a PostgreSQL connection; this queue is a SQLite file: \
-                 use Queue::read"
-                    .into(),
-            )
-        })?;
-        let mut conn = store
-            .pool
-            .get()
-            .map_err(|e| crate::postgres::conn::pool_err(e, store.pool.connection_timeout()))?;
-        f(&mut conn.client)
-    }
-
-    /// [`Queue::enqueue_in`] for a queue on PostgreSQL: enqueues inside a
-    /// transaction the application opened itself (with the `postgres`
-    /// crate) on the same database. The job exists if and only if that
-    /// transaction commits; call [`Queue::notify`] after the commit to wake
-    /// this process's workers at once (other processes poll, or hear the
-    /// next notification).
-    #[cfg(feature = "postgres")]
-    pub fn pg_enqueue_in(
-        &self,
-        client: &mut impl postgres::GenericClient,
-        job: &NewJob,
-    ) -> Result<Enqueued> {
-        let Some(store) = self.postgres() else {
-            return Err(Error::Unsupported(
-                "Queue::pg_enqueue_in takes a PostgreSQL transaction; this queue is a SQLite \
-                 file: use Queue::enqueue_in"
-                    .into(),
-            ));
-        };
-        // The application's own transaction is not read-only: only this
-        // check keeps a read-only queue from writing through it.
-        store.writable()?;
-        let now = self.backend().now();
-        let valid = crate::core::validate::validate(job, &self.inner.rules, now)?;
-        let st = client
-            .prepare(crate::postgres::enqueue::INSERT_ONE)
-            .map_err(crate::postgres::conn::read_err)?;
-        crate::postgres::enqueue::insert(client, &st, &valid, now)
-    }
-
-    /// Test hook: sets `PRAGMA max_page_count` on the writer connection (the
-    /// only one that writes), so tests can simulate a full disk and then
-    /// give the space back. Returns the limit SQLite applied (never below
-    /// the file's current size). Only with the `fault-injection` feature.
-    #[cfg(feature = "fault-injection")]
-    #[doc(hidden)]
-    pub fn set_max_page_count(&self, pages: u64) -> Result<u64> {
-        self.writer().run(move |c| {
-            Ok(
-                c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
-                    r.get::<_, i64>(0)
-                })? as u64,
-            )
-        })
-    }
-
-    /// The SQLite writer. Only the SQLite engine's code calls it, and only
-    /// on a queue it was started for (a file).
-    pub(crate) fn writer(&self) -> &Writer {
-        self.inner
-            .sqlite
-            .as_ref()
-            .and_then(|s| s.writer().ok())
-            .expect("the SQLite engine runs only on a file opened for writing")
-    }
-
-    /// Wakes this process's idle workers (after an [`Queue::enqueue_in`] commit).
+    /// Wakes this process's idle workers at once (after a commit of
+    /// [`Queue::enqueue_in`]; other processes see the job at their next
+    /// poll).
     pub fn notify(&self) {
         self.inner.job_wake.wake();
     }
 
-    pub(crate) fn notify_outbox(&self) {
-        self.inner.outbox_wake.wake();
-    }
-
-    /// A new connection to the file with litejob's pragmas (busy timeout,
-    /// synchronous, foreign keys), for the application's own transactions.
-    /// Open write transactions with `BEGIN IMMEDIATE`
-    /// ([`crate::immediate`]).
-    pub fn connect(&self) -> Result<Connection> {
-        let store = self.sqlite("Queue::connect")?;
-        store.writer()?;
-        db::connect(&store.path, &store.conn_cfg)
-    }
-
-    /// Runs `f` on a pooled reader connection. It is read-only (`PRAGMA
-    /// query_only`): a write fails with an error and changes nothing; write
-    /// through [`Queue::write`].
-    pub fn read<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
-        self.sqlite("Queue::read")?.read(f)
-    }
-
     /// One job by id.
     pub fn job(&self, id: i64) -> Result<Option<Job>> {
-        self.backend().job(id)
+        self.store().job(id)
     }
 
     /// One job by idempotency key.
     pub fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
-        self.backend().job_by_key(key)
+        self.store().job_by_key(key)
     }
 
     /// Jobs matching `filter`, newest first.
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.backend().jobs(filter)
+        self.store().jobs(filter)
     }
 
     /// Every run of a job, oldest first.
     pub fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
-        self.backend().attempts(job_id)
-    }
-
-    /// Every attempt of an outbox row, oldest first.
-    pub fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
-        self.backend().outbox_attempts(outbox_id)
+        self.store().attempts(job_id)
     }
 
     /// The outbox rows a job wrote.
     pub fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
-        self.backend().outbox_for_job(job_id)
+        self.store().outbox_for_job(job_id)
     }
 
-    /// Outbox rows, newest first.
+    /// Outbox rows, newest first, optionally in one state.
     pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
-        self.backend().outbox(state, limit)
+        self.store().outbox(state, limit)
     }
 
-    /// A page of outbox rows, newest first, optionally in one state: ids
-    /// below `before` (the next, older page), or the `limit` ids just above
-    /// `after` (the page before); the newest without either.
-    pub fn outbox_page(
-        &self,
-        state: Option<OutboxState>,
-        before: Option<i64>,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<OutboxRow>> {
-        self.backend().outbox_page(state, before, after, limit)
-    }
-
-    /// Starts building a runtime (workers and effect dispatchers) on this queue.
-    pub fn runtime(&self) -> RuntimeBuilder {
-        RuntimeBuilder::new(self.clone())
+    /// The operator's side of the queue: reports (stats, one job's story,
+    /// everything about a key, the overview, failures, metrics) and repairs
+    /// (retry, cancel, prune, queue controls). See [`crate::admin`].
+    pub fn admin(&self) -> Admin {
+        Admin::new(
+            self.inner.store.clone(),
+            self.inner.job_wake.clone(),
+            self.inner.outbox_wake.clone(),
+        )
     }
 }

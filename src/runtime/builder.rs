@@ -12,50 +12,39 @@ use serde::Serialize;
 use crate::core::backoff::Backoff;
 use crate::core::handler::{EffectContext, HandlerError, JobContext, Outcome};
 use crate::core::schedule::Schedule;
-use crate::driver::handler::{ErasedEffect, ErasedHandler, FnEffect, FnHandler};
+use crate::driver::handler::{ApplyFn, ErasedEffect, ErasedHandler, FnEffect, FnHandler};
+use crate::driver::pipeline::RuntimeConfig;
+use crate::driver::Engine;
+use crate::driver::Store;
 use crate::error::Result;
 use crate::queue::Queue;
 use crate::sqlite::tx::JobTx;
+use crate::sqlite::Sqlite;
 
 use super::Runtime;
 
 /// Configures and starts a [`Runtime`]. Get one from [`Queue::runtime`].
 #[must_use = "a builder does nothing until it is started"]
-pub struct RuntimeBuilder {
-    pub(crate) queue: Queue,
-    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler<crate::sqlite::Sqlite>>>,
-    #[cfg(feature = "postgres")]
-    pub(crate) pg_handlers: HashMap<String, Arc<dyn ErasedHandler<crate::postgres::Postgres>>>,
+pub struct RuntimeBuilder<E: Engine = Sqlite> {
+    pub(crate) queue: Queue<E>,
+    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler<E>>>,
     pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
     pub(crate) schedules: Vec<Schedule>,
     pub(crate) cfg: RuntimeConfig,
 }
 
-/// The settings the builder's setters change (defaults in [`RuntimeBuilder::new`]).
-#[derive(Debug, Clone)]
-pub(crate) struct RuntimeConfig {
-    pub(crate) workers: usize,
-    pub(crate) effect_workers: usize,
-    pub(crate) queues: Option<Vec<String>>,
-    pub(crate) lease: Duration,
-    pub(crate) poll_interval: Duration,
-    pub(crate) grace: Duration,
-    pub(crate) max_abandoned: i64,
-    pub(crate) backoff: Backoff,
-    pub(crate) effect_backoff: Backoff,
-    pub(crate) outbox_max_retries: u32,
-    pub(crate) claim_ahead: usize,
-    /// `claim_ahead` was set: on PostgreSQL it is then the batch size too.
-    pub(crate) claim_ahead_set: bool,
+impl<E: Engine> Queue<E> {
+    /// Starts building a runtime (workers and effect threads) on this queue.
+    pub fn runtime(&self) -> RuntimeBuilder<E> {
+        RuntimeBuilder::new(self.clone())
+    }
 }
 
-impl RuntimeBuilder {
-    pub(crate) fn new(queue: Queue) -> Self {
+impl<E: Engine> RuntimeBuilder<E> {
+    pub(crate) fn new(queue: Queue<E>) -> Self {
         RuntimeBuilder {
             queue,
             handlers: HashMap::new(),
-            #[cfg(feature = "postgres")]
-            pg_handlers: HashMap::new(),
             effects: HashMap::new(),
             schedules: Vec::new(),
             cfg: RuntimeConfig {
@@ -75,44 +64,6 @@ impl RuntimeBuilder {
         }
     }
 
-    /// Registers the handler of `kind`: it receives the decoded payload and
-    /// the job's transaction, and returns an [`Outcome`]. Everything it
-    /// writes through the transaction commits with the ledger row and the
-    /// job's completion, exactly once per key.
-    pub fn handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(&mut JobTx<'_>, T) -> std::result::Result<Outcome, HandlerError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.insert_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
-    }
-
-    /// Registers a two-step handler: `prepare` runs on the worker thread,
-    /// outside any transaction (slow parsing, computing, reading files — in
-    /// parallel across workers); `apply` runs inside the job's transaction
-    /// with what `prepare` returned, and should be short: it holds the write
-    /// lock.
-    pub fn handler_with_prepare<T, P, Prep, App>(
-        self,
-        kind: impl Into<String>,
-        prepare: Prep,
-        apply: App,
-    ) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        P: Send + 'static,
-        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
-        App: Fn(&mut JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.insert_handler(kind, prepare, apply, true)
-    }
-
     fn insert_handler<T, P, Prep, App>(
         mut self,
         kind: impl Into<String>,
@@ -124,81 +75,9 @@ impl RuntimeBuilder {
         T: DeserializeOwned + Send + 'static,
         P: Send + 'static,
         Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
-        App: Fn(&mut JobTx<'_>, P) -> std::result::Result<Outcome, HandlerError>
-            + Send
-            + Sync
-            + 'static,
+        App: ApplyFn<E, P> + 'static,
     {
         self.handlers.insert(
-            kind.into(),
-            Arc::new(FnHandler {
-                prepare,
-                apply,
-                user_prepare,
-                _types: PhantomData::<fn(T) -> P>,
-            }),
-        );
-        self
-    }
-
-    /// Registers the handler of `kind` for a queue on PostgreSQL
-    /// ([`Queue::open_postgres`]): as [`RuntimeBuilder::handler`], with the
-    /// job's PostgreSQL transaction ([`crate::PgJobTx`], which derefs to
-    /// [`postgres::Transaction`]) in place of the SQLite one. Everything it
-    /// writes through it commits with the ledger row and the job's
-    /// completion, exactly once per key.
-    #[cfg(feature = "postgres")]
-    pub fn pg_handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(&mut crate::PgJobTx<'_, '_>, T) -> std::result::Result<Outcome, HandlerError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.insert_pg_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
-    }
-
-    /// [`RuntimeBuilder::handler_with_prepare`] for a queue on PostgreSQL:
-    /// `prepare` runs outside any transaction, `apply` in the job's
-    /// PostgreSQL transaction.
-    #[cfg(feature = "postgres")]
-    pub fn pg_handler_with_prepare<T, P, Prep, App>(
-        self,
-        kind: impl Into<String>,
-        prepare: Prep,
-        apply: App,
-    ) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        P: Send + 'static,
-        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
-        App: Fn(&mut crate::PgJobTx<'_, '_>, P) -> std::result::Result<Outcome, HandlerError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.insert_pg_handler(kind, prepare, apply, true)
-    }
-
-    #[cfg(feature = "postgres")]
-    fn insert_pg_handler<T, P, Prep, App>(
-        mut self,
-        kind: impl Into<String>,
-        prepare: Prep,
-        apply: App,
-        user_prepare: bool,
-    ) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        P: Send + 'static,
-        Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError> + Send + Sync + 'static,
-        App: Fn(&mut crate::PgJobTx<'_, '_>, P) -> std::result::Result<Outcome, HandlerError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.pg_handlers.insert(
             kind.into(),
             Arc::new(FnHandler {
                 prepare,
@@ -240,7 +119,7 @@ impl RuntimeBuilder {
     /// Nothing is checked here, so the chain stays a chain:
     /// [`Self::start`] refuses a bad expression or name, a kind this runtime
     /// has no handler for, or a name declared twice, with
-    /// [`crate::Error::InvalidInput`], before it writes anything.
+    /// [`crate::error::Error::InvalidInput`], before it writes anything.
     pub fn schedule(
         self,
         name: impl Into<String>,
@@ -256,12 +135,6 @@ impl RuntimeBuilder {
     pub fn schedule_with(mut self, schedule: Schedule) -> Self {
         self.schedules.push(schedule);
         self
-    }
-
-    /// Which backend the queue it runs on has: [`RuntimeBuilder::handler`]
-    /// for a file, [`RuntimeBuilder::pg_handler`] for PostgreSQL.
-    pub fn queue_kind(&self) -> crate::BackendKind {
-        self.queue.backend_kind()
     }
 
     /// Number of job worker threads (default 4).
@@ -353,38 +226,73 @@ impl RuntimeBuilder {
     /// their rows, and enqueues what their catch-up policies fire for the
     /// slots missed while no process ran: those jobs exist when it returns.
     /// A queue opened read-only has no writer to run jobs with:
-    /// [`crate::Error::ReadOnly`], and no thread starts.
+    /// [`crate::error::Error::ReadOnly`], and no thread starts.
     pub fn start(self) -> Result<Runtime> {
-        if let Ok(store) = self.queue.sqlite("") {
-            store.writer()?;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(store) = self.queue.postgres() {
-            store.writable()?;
-        }
+        self.queue.store().writable()?;
         Runtime::start(self)
     }
-
-    /// Refuses handlers written for the other backend's transaction.
-    pub(crate) fn check_backend(&self) -> Result<()> {
-        let pg = self.queue.backend_kind() == crate::BackendKind::Postgres;
-        if pg {
-            if let Some(kind) = self.handlers.keys().next() {
-                return Err(crate::Error::Unsupported(format!(
-                    "the handler of {kind:?} takes a SQLite transaction, and this queue is on \
-                     PostgreSQL: register it with pg_handler"
-                )));
-            }
-        }
-        #[cfg(feature = "postgres")]
-        if !pg {
-            if let Some(kind) = self.pg_handlers.keys().next() {
-                return Err(crate::Error::Unsupported(format!(
-                    "the handler of {kind:?} takes a PostgreSQL transaction, and this queue is a \
-                     SQLite file: register it with handler"
-                )));
-            }
-        }
-        Ok(())
-    }
 }
+
+/// `handler` and `handler_with_prepare` of one engine, whose transaction
+/// their closures take.
+macro_rules! handler_methods {
+    ($engine:ty, $tx:ty, $tx_doc:literal) => {
+        impl RuntimeBuilder<$engine> {
+            #[doc = concat!(
+                        "Registers the handler of `kind`: it receives the job's transaction (",
+                        $tx_doc,
+                        ") and the decoded payload, and returns an [`Outcome`]. Everything it \
+                 writes through the transaction commits with the ledger row and the \
+                 job's completion, exactly once per key."
+                    )]
+            pub fn handler<T, F>(self, kind: impl Into<String>, apply: F) -> Self
+            where
+                T: DeserializeOwned + Send + 'static,
+                F: Fn(&mut $tx, T) -> std::result::Result<Outcome, HandlerError>
+                    + Send
+                    + Sync
+                    + 'static,
+            {
+                self.insert_handler(kind, |_: &JobContext, t: T| Ok(t), apply, false)
+            }
+
+            /// Registers a two-step handler: `prepare` runs on a worker
+            /// thread, outside any transaction (slow parsing, computing,
+            /// reading files: in parallel across workers); `apply` runs
+            /// inside the job's transaction with what `prepare` returned, and
+            /// should be short (on a file it holds the write lock).
+            pub fn handler_with_prepare<T, P, Prep, App>(
+                self,
+                kind: impl Into<String>,
+                prepare: Prep,
+                apply: App,
+            ) -> Self
+            where
+                T: DeserializeOwned + Send + 'static,
+                P: Send + 'static,
+                Prep: Fn(&JobContext, T) -> std::result::Result<P, HandlerError>
+                    + Send
+                    + Sync
+                    + 'static,
+                App: Fn(&mut $tx, P) -> std::result::Result<Outcome, HandlerError>
+                    + Send
+                    + Sync
+                    + 'static,
+            {
+                self.insert_handler(kind, prepare, apply, true)
+            }
+        }
+    };
+}
+
+handler_methods!(
+    Sqlite,
+    JobTx<'_>,
+    "a [`JobTx`], which derefs to a `rusqlite::Connection`"
+);
+#[cfg(feature = "postgres")]
+handler_methods!(
+    crate::postgres::Postgres,
+    crate::postgres::tx::PgJobTx<'_, '_>,
+    "a `PgJobTx`, which derefs to a `postgres::Transaction`"
+);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::select;
 
 use crate::core::backoff::Rng;
 use crate::core::handler::{panic_message, EffectContext};
@@ -15,11 +15,13 @@ use crate::driver::handler::ErasedEffect;
 use crate::error::Result;
 use crate::fault;
 
-use super::{sleep_or_stop, worker_name, Shared};
+use crate::driver::pipeline::{sleep_or_stop, worker_name, Shared};
+use crate::driver::{Engine, Store};
 
 /// An effect thread's body: claims one outbox row at a time and performs
 /// it; with nothing to claim, waits for an enqueue's wake-up or the poll.
-pub(crate) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
+pub(crate) fn effect_loop<E: Engine>(s: Arc<Shared<E>>) {
+    let stop = s.stop.clone();
     let worker = worker_name();
     let mut rng = Rng::from_entropy();
     let wake = s.outbox_wake.clone();
@@ -35,7 +37,7 @@ pub(crate) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
             return;
         }
         if unsure {
-            let b = s.queue.backend();
+            let b = s.store.as_ref();
             match b.release_lost_effect_claims(&s.owner, &worker, &unacked, b.now()) {
                 Ok(n) => {
                     unsure = false;
@@ -70,7 +72,7 @@ pub(crate) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
         let Some(effect) = s.effects.get(&c.row.kind).cloned() else {
             // Cannot happen (the claim asks only for our kinds), but never
             // leave a row `sending` under a lease nobody works on.
-            let b = s.queue.backend();
+            let b = s.store.as_ref();
             let _ = b.release_effect(c.row.id, c.attempt_id, b.now());
             continue;
         };
@@ -85,9 +87,9 @@ pub(crate) fn effect_loop(s: Arc<Shared>, stop: Receiver<()>) {
 }
 
 /// Claims the next due outbox row of this runtime's kinds, under a lease.
-fn claim(s: &Arc<Shared>, worker: &str) -> Result<Option<ClaimedEffect>> {
+fn claim<E: Engine>(s: &Arc<Shared<E>>, worker: &str) -> Result<Option<ClaimedEffect>> {
     let lease_ms = s.cfg.lease.as_millis() as i64;
-    let b = s.queue.backend();
+    let b = s.store.as_ref();
     let now = b.now();
     b.claim_effect(&s.effect_kinds, &s.owner, worker, now + lease_ms, now)
 }
@@ -95,8 +97,8 @@ fn claim(s: &Arc<Shared>, worker: &str) -> Result<Option<ClaimedEffect>> {
 /// Performs a claimed row's effect, outside any transaction, and
 /// acknowledges it; counted in flight meanwhile, so its lease is renewed.
 /// Returns the attempt's id when its ack could not be recorded.
-fn perform(
-    s: &Arc<Shared>,
+fn perform<E: Engine>(
+    s: &Arc<Shared<E>>,
     worker: &str,
     rng: &mut Rng,
     c: ClaimedEffect,
@@ -117,7 +119,7 @@ fn perform(
     let t0 = Instant::now();
     let called = catch_unwind(AssertUnwindSafe(|| effect.call(&ctx, &c.row.payload)));
     fault::point("after-effect-before-ack");
-    let retry_at = s.queue.backend().now()
+    let retry_at = s.store.as_ref().now()
         + s.cfg
             .effect_backoff
             .delay(ctx.attempt as u32, rng.unit())
@@ -160,15 +162,15 @@ fn perform(
 /// Acknowledges an effect attempt, retrying transient failures while the
 /// lease lasts: an effect that ran must not be run again just because the
 /// disk was briefly full.
-fn ack_with_retry(
-    s: &Arc<Shared>,
+fn ack_with_retry<E: Engine>(
+    s: &Arc<Shared<E>>,
     oid: i64,
     aid: i64,
     result: EffectResult,
 ) -> Result<Option<crate::core::outbox::OutboxState>> {
     let give_up = Instant::now() + s.cfg.lease;
     let mut delay = Duration::from_millis(50);
-    let b = s.queue.backend();
+    let b = s.store.as_ref();
     loop {
         match b.ack_effect(oid, aid, &result, b.now()) {
             Err(e) if e.is_transient() && Instant::now() < give_up => {

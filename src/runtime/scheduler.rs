@@ -26,6 +26,7 @@ use crate::core::schedule::{Declared, Schedule};
 use crate::core::time::Millis;
 use crate::core::validate::EnqueueRules;
 use crate::driver::schedules::SlotTx;
+use crate::driver::{Engine, ABORTED_RETRIES};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 
@@ -116,7 +117,11 @@ struct Started {
 /// the row's next slot, what its catch-up policy asks (skipping any slot the
 /// row records as fired), all in one transaction. Returns the schedules
 /// armed with their next slot after `now`.
-pub(crate) fn declare(queue: &Queue, decls: Vec<Declared>, now: Millis) -> Result<Vec<Armed>> {
+pub(crate) fn declare<E: Engine>(
+    queue: &Queue<E>,
+    decls: Vec<Declared>,
+    now: Millis,
+) -> Result<Vec<Armed>> {
     let decls: Vec<Arc<Declared>> = decls.into_iter().map(Arc::new).collect();
     let in_tx = decls.clone();
     let started = in_transaction(queue, move |tx| {
@@ -205,7 +210,7 @@ impl Armed {
 
     /// One look at `now`: fires the due slots, if any. `stalled`: the thread
     /// did not run for a while before this look.
-    pub(crate) fn turn(&mut self, queue: &Queue, now: Millis, stalled: bool) {
+    pub(crate) fn turn<E: Engine>(&mut self, queue: &Queue<E>, now: Millis, stalled: bool) {
         let Some(next) = self.next else { return };
         // A stall that ended before the next slot missed nothing.
         self.catching_up |= stalled && next <= now;
@@ -258,8 +263,8 @@ impl Armed {
 /// Enqueues the jobs of `due` and moves the row forward to the last of
 /// them, `next` coming after it, in one transaction. With no slot to fire
 /// (missed ones the policy skips), only the row's next slot is written.
-fn fire(
-    queue: &Queue,
+fn fire<E: Engine>(
+    queue: &Queue<E>,
     d: &Arc<Declared>,
     due: Vec<Millis>,
     next: Option<Millis>,
@@ -285,7 +290,7 @@ fn fire(
         match r {
             // Rolled back with a neighbour in its group: nothing was
             // written, so at once again.
-            Err(Error::Aborted(_)) if tries < 5 => tries += 1,
+            Err(Error::Aborted(_)) if tries < ABORTED_RETRIES => tries += 1,
             other => return other,
         }
     }
@@ -293,8 +298,12 @@ fn fire(
 
 /// The scheduler thread's body: looks at the clock, fires what is due,
 /// sleeps until the next slot (at most a second) or the stop.
-pub(crate) fn scheduler_loop(queue: Queue, mut armed: Vec<Armed>, stop: Receiver<()>) {
-    let clock = |q: &Queue| q.backend().now();
+pub(crate) fn scheduler_loop<E: Engine>(
+    queue: Queue<E>,
+    mut armed: Vec<Armed>,
+    stop: Receiver<()>,
+) {
+    let clock = |q: &Queue<E>| q.now();
     let mut awake = clock(&queue);
     loop {
         let now = clock(&queue);
@@ -322,18 +331,17 @@ pub(crate) fn scheduler_loop(queue: Queue, mut armed: Vec<Armed>, stop: Receiver
 #[cfg(test)]
 mod tests;
 
-/// Runs `f` in one write transaction of `queue`'s backend.
-pub(crate) fn in_transaction<R, F>(queue: &Queue, f: F) -> Result<R>
+/// Runs `f` in one write transaction of `queue`'s engine, and wakes this
+/// process's workers when it enqueued a new job.
+pub(crate) fn in_transaction<E, R, F>(queue: &Queue<E>, f: F) -> Result<R>
 where
+    E: Engine,
     R: Send + 'static,
-    F: FnOnce(&mut dyn crate::driver::schedules::SlotTx) -> Result<R> + Send + 'static,
+    F: FnOnce(&mut dyn SlotTx) -> Result<R> + Send + 'static,
 {
-    #[cfg(feature = "postgres")]
-    if queue.postgres().is_some() {
-        return queue.pg_write(|tx| f(tx));
+    let (r, enqueued) = E::in_slot_tx(queue.store(), queue.inner.rules.clone(), queue.now(), f)?;
+    if enqueued {
+        queue.notify();
     }
-    queue.write(move |tx| {
-        let mut tx = tx;
-        f(&mut tx)
-    })
+    Ok(r)
 }

@@ -769,7 +769,12 @@ mod tests {
         (ids, batch.held_back)
     }
 
-    fn set(conn: &Connection, queue: &str, paused: Option<bool>, l: crate::QueueLimits) {
+    fn set(
+        conn: &Connection,
+        queue: &str,
+        paused: Option<bool>,
+        l: crate::core::controls::QueueLimits,
+    ) {
         crate::sqlite::controls::change(conn, queue, paused, &l, T0).unwrap();
     }
 
@@ -778,9 +783,19 @@ mod tests {
         let (_dir, conn) = fresh();
         let held = enqueue_in(&conn, "held", "h", 0);
         let free = enqueue_in(&conn, "free", "f", 5);
-        set(&conn, "held", Some(true), crate::QueueLimits::new());
+        set(
+            &conn,
+            "held",
+            Some(true),
+            crate::core::controls::QueueLimits::new(),
+        );
         assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [free]);
-        set(&conn, "held", Some(false), crate::QueueLimits::new());
+        set(
+            &conn,
+            "held",
+            Some(false),
+            crate::core::controls::QueueLimits::new(),
+        );
         assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [held]);
     }
 
@@ -794,7 +809,7 @@ mod tests {
             &conn,
             "capped",
             None,
-            crate::QueueLimits::new().concurrency(2),
+            crate::core::controls::QueueLimits::new().concurrency(2),
         );
         // A claim asking for 10 takes the 2 slots, in priority order.
         let (first, held) = claim_as(&conn, OWNER, 10, T0, || Take::Claim);
@@ -831,7 +846,7 @@ mod tests {
             &conn,
             "capped",
             None,
-            crate::QueueLimits::new().concurrency(1),
+            crate::core::controls::QueueLimits::new().concurrency(1),
         );
         let mut order = Vec::new();
         for n in 0..3 {
@@ -861,7 +876,7 @@ mod tests {
             &conn,
             "capped",
             None,
-            crate::QueueLimits::new().concurrency(1),
+            crate::core::controls::QueueLimits::new().concurrency(1),
         );
         // The claim's first look (4 candidates) sees only the capped queue's
         // jobs; it looks again past the full queue.
@@ -877,8 +892,14 @@ mod tests {
         let ids: Vec<i64> = (0..8)
             .map(|i| enqueue_in(&conn, "rated", &format!("r{i}"), 0))
             .collect();
-        let rate = crate::Rate::new(3, std::time::Duration::from_millis(1000)).unwrap();
-        set(&conn, "rated", None, crate::QueueLimits::new().rate(rate));
+        let rate =
+            crate::core::controls::Rate::new(3, std::time::Duration::from_millis(1000)).unwrap();
+        set(
+            &conn,
+            "rated",
+            None,
+            crate::core::controls::QueueLimits::new().rate(rate),
+        );
         let starts = |conn: &Connection| -> i64 {
             conn.query_row("SELECT count(*) FROM queue_starts", [], |r| r.get(0))
                 .unwrap()
@@ -943,7 +964,7 @@ mod tests {
             &conn,
             "capped",
             None,
-            crate::QueueLimits::new().concurrency(6),
+            crate::core::controls::QueueLimits::new().concurrency(6),
         );
         let claim = |for_workers: usize| {
             let batch = claim_batch::<()>(
@@ -972,7 +993,12 @@ mod tests {
         let (_dir, conn) = fresh();
         let id = enqueue_in(&conn, "mail", "m", 0);
         assert_eq!(claim_as(&conn, OWNER, 10, T0, || Take::Claim).0, [id]);
-        set(&conn, "mail", Some(true), crate::QueueLimits::new());
+        set(
+            &conn,
+            "mail",
+            Some(true),
+            crate::core::controls::QueueLimits::new(),
+        );
         assert!(start(&conn, id, OWNER, "w", false, T0 + 1)
             .unwrap()
             .is_none());
@@ -990,7 +1016,7 @@ mod tests {
             &conn,
             "capped",
             None,
-            crate::QueueLimits::new().concurrency(1),
+            crate::core::controls::QueueLimits::new().concurrency(1),
         );
         let batch = claim_batch::<()>(
             &conn,

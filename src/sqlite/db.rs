@@ -121,7 +121,7 @@ pub(crate) fn connect(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Opens an existing queue file for reading only ([`crate::Queue::open_read_only`]):
+/// Opens an existing queue file for reading only ([`crate::queue::Queue::open_read_only`]):
 /// it never creates, migrates or writes the file, and refuses one that is
 /// missing, is not a litejob file, or whose schema is not this binary's.
 ///

@@ -1,10 +1,22 @@
 //! The SQLite engine: a queue in one file, its one writer thread and its
 //! reader pool, and its own job pipeline on that writer.
 
+pub use db::immediate;
+pub use tx::{JobTx, WriteTx};
+
+use crate::core::options::{EngineKind, QueueOptions};
+use crate::core::time::Millis;
+use crate::core::validate::EnqueueRules;
+use crate::driver::pipeline::{Launched, Shared};
+use crate::driver::schedules::SlotTx;
+use crate::error::Result;
+
 pub(crate) mod admin;
 pub(crate) mod checkpoint;
 pub(crate) mod claim;
 pub(crate) mod controls;
+#[cfg(feature = "postgres")]
+pub(crate) mod copy;
 pub(crate) mod db;
 pub(crate) mod enqueue;
 pub(crate) mod history;
@@ -23,19 +35,54 @@ pub(crate) mod tally;
 pub(crate) mod tx;
 pub(crate) mod writer;
 
-/// The SQLite engine: a queue in one file ([`crate::Queue::open`]). Its
-/// handlers get a [`crate::JobTx`].
+/// The SQLite engine: a queue in one file ([`crate::queue::Queue::open`]). Its
+/// handlers get a [`crate::sqlite::tx::JobTx`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sqlite {}
 
 impl crate::driver::sealed::Sealed for Sqlite {}
 
+// The hidden items name the crate's own store and pipeline types (see
+// `Engine`).
+#[allow(private_interfaces, private_bounds)]
 impl crate::driver::Engine for Sqlite {
     type JobTx<'a, 't>
         = tx::JobTx<'a>
     where
         't: 'a;
-    const KIND: crate::driver::BackendKind = crate::driver::BackendKind::Sqlite;
+    type Location = std::path::Path;
+    const KIND: EngineKind = EngineKind::Sqlite;
+    type Store = store::SqliteStore;
+
+    fn open(path: &std::path::Path, opts: &QueueOptions) -> Result<store::SqliteStore> {
+        if opts.read_only {
+            store::SqliteStore::open_read_only(path, opts)
+        } else {
+            store::SqliteStore::open(path, opts)
+        }
+    }
+
+    fn start(shared: std::sync::Arc<Shared<Sqlite>>) -> Result<Launched> {
+        pipeline::start(shared)
+    }
+
+    fn in_slot_tx<R, F>(
+        store: &store::SqliteStore,
+        rules: std::sync::Arc<EnqueueRules>,
+        now: Millis,
+        f: F,
+    ) -> Result<(R, bool)>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn SlotTx) -> Result<R> + Send + 'static,
+    {
+        store.writer()?.run(move |conn| {
+            tx::in_write_tx(conn, &rules, now, |tx| {
+                let mut tx = tx;
+                f(&mut tx)
+            })
+        })
+    }
 }
 
 impl<P, F> crate::driver::handler::ApplyFn<Sqlite, P> for F

@@ -137,7 +137,7 @@ pub(crate) fn set_next(conn: &Connection, name: &str, next: Option<Millis>) -> R
     Ok(())
 }
 
-impl SlotTx for &crate::WriteTx<'_> {
+impl SlotTx for &crate::sqlite::tx::WriteTx<'_> {
     fn declare(&mut self, d: &Declared, now: Millis) -> Result<Declaration> {
         declare(self, d, now)
     }
@@ -148,6 +148,6 @@ impl SlotTx for &crate::WriteTx<'_> {
         set_next(self, name, next)
     }
     fn enqueue(&mut self, job: NewJob) -> Result<Enqueued> {
-        crate::WriteTx::enqueue(self, job)
+        crate::sqlite::tx::WriteTx::enqueue(self, job)
     }
 }

@@ -8,8 +8,7 @@ use crate::error::{Error, Result};
 /// The whole current schema, as shipped in `schema.sql` at the repository root.
 pub(crate) const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
-/// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub(crate) use crate::core::SCHEMA_VERSION;
 
 /// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
 /// `i + 2`. A new file (version 0) gets `SCHEMA_SQL` in one go instead. When

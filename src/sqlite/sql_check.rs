@@ -61,7 +61,7 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
             "",
             crate::sqlite::enqueue::ROWS_PER_INSERT.map(rows).into(),
         ),
-        ("queue/mod.rs", "pages", vec!["1024".into()]),
+        ("queue/sqlite.rs", "pages", vec!["1024".into()]),
         (
             "cli/bench/phases.rs",
             "filter",

@@ -12,17 +12,19 @@ use rusqlite::Connection;
 use crate::core::attempt::Attempt;
 use crate::core::controls::{QueueControl, QueueLimits};
 use crate::core::job::{Enqueued, Job, JobFilter};
-use crate::core::options::QueueOptions;
-use crate::core::options::Synchronous;
+use crate::core::options::{EngineKind, QueueOptions, Synchronous};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::reports::failures::Failures;
 use crate::core::reports::overview;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::{Runs, Tally};
+use crate::core::schedule::ScheduleRow;
 use crate::core::time::{now_ms, Millis};
 use crate::core::validate::ValidJob;
-use crate::driver::{Backend, BackendKind, PruneWhat};
+use crate::driver::reply::{Deliver, Sink};
+use crate::driver::ABORTED_RETRIES;
+use crate::driver::{PruneWhat, Store};
 use crate::error::{Error, Result};
 use crate::sqlite::admin;
 use crate::sqlite::claim;
@@ -39,12 +41,14 @@ use crate::sqlite::writer::{Writer, WriterConfig};
 
 /// A queue file: the write connection (inside its [`Writer`]) and the
 /// reader pool.
-pub(crate) struct SqliteStore {
-    pub path: PathBuf,
-    pub conn_cfg: ConnConfig,
-    pub pool: Pool,
+pub struct SqliteStore {
+    pub(crate) path: PathBuf,
+    /// The path as text, for messages and `Store::location`.
+    pub(crate) location: String,
+    pub(crate) conn_cfg: ConnConfig,
+    pub(crate) pool: Pool,
     /// `None` for a file opened read-only: no write connection, no thread.
-    writer: Option<Writer>,
+    writer: Option<Arc<Writer>>,
 }
 
 impl SqliteStore {
@@ -66,14 +70,15 @@ impl SqliteStore {
         )?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
+            location: path.display().to_string(),
             conn_cfg,
             pool,
-            writer: Some(writer),
+            writer: Some(Arc::new(writer)),
         })
     }
 
     /// Opens an existing file for reading only (see
-    /// [`crate::Queue::open_read_only`]): no writer, a pool of read-only
+    /// [`crate::queue::Queue::open_read_only`]): no writer, a pool of read-only
     /// connections.
     pub(crate) fn open_read_only(path: &Path, opts: &QueueOptions) -> Result<SqliteStore> {
         let conn_cfg = ConnConfig {
@@ -86,6 +91,7 @@ impl SqliteStore {
         let pool = db::read_only_pool(path, &conn_cfg, opts.pool_size.max(1))?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
+            location: path.display().to_string(),
             conn_cfg,
             pool,
             writer: None,
@@ -94,18 +100,13 @@ impl SqliteStore {
 
     /// The writer, or [`Error::ReadOnly`] for a file opened read-only:
     /// every write asks this first, so nothing is sent anywhere.
-    pub(crate) fn writer(&self) -> Result<&Writer> {
+    pub(crate) fn writer(&self) -> Result<&Arc<Writer>> {
         self.writer.as_ref().ok_or_else(|| {
             Error::ReadOnly(format!(
                 "{} was opened read-only: nothing was written",
                 self.path.display()
             ))
         })
-    }
-
-    /// True when the file was opened read-only.
-    pub(crate) fn is_read_only(&self) -> bool {
-        self.writer.is_none()
     }
 
     /// Runs `f` on a pooled, read-only connection.
@@ -126,7 +127,7 @@ impl SqliteStore {
         loop {
             let g = f.clone();
             match self.writer()?.run(move |c| g(c)) {
-                Err(Error::Aborted(_)) if tries < 5 => tries += 1,
+                Err(Error::Aborted(_)) if tries < ABORTED_RETRIES => tries += 1,
                 other => return other,
             }
         }
@@ -138,9 +139,21 @@ fn json_list(names: &[String]) -> String {
     serde_json::to_string(names).unwrap_or_else(|_| "[]".into())
 }
 
-impl Backend for SqliteStore {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Sqlite
+impl Store for SqliteStore {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Sqlite
+    }
+
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    fn writable(&self) -> Result<()> {
+        self.writer().map(|_| ())
     }
 
     fn now(&self) -> Millis {
@@ -158,6 +171,31 @@ impl Backend for SqliteStore {
     fn enqueue_many(&self, jobs: Vec<ValidJob>, now: Millis) -> Result<Vec<Enqueued>> {
         let jobs = Arc::new(jobs);
         self.write_retrying(move |conn| enqueue::insert_many(conn, &jobs, now))
+    }
+
+    fn enqueue_async(&self, job: ValidJob, now: Millis, reply: Deliver<Enqueued>) {
+        let writer = match self.writer() {
+            Ok(w) => w,
+            Err(e) => return reply.put(Err(e)),
+        };
+        let insert = move |conn: &Connection| {
+            let e = enqueue::insert(conn, &job, now)?;
+            Ok((e, !e.is_duplicate()))
+        };
+        writer.submit_retrying(Arc::new(insert), ABORTED_RETRIES, reply);
+    }
+
+    fn enqueue_many_async(&self, jobs: Vec<ValidJob>, now: Millis, reply: Deliver<Vec<Enqueued>>) {
+        let writer = match self.writer() {
+            Ok(w) => w,
+            Err(e) => return reply.put(Err(e)),
+        };
+        let insert = move |conn: &Connection| {
+            let r = enqueue::insert_many(conn, &jobs, now)?;
+            let created = r.iter().any(|e| !e.is_duplicate());
+            Ok((r, created))
+        };
+        writer.submit_retrying(Arc::new(insert), ABORTED_RETRIES, reply);
     }
 
     fn job(&self, id: i64) -> Result<Option<Job>> {
@@ -213,7 +251,7 @@ impl Backend for SqliteStore {
         self.read(|c| reports::in_snapshot(c, |c| reports::explain(c, key)))
     }
 
-    fn schedules(&self) -> Result<Vec<crate::ScheduleRow>> {
+    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         self.read(crate::sqlite::schedules::list)
     }
 

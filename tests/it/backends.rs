@@ -21,10 +21,11 @@ mod schedules;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use litejob::admin::AnyQueue;
 use litejob::pg::{Client, NoTls};
-use litejob::{
-    BackendKind, HandlerError, JobContext, Outcome, Queue, QueueOptions, RuntimeBuilder,
-};
+use litejob::postgres::Postgres;
+use litejob::sqlite::Sqlite;
+use litejob::{EffectContext, HandlerError, JobContext, Outcome, QueueOptions, RuntimeBuilder};
 use serde_json::Value;
 
 /// Which backend a test runs on.
@@ -32,16 +33,6 @@ use serde_json::Value;
 pub enum Engine {
     Sqlite,
     Postgres,
-}
-
-impl Engine {
-    /// The backend a queue is on.
-    pub fn of(q: &Queue) -> Engine {
-        match q.backend_kind() {
-            litejob::BackendKind::Postgres => Engine::Postgres,
-            _ => Engine::Sqlite,
-        }
-    }
 }
 
 /// The server the PostgreSQL tests use, if one is configured.
@@ -125,13 +116,13 @@ impl TestQueue {
     }
 
     /// Opens the queue with the default options.
-    pub fn open(&self) -> Queue {
+    pub fn open(&self) -> AnyQueue {
         self.open_with(QueueOptions::default())
     }
 
     /// Opens the queue with `opts`.
-    pub fn open_with(&self, opts: QueueOptions) -> Queue {
-        Queue::open_location(&self.location, opts).expect("open queue")
+    pub fn open_with(&self, opts: QueueOptions) -> AnyQueue {
+        AnyQueue::open_with(&self.location, opts).expect("open queue")
     }
 
     /// Runs `sql` (statements without results) as an operator would.
@@ -264,8 +255,8 @@ impl Drop for TestQueue {
 /// A job's transaction on either engine, as the suite's handlers use it:
 /// the application's row, an outbox row, a statement of its own.
 pub enum AppTx<'a, 'b, 't> {
-    Sqlite(&'a litejob::JobTx<'b>),
-    Postgres(&'a mut litejob::PgJobTx<'b, 't>),
+    Sqlite(&'a mut litejob::sqlite::JobTx<'b>),
+    Postgres(&'a mut litejob::postgres::PgJobTx<'b, 't>),
 }
 
 impl AppTx<'_, '_, '_> {
@@ -325,40 +316,187 @@ impl AppTx<'_, '_, '_> {
     }
 }
 
-/// Registers on `b` the handler of `kind`, written once for both engines:
-/// `handler` on a file, `pg_handler` on PostgreSQL.
-pub fn handler<T, F>(b: RuntimeBuilder, kind: &str, f: F) -> RuntimeBuilder
+/// A runtime builder on either engine, as the suite's tests build their
+/// runtimes: the settings go to the engine's own builder, and a handler
+/// written once against [`AppTx`] gets the engine's transaction.
+pub enum TestBuilder {
+    Sqlite(RuntimeBuilder<Sqlite>),
+    Postgres(RuntimeBuilder<Postgres>),
+}
+
+/// The same call on whichever builder it is.
+macro_rules! each {
+    ($self:expr, $b:ident => $e:expr) => {
+        match $self {
+            TestBuilder::Sqlite($b) => TestBuilder::Sqlite($e),
+            TestBuilder::Postgres($b) => TestBuilder::Postgres($e),
+        }
+    };
+}
+
+impl TestBuilder {
+    pub fn workers(self, n: usize) -> Self {
+        each!(self, b => b.workers(n))
+    }
+    pub fn effect_workers(self, n: usize) -> Self {
+        each!(self, b => b.effect_workers(n))
+    }
+    pub fn lease(self, d: std::time::Duration) -> Self {
+        each!(self, b => b.lease(d))
+    }
+    pub fn poll_interval(self, d: std::time::Duration) -> Self {
+        each!(self, b => b.poll_interval(d))
+    }
+    pub fn grace_period(self, d: std::time::Duration) -> Self {
+        each!(self, b => b.grace_period(d))
+    }
+    pub fn max_abandoned(self, n: u32) -> Self {
+        each!(self, b => b.max_abandoned(n))
+    }
+    pub fn backoff(self, x: litejob::Backoff) -> Self {
+        each!(self, b => b.backoff(x))
+    }
+    pub fn effect_backoff(self, x: litejob::Backoff) -> Self {
+        each!(self, b => b.effect_backoff(x))
+    }
+    pub fn outbox_max_retries(self, n: u32) -> Self {
+        each!(self, b => b.outbox_max_retries(n))
+    }
+    pub fn claim_ahead(self, n: usize) -> Self {
+        each!(self, b => b.claim_ahead(n))
+    }
+    pub fn queues<I: IntoIterator<Item = S>, S: Into<String>>(self, queues: I) -> Self {
+        each!(self, b => b.queues(queues))
+    }
+    pub fn effect<T, F>(self, kind: impl Into<String>, f: F) -> Self
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(&EffectContext, T) -> Result<(), HandlerError> + Send + Sync + 'static,
+    {
+        each!(self, b => b.effect(kind, f))
+    }
+    pub fn schedule(
+        self,
+        name: impl Into<String>,
+        cron: impl Into<String>,
+        kind: impl Into<String>,
+        payload: &impl serde::Serialize,
+    ) -> Self {
+        each!(self, b => b.schedule(name, cron, kind, payload))
+    }
+    pub fn start(self) -> litejob::Result<litejob::Runtime> {
+        match self {
+            TestBuilder::Sqlite(b) => b.start(),
+            TestBuilder::Postgres(b) => b.start(),
+        }
+    }
+    /// Registers the handler of `kind`, written once for both engines.
+    pub fn handler<T, F>(self, kind: &str, f: F) -> Self
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(&mut AppTx<'_, '_, '_>, T) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        match self {
+            TestBuilder::Sqlite(b) => {
+                TestBuilder::Sqlite(b.handler(kind, move |tx, p: T| f(&mut AppTx::Sqlite(tx), p)))
+            }
+            TestBuilder::Postgres(b) => TestBuilder::Postgres(
+                b.handler(kind, move |tx, p: T| f(&mut AppTx::Postgres(tx), p)),
+            ),
+        }
+    }
+    /// [`TestBuilder::handler`] with a prepare step, run outside the job's
+    /// transaction.
+    pub fn handler_with_prepare<T, P, Prep, App>(
+        self,
+        kind: &str,
+        prepare: Prep,
+        apply: App,
+    ) -> Self
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        P: Send + 'static,
+        Prep: Fn(&JobContext, T) -> Result<P, HandlerError> + Send + Sync + 'static,
+        App: Fn(&mut AppTx<'_, '_, '_>, P) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
+    {
+        match self {
+            TestBuilder::Sqlite(b) => {
+                TestBuilder::Sqlite(b.handler_with_prepare(kind, prepare, move |tx, p: P| {
+                    apply(&mut AppTx::Sqlite(tx), p)
+                }))
+            }
+            TestBuilder::Postgres(b) => {
+                TestBuilder::Postgres(b.handler_with_prepare(kind, prepare, move |tx, p: P| {
+                    apply(&mut AppTx::Postgres(tx), p)
+                }))
+            }
+        }
+    }
+    /// Which engine it builds for.
+    pub fn engine(&self) -> Engine {
+        match self {
+            TestBuilder::Sqlite(_) => Engine::Sqlite,
+            TestBuilder::Postgres(_) => Engine::Postgres,
+        }
+    }
+}
+
+/// `runtime()` on a queue of either engine, for the suite; and the queue
+/// as its engine's own, for what differs between them (the application's
+/// transactions).
+pub trait Runtimes {
+    fn runtime(&self) -> TestBuilder;
+    /// The queue on a file (the test runs on SQLite).
+    fn file(&self) -> &litejob::Queue<Sqlite>;
+    /// The queue on PostgreSQL (the test runs on PostgreSQL).
+    fn pg(&self) -> &litejob::Queue<Postgres>;
+}
+
+impl Runtimes for AnyQueue {
+    fn runtime(&self) -> TestBuilder {
+        match self {
+            AnyQueue::Sqlite(q) => TestBuilder::Sqlite(q.runtime()),
+            AnyQueue::Postgres(q) => TestBuilder::Postgres(q.runtime()),
+            _ => unreachable!("an engine the suite does not know"),
+        }
+    }
+    fn file(&self) -> &litejob::Queue<Sqlite> {
+        match self {
+            AnyQueue::Sqlite(q) => q,
+            _ => panic!("the queue is not a file"),
+        }
+    }
+    fn pg(&self) -> &litejob::Queue<Postgres> {
+        match self {
+            AnyQueue::Postgres(q) => q,
+            _ => panic!("the queue is not on PostgreSQL"),
+        }
+    }
+}
+
+/// Registers on `b` the handler of `kind`, written once for both engines.
+pub fn handler<T, F>(b: TestBuilder, kind: &str, f: F) -> TestBuilder
 where
     T: serde::de::DeserializeOwned + Send + 'static,
     F: Fn(&mut AppTx<'_, '_, '_>, T) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
 {
-    match b.queue_kind() {
-        BackendKind::Sqlite => b.handler(kind, move |tx, p: T| f(&mut AppTx::Sqlite(tx), p)),
-        BackendKind::Postgres => b.pg_handler(kind, move |tx, p: T| f(&mut AppTx::Postgres(tx), p)),
-    }
+    b.handler(kind, f)
 }
 
 /// [`handler`] with a prepare step, run outside the job's transaction.
 pub fn handler_with_prepare<T, P, Prep, App>(
-    b: RuntimeBuilder,
+    b: TestBuilder,
     kind: &str,
     prepare: Prep,
     apply: App,
-) -> RuntimeBuilder
+) -> TestBuilder
 where
     T: serde::de::DeserializeOwned + Send + 'static,
     P: Send + 'static,
     Prep: Fn(&JobContext, T) -> Result<P, HandlerError> + Send + Sync + 'static,
     App: Fn(&mut AppTx<'_, '_, '_>, P) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
 {
-    match b.queue_kind() {
-        BackendKind::Sqlite => b.handler_with_prepare(kind, prepare, move |tx, p: P| {
-            apply(&mut AppTx::Sqlite(tx), p)
-        }),
-        BackendKind::Postgres => b.pg_handler_with_prepare(kind, prepare, move |tx, p: P| {
-            apply(&mut AppTx::Postgres(tx), p)
-        }),
-    }
+    b.handler_with_prepare(kind, prepare, apply)
 }
 
 /// Registers on `b` the handler of `kind` for `engine`: inside the job's
@@ -366,15 +504,11 @@ where
 /// `decide` says. The row commits only with the run.
 pub fn app_handler(
     engine: Engine,
-    b: RuntimeBuilder,
+    b: TestBuilder,
     kind: &str,
     decide: impl Fn(&JobContext, &Value) -> Result<Outcome, HandlerError> + Send + Sync + 'static,
-) -> RuntimeBuilder {
-    assert_eq!(
-        engine == Engine::Postgres,
-        b.queue_kind() == BackendKind::Postgres,
-        "the queue is not on {engine:?}"
-    );
+) -> TestBuilder {
+    assert_eq!(engine, b.engine(), "the queue is not on {engine:?}");
     handler(b, kind, move |tx, p: Value| {
         tx.insert_row(None)?;
         decide(tx.job(), &p)

@@ -17,6 +17,7 @@ mod inspect;
 mod repairs;
 mod robustness;
 
+use crate::backends::Runtimes;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;

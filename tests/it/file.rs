@@ -142,22 +142,22 @@ fn a_write_through_a_read_connection_fails_and_writes_nothing() {
 fn user_version_is_the_schema_version() {
     let db = TestDb::new();
     let q = db.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
+    assert_eq!(q.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
     let v: i64 = db
         .sql()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, litejob::SCHEMA_VERSION);
+    assert_eq!(v, litejob::admin::SCHEMA_VERSION);
     drop(q);
     // Opening again is a no-op migration.
     let q = db.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
+    assert_eq!(q.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
 }
 
 #[test]
 fn a_newer_schema_is_refused_and_the_file_is_untouched() {
     let db = TestDb::new();
-    let newer = litejob::SCHEMA_VERSION + 1;
+    let newer = litejob::admin::SCHEMA_VERSION + 1;
     {
         // A rollback-journal file from "the future", fully checkpointed.
         let c = Connection::open(&db.path).unwrap();
@@ -170,12 +170,15 @@ fn a_newer_schema_is_refused_and_the_file_is_untouched() {
     let err = litejob::Queue::open(&db.path).unwrap_err();
     assert!(
         matches!(err, Error::SchemaTooNew { found, supported }
-            if found == newer && supported == litejob::SCHEMA_VERSION),
+            if found == newer && supported == litejob::admin::SCHEMA_VERSION),
         "{err:?}"
     );
     let msg = err.to_string();
     assert!(msg.contains(&newer.to_string()), "{msg}");
-    assert!(msg.contains(&litejob::SCHEMA_VERSION.to_string()), "{msg}");
+    assert!(
+        msg.contains(&litejob::admin::SCHEMA_VERSION.to_string()),
+        "{msg}"
+    );
     assert_eq!(std::fs::read(&db.path).unwrap(), before, "file changed");
     let wal = db.path.with_extension("db-wal");
     assert!(!wal.exists(), "a -wal file appeared");
@@ -255,7 +258,7 @@ fn the_sqlite3_shell_reads_the_views_and_inserts_a_job_the_library_runs() {
         .id();
     drop(q);
     let version = sqlite3(&db.path, "PRAGMA user_version;");
-    assert_eq!(version.trim(), litejob::SCHEMA_VERSION.to_string());
+    assert_eq!(version.trim(), litejob::admin::SCHEMA_VERSION.to_string());
     for view in [
         "job_overview",
         "attempt_history",
@@ -447,7 +450,7 @@ fn an_applications_existing_database_gets_the_queue_beside_its_tables() {
         .unwrap();
     }
     let q = db.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
+    assert_eq!(q.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
     assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
     q.enqueue(NewJob::new("k", "app:1", &json!({}))).unwrap();
     assert_eq!(db.count("SELECT count(*) FROM jobs"), 1);
@@ -516,10 +519,10 @@ fn a_version_1_file_is_migrated_to_the_current_schema_and_keeps_its_jobs() {
         .unwrap();
     }
     let q = old.open();
-    assert_eq!(q.schema_version().unwrap(), litejob::SCHEMA_VERSION);
-    assert_eq!(litejob::SCHEMA_VERSION, 3);
+    assert_eq!(q.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
+    assert_eq!(litejob::admin::SCHEMA_VERSION, 3);
     assert!(q.job_by_key("from-v1").unwrap().is_some());
-    assert!(q.schedules().unwrap().is_empty());
+    assert!(q.admin().schedules().unwrap().is_empty());
     drop(q);
     let fresh = TestDb::new();
     drop(fresh.open());

@@ -3,40 +3,43 @@
 //! threads, their own retries and death, requeueing a dead row, a sender
 //! that died, and a slow effect never holding up jobs.
 
+use crate::backends::Runtimes;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use litejob::{AttemptOutcome, Error, JobState, NewJob, OutboxState, Outcome, Queue};
+use litejob::admin::AnyQueue;
+use litejob::{AttemptOutcome, Error, JobState, NewJob, OutboxState, Outcome};
 use serde_json::{json, Value};
 
 use crate::backends::{handler, Engine, TestQueue};
 use crate::both;
 use crate::support::{now_ms, tiny_backoff, wait_state, wait_until, LONG};
 
-fn enqueue(q: &Queue, key: &str) -> i64 {
+fn enqueue(q: &AnyQueue, key: &str) -> i64 {
     q.enqueue(NewJob::new("k", key, &json!({ "key": key })).with_max_retries(0))
         .unwrap()
         .id()
 }
 
-fn row(q: &Queue, key: &str) -> Option<litejob::OutboxRow> {
+fn row(q: &AnyQueue, key: &str) -> Option<litejob::OutboxRow> {
     q.outbox(None, 1000)
         .unwrap()
         .into_iter()
         .find(|r| r.key == key)
 }
 
-fn wait_row(q: &Queue, key: &str, state: OutboxState) -> litejob::OutboxRow {
+fn wait_row(q: &AnyQueue, key: &str, state: OutboxState) -> litejob::OutboxRow {
     wait_until(&format!("outbox {key} {state}"), LONG, || {
         row(q, key).map(|r| r.state) == Some(state)
     });
     row(q, key).unwrap()
 }
 
-fn effect_outcomes(q: &Queue, id: i64) -> Vec<AttemptOutcome> {
-    q.outbox_attempts(id)
+fn effect_outcomes(q: &AnyQueue, id: i64) -> Vec<AttemptOutcome> {
+    q.admin()
+        .outbox_attempts(id)
         .unwrap()
         .iter()
         .map(|a| a.outcome)
@@ -213,7 +216,7 @@ both! {
         let r = row(&queue, "mail:e0").unwrap();
         assert!(r.sent_at.is_some() && r.last_error.is_none());
         assert_eq!(r.attempts, 1);
-        assert_eq!(queue.outbox_attempts(r.id).unwrap().len(), 1);
+        assert_eq!(queue.admin().outbox_attempts(r.id).unwrap().len(), 1);
         let of_job = queue.outbox_for_job(r.job_id.unwrap()).unwrap();
         assert_eq!(of_job.len(), 1);
         assert_eq!((of_job[0].id, of_job[0].state), (r.id, OutboxState::Sent));
@@ -255,7 +258,7 @@ both! {
         let job = queue.job(id).unwrap().unwrap();
         assert_eq!((job.state, job.attempts), (JobState::Succeeded, 1));
         assert_eq!(queue.attempts(id).unwrap().len(), 1);
-        let a = queue.outbox_attempts(r.id).unwrap();
+        let a = queue.admin().outbox_attempts(r.id).unwrap();
         assert_eq!(
             a.iter().map(|a| a.outcome).collect::<Vec<_>>(),
             vec![AttemptOutcome::Failed, AttemptOutcome::Succeeded]
@@ -324,14 +327,14 @@ both! {
         assert_eq!((job.state, job.attempts), (JobState::Succeeded, 1));
 
         // Only a dead row can be retried; a missing one is not found.
-        let err = queue.retry_outbox(dead.id + 1000).unwrap_err();
+        let err = queue.admin().retry_outbox(dead.id + 1000).unwrap_err();
         assert!(matches!(err, Error::NotFound(_)), "{err:?}");
         healthy.store(true, Ordering::SeqCst);
-        queue.retry_outbox(dead.id).unwrap();
+        queue.admin().retry_outbox(dead.id).unwrap();
         let sent = wait_row(&queue, "doomed:1", OutboxState::Sent);
         assert_eq!(sent.attempts, 1, "a fresh budget starts again at 1");
         assert_eq!(calls.load(Ordering::SeqCst), 4);
-        let err = queue.retry_outbox(dead.id).unwrap_err();
+        let err = queue.admin().retry_outbox(dead.id).unwrap_err();
         assert!(err.is_invalid_input(), "{err:?}");
         rt.stop();
         assert_eq!(

@@ -20,22 +20,24 @@ mod prepare;
 mod shutdown;
 mod wakeup;
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
-use litejob::{AttemptOutcome, NewJob, Queue};
+use litejob::admin::AnyQueue;
+use litejob::{AttemptOutcome, NewJob};
 use serde_json::json;
 
 use crate::backends::{Engine, TestQueue};
 
 /// Enqueues a job of `kind` under `key`; returns its id.
-fn enqueue(q: &Queue, kind: &str, key: &str) -> i64 {
+fn enqueue(q: &AnyQueue, kind: &str, key: &str) -> i64 {
     q.enqueue(NewJob::new(kind, key, &json!({ "key": key })))
         .unwrap()
         .id()
 }
 
 /// The outcomes of job `id`'s attempts, oldest first.
-fn outcomes(q: &Queue, id: i64) -> Vec<AttemptOutcome> {
+fn outcomes(q: &AnyQueue, id: i64) -> Vec<AttemptOutcome> {
     q.attempts(id).unwrap().iter().map(|a| a.outcome).collect()
 }
 
@@ -43,11 +45,11 @@ fn outcomes(q: &Queue, id: i64) -> Vec<AttemptOutcome> {
 /// lock is held: another connection takes it at once. On PostgreSQL: no
 /// transaction holds a lock on any of the queue's tables (a transaction
 /// left open after reading one would).
-fn check_no_open_transaction(q: &TestQueue, queue: &Queue) {
+fn check_no_open_transaction(q: &TestQueue, queue: &AnyQueue) {
     match q.engine {
         Engine::Sqlite => {
             for _ in 0..8 {
-                assert!(queue.read(|c| Ok(c.is_autocommit())).unwrap());
+                assert!(queue.file().read(|c| Ok(c.is_autocommit())).unwrap());
             }
             let c = rusqlite::Connection::open(&q.location).unwrap();
             c.busy_timeout(Duration::from_secs(5)).unwrap();

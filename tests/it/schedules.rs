@@ -81,7 +81,7 @@ fn parse_slot(s: &str) -> Option<i64> {
 /// Moves the row's next slot back by `ms`, as if the runtimes declaring it
 /// had stopped that much earlier.
 fn stopped_earlier(q: &Queue, name: &str, ms: i64) {
-    let c = rusqlite::Connection::open(q.path()).unwrap();
+    let c = rusqlite::Connection::open(q.location()).unwrap();
     c.busy_timeout(Duration::from_secs(30)).unwrap();
     let n = c
         .execute(
@@ -95,7 +95,8 @@ fn stopped_earlier(q: &Queue, name: &str, ms: i64) {
 /// Waits until every job of the file has finished.
 fn wait_all_succeeded(q: &Queue) {
     wait_until("every job succeeded", LONG, || {
-        q.stats().unwrap().jobs.get(JobState::Succeeded) == q.stats().unwrap().jobs.total
+        q.admin().stats().unwrap().jobs.get(JobState::Succeeded)
+            == q.admin().stats().unwrap().jobs.total
     });
 }
 

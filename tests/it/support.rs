@@ -136,10 +136,27 @@ pub fn tiny_backoff() -> litejob::Backoff {
 }
 
 /// Waits until job `id` is in `state`.
-pub fn wait_state(q: &Queue, id: i64, state: litejob::JobState) {
+pub fn wait_state(q: &impl JobById, id: i64, state: litejob::JobState) {
     wait_until(&format!("job {id} {state}"), LONG, || {
-        q.job(id).unwrap().unwrap().state == state
+        q.job_by_id(id).state == state
     });
+}
+
+/// A queue a test can read a job of, on either engine.
+pub trait JobById {
+    fn job_by_id(&self, id: i64) -> litejob::Job;
+}
+
+impl<E: litejob::Engine> JobById for litejob::Queue<E> {
+    fn job_by_id(&self, id: i64) -> litejob::Job {
+        self.job(id).unwrap().unwrap()
+    }
+}
+
+impl JobById for litejob::admin::AnyQueue {
+    fn job_by_id(&self, id: i64) -> litejob::Job {
+        self.job(id).unwrap().unwrap()
+    }
 }
 
 /// Polls `f` until it returns true, panicking with `label` after `timeout`.

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use litejob::admin::AnyQueue;
 use litejob::{Error, QueueOptions, Schedule, Synchronous};
 use serde::{Deserialize, Serialize};
 
@@ -322,7 +323,12 @@ fn measure(
 
     let t0 = Instant::now();
     if args.preload > 0 {
-        preload(&queue, &run_id, args.preload)?;
+        let AnyQueue::Sqlite(file) = &queue else {
+            return Err(Error::InvalidInput(
+                "--preload fills a file; on PostgreSQL, load the rows with SQL".into(),
+            ));
+        };
+        preload(file, &run_id, args.preload)?;
     }
     let preload_secs = t0.elapsed().as_secs_f64();
     // The measured jobs come after every row already in the file: counting
@@ -394,7 +400,7 @@ fn measure(
         prune_secs: prune.as_ref().map(|p| p.secs),
         prune_max_enqueue_block_ms: prune.as_ref().map(|p| p.max_enqueue_ms),
         prune_enqueues: prune.as_ref().map(|p| p.enqueues),
-        db: queue.location(),
+        db: queue.location().to_string(),
         kept,
     })
 }

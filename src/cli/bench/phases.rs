@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, NewJob, Outcome, Queue, Schedule};
+use litejob::admin::AnyQueue;
+use litejob::postgres::Postgres;
+use litejob::sqlite::Sqlite;
+use litejob::{Error, NewJob, Outcome, RuntimeBuilder, Schedule};
 
 use super::{since_epoch_ns, BenchArgs, Probe, KIND, PROBE_EVERY, PROBE_THREADS};
 
@@ -26,7 +29,7 @@ impl Keys {
 const BACKLOG: Probe = Probe { t: None };
 
 /// One enqueue per call, one thread: jobs per second.
-pub(super) fn enqueue_single(queue: &Queue, keys: &Keys, n: usize) -> Result<f64, Error> {
+pub(super) fn enqueue_single(queue: &AnyQueue, keys: &Keys, n: usize) -> Result<f64, Error> {
     let t0 = Instant::now();
     for i in 0..n {
         queue.enqueue(NewJob::new(KIND, keys.key("single", i), &BACKLOG))?;
@@ -37,7 +40,7 @@ pub(super) fn enqueue_single(queue: &Queue, keys: &Keys, n: usize) -> Result<f64
 /// One enqueue per call from `producers` threads at once (they share
 /// commits): jobs per second.
 pub(super) fn enqueue_concurrent(
-    queue: &Queue,
+    queue: &AnyQueue,
     keys: &Keys,
     n: usize,
     producers: usize,
@@ -70,7 +73,7 @@ pub(super) fn enqueue_concurrent(
 /// executor thread (this one): jobs per second. Each task awaits its
 /// enqueue before it sends the next, as a request handler would.
 pub(super) fn enqueue_async(
-    queue: &Queue,
+    queue: &AnyQueue,
     keys: &Keys,
     n: usize,
     tasks: usize,
@@ -100,7 +103,7 @@ pub(super) fn enqueue_async(
 }
 
 /// `enqueue_many` in batches of 100 per transaction: jobs per second.
-pub(super) fn enqueue_batched(queue: &Queue, keys: &Keys, n: usize) -> Result<f64, Error> {
+pub(super) fn enqueue_batched(queue: &AnyQueue, keys: &Keys, n: usize) -> Result<f64, Error> {
     let t0 = Instant::now();
     let mut i = 0;
     while i < n {
@@ -136,7 +139,7 @@ pub(super) struct Backlog {
 /// Processes the backlog with `args.workers` while PROBE_THREADS enqueue
 /// latency probes ahead of it, for ~1 s from its start.
 pub(super) fn process(
-    queue: &Queue,
+    queue: &AnyQueue,
     keys: &Keys,
     backlog: &Backlog,
     args: &BenchArgs,
@@ -187,31 +190,53 @@ pub(super) fn process(
 }
 
 /// One integer from `sql` (`default` for a NULL), on either backend.
-pub(super) fn count(queue: &Queue, sql: &str, default: i64) -> Result<i64, Error> {
-    if queue.backend_kind() == litejob::BackendKind::Postgres {
-        return queue.pg_read(|c| {
+pub(super) fn count(queue: &AnyQueue, sql: &str, default: i64) -> Result<i64, Error> {
+    match queue {
+        AnyQueue::Postgres(q) => q.read(|c| {
             let row = c
                 .query_one(sql, &[])
                 .map_err(|e| Error::Internal(format!("{sql}: {e}")))?;
-            Ok(row.get::<_, Option<i64>>(0).unwrap_or(default))
-        });
+            Ok(row
+                .try_get::<_, Option<i64>>(0)
+                .map_err(|e| Error::Internal(format!("{sql}: {e}")))?
+                .unwrap_or(default))
+        }),
+        AnyQueue::Sqlite(q) => q.read(|c| {
+            Ok(c.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?
+                .unwrap_or(default))
+        }),
+        _ => Err(Error::Unsupported(
+            "an engine the bench does not know".into(),
+        )),
     }
-    queue.read(|c| {
-        Ok(c.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))?
-            .unwrap_or(default))
-    })
 }
 
-/// The bench's handler of `kind` on either backend: apply-only, writing
-/// nothing of its own, so a run is the queue's own path and nothing else.
-fn no_op<T, F>(b: litejob::RuntimeBuilder, kind: &str, f: F) -> litejob::RuntimeBuilder
-where
-    T: serde::de::DeserializeOwned + Send + 'static,
-    F: Fn(T) -> Outcome + Send + Sync + 'static,
-{
-    if b.queue_kind() == litejob::BackendKind::Postgres {
-        b.pg_handler(kind, move |_tx, p: T| Ok(f(p)))
-    } else {
+/// The bench's handlers on an engine: apply-only, writing nothing of their
+/// own, so a run is the queue's own path and nothing else.
+trait NoOp: litejob::Engine {
+    /// Registers `f` as the handler of `kind`, ignoring the transaction.
+    fn no_op<T, F>(b: RuntimeBuilder<Self>, kind: &str, f: F) -> RuntimeBuilder<Self>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(T) -> Outcome + Send + Sync + 'static;
+}
+
+impl NoOp for Sqlite {
+    fn no_op<T, F>(b: RuntimeBuilder<Self>, kind: &str, f: F) -> RuntimeBuilder<Self>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(T) -> Outcome + Send + Sync + 'static,
+    {
+        b.handler(kind, move |_tx, p: T| Ok(f(p)))
+    }
+}
+
+impl NoOp for Postgres {
+    fn no_op<T, F>(b: RuntimeBuilder<Self>, kind: &str, f: F) -> RuntimeBuilder<Self>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(T) -> Outcome + Send + Sync + 'static,
+    {
         b.handler(kind, move |_tx, p: T| Ok(f(p)))
     }
 }
@@ -219,24 +244,41 @@ where
 /// The runtime with the bench's handler: apply-only, like most handlers,
 /// so the latency is to the start of the handler inside its transaction.
 fn start_runtime(
-    queue: &Queue,
+    queue: &AnyQueue,
+    args: &BenchArgs,
+    backlog: usize,
+    done: &Arc<AtomicUsize>,
+    latencies: &Arc<Mutex<Vec<(u64, bool)>>>,
+) -> Result<litejob::Runtime, Error> {
+    match queue {
+        AnyQueue::Sqlite(q) => start_on(q.runtime(), args, backlog, done, latencies),
+        AnyQueue::Postgres(q) => start_on(q.runtime(), args, backlog, done, latencies),
+        _ => Err(Error::Unsupported(
+            "an engine the bench does not know".into(),
+        )),
+    }
+}
+
+/// [`start_runtime`] on an engine.
+fn start_on<E: NoOp>(
+    builder: RuntimeBuilder<E>,
     args: &BenchArgs,
     backlog: usize,
     done: &Arc<AtomicUsize>,
     latencies: &Arc<Mutex<Vec<(u64, bool)>>>,
 ) -> Result<litejob::Runtime, Error> {
     let (d, l) = (done.clone(), latencies.clone());
-    let mut builder = queue.runtime().workers(args.workers);
+    let mut builder = builder.workers(args.workers);
     if let Some(n) = args.claim_ahead {
         builder = builder.claim_ahead(n);
     }
     if let Some(cron) = &args.schedule {
         // Priority 1: behind the backlog and the probes, like a periodic
         // job among urgent work.
-        builder = no_op(builder, TICK, |_p: serde_json::Value| Outcome::Done)
+        builder = E::no_op(builder, TICK, |_p: serde_json::Value| Outcome::Done)
             .schedule_with(Schedule::new(TICK, cron, TICK, &()).with_priority(1));
     }
-    no_op(builder, KIND, move |p: Probe| {
+    E::no_op(builder, KIND, move |p: Probe| {
         match p.t {
             Some(t) => {
                 let lat = since_epoch_ns().saturating_sub(t) / 1000;
@@ -264,7 +306,11 @@ fn start_runtime(
 /// just after one began with NORMAL (which answers at once) and an fsync
 /// later with FULL. NORMAL's p50 then read ~0.4 ms above FULL's for no
 /// reason an application would see.
-fn spawn_probes(queue: &Queue, keys: &Keys, probes: usize) -> Vec<JoinHandle<Result<(), Error>>> {
+fn spawn_probes(
+    queue: &AnyQueue,
+    keys: &Keys,
+    probes: usize,
+) -> Vec<JoinHandle<Result<(), Error>>> {
     let start = Instant::now();
     let keys: Arc<Vec<String>> = Arc::new((0..probes).map(|i| keys.key("probe", i)).collect());
     let next_probe = Arc::new(AtomicUsize::new(0));

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, NewJob, PruneOptions, Queue};
+use litejob::admin::{AnyQueue, PruneOptions};
+use litejob::{Error, NewJob, Queue};
 
 use super::{Probe, KIND};
 
@@ -95,14 +96,16 @@ pub struct PruneCheck {
 /// Prunes jobs finished more than an hour ago (the preloaded ones) in one
 /// thread while this one enqueues one job per call, back to back, timing
 /// each enqueue.
-pub fn prune_check(queue: &Queue, run_id: &str) -> Result<PruneCheck, Error> {
+pub fn prune_check(queue: &AnyQueue, run_id: &str) -> Result<PruneCheck, Error> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let pruner = {
         let (queue, stop) = (queue.clone(), stop.clone());
         std::thread::spawn(move || {
             let t0 = Instant::now();
             // In batches of 1000 rows, the default of `litejob prune`.
-            let r = queue.prune(&PruneOptions::new(Duration::from_secs(3600)));
+            let r = queue
+                .admin()
+                .prune(&PruneOptions::new(Duration::from_secs(3600)));
             stop.store(true, Ordering::SeqCst);
             r.map(|r| (r, t0.elapsed().as_secs_f64()))
         })

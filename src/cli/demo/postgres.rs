@@ -4,7 +4,8 @@
 //! (`pg_write`, `pg_handler`). Writes the app table `invoices`; the outbox
 //! row through the job's transaction.
 
-use litejob::{Error, HandlerError, Outcome, PgJobTx, Queue};
+use litejob::postgres::{PgJobTx, Postgres};
+use litejob::{Error, HandlerError, Outcome, Queue};
 
 use super::{PaymentEvent, Receipt, EFFECT_KIND, JOB_KIND};
 
@@ -49,8 +50,8 @@ SELECT (SELECT count(*) FROM j),
        (SELECT count(*) FROM attempts WHERE outbox_id IN (SELECT id FROM o) AND outcome = 'failed')";
 
 /// Creates `invoices` if it is missing.
-pub(super) fn create_invoices(queue: &Queue) -> Result<(), Error> {
-    queue.pg_write(|tx| {
+pub(super) fn create_invoices(queue: &Queue<Postgres>) -> Result<(), Error> {
+    queue.write(|tx| {
         tx.batch_execute(CREATE_LOCK)?;
         Ok(tx.batch_execute(CREATE_INVOICES)?)
     })
@@ -80,21 +81,21 @@ pub(super) fn record_invoice(
 }
 
 /// Invoices, and receipts sent. A read, in a transaction of its own.
-pub(super) fn progress(queue: &Queue) -> Result<(i64, i64), Error> {
-    queue.pg_write(|tx| {
+pub(super) fn progress(queue: &Queue<Postgres>) -> Result<(i64, i64), Error> {
+    queue.write(|tx| {
         let r = tx.query_one(PROGRESS, &[&EFFECT_KIND])?;
         Ok((r.get(0), r.get(1)))
     })
 }
 
 /// Jobs and receipts of the demo's kinds not finished yet.
-pub(super) fn work_left(queue: &Queue) -> Result<i64, Error> {
-    queue.pg_write(|tx| Ok(tx.query_one(WORK_LEFT, &[&JOB_KIND, &EFFECT_KIND])?.get(0)))
+pub(super) fn work_left(queue: &Queue<Postgres>) -> Result<i64, Error> {
+    queue.write(|tx| Ok(tx.query_one(WORK_LEFT, &[&JOB_KIND, &EFFECT_KIND])?.get(0)))
 }
 
 /// The summary's counts, in [`super::summarize`]'s order.
-pub(super) fn summary(queue: &Queue, keys: &[&str]) -> Result<[i64; 7], Error> {
-    queue.pg_write(|tx| {
+pub(super) fn summary(queue: &Queue<Postgres>, keys: &[&str]) -> Result<[i64; 7], Error> {
+    queue.write(|tx| {
         let r = tx.query_one(SUMMARY, &[&keys])?;
         let mut v = [0i64; 7];
         for (i, x) in v.iter_mut().enumerate() {

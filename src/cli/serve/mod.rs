@@ -35,7 +35,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use litejob::{Error, Queue, QueueOptions};
+use litejob::admin::AnyQueue;
+use litejob::{Error, QueueOptions};
 
 use super::time::parse_duration;
 use super::{CliError, CliResult};
@@ -88,7 +89,7 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
         return Err(CliError::Input("--timeout must be more than 0".into()));
     }
     let queue = open(db, a.allow_actions)?;
-    let location = queue.location();
+    let location = queue.location().to_string();
     let listener = TcpListener::bind(a.bind)
         .map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", a.bind)))?;
     set_timeouts(&listener, a.timeout)?;
@@ -164,18 +165,18 @@ const PG_WAIT: Duration = Duration::from_secs(5);
 /// Opens the queue `--db` names, read-only unless actions are allowed. A
 /// file must exist; a database must hold litejob's tables: serve never
 /// creates a queue (a typo in `--db` must not make an empty one).
-fn open(db: &Path, actions: bool) -> CliResult<Queue> {
+fn open(db: &Path, actions: bool) -> CliResult<AnyQueue> {
     if let Some(url) = db.to_str().filter(|_| super::is_url(db)) {
         let opts = || QueueOptions::default().with_busy_timeout(PG_WAIT);
         // Read-only first: it refuses a database without the tables,
         // where a read-write open would create them.
-        let read_only = Queue::open_location_read_only(url, opts());
+        let read_only = AnyQueue::open_with(url, opts().with_read_only(true));
         if !actions {
             return Ok(read_only?);
         }
         return match read_only {
             // An older schema is migrated, as a file is by a read-write open.
-            Ok(_) | Err(Error::Open(_)) => Ok(Queue::open_location(url, opts())?),
+            Ok(_) | Err(Error::Open(_)) => Ok(AnyQueue::open_with(url, opts())?),
             Err(e) => Err(e.into()),
         };
     }
@@ -186,11 +187,8 @@ fn open(db: &Path, actions: bool) -> CliResult<Queue> {
             db.display()
         )));
     }
-    Ok(if actions {
-        Queue::open(db)?
-    } else {
-        Queue::open_read_only(db)?
-    })
+    let opts = QueueOptions::default().with_read_only(!actions);
+    Ok(AnyQueue::open_with(db, opts)?)
 }
 
 /// The connections a handler is answering, each with the requests that

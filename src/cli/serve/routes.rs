@@ -5,7 +5,8 @@
 //! this process's CSRF token. Unknown paths are 404, a bad id or an empty
 //! queue name 400, a known path with the wrong method 405.
 
-use litejob::{BackendKind, Error, Queue};
+use litejob::admin::{AnyQueue, EngineKind};
+use litejob::Error;
 
 use super::auth;
 use super::http::{self, Method, Refused, Req, Resp};
@@ -14,7 +15,7 @@ use super::pages;
 /// What every request handler shares.
 pub struct App {
     /// The queue: read-only unless actions are allowed.
-    pub queue: Queue,
+    pub queue: AnyQueue,
     /// `--token`, if set.
     pub token: Option<String>,
     /// This process's CSRF token, carried by every action form.
@@ -25,7 +26,7 @@ pub struct App {
 
 impl App {
     /// The state of a server.
-    pub fn new(queue: Queue, token: Option<String>, csrf: String, actions: bool) -> App {
+    pub fn new(queue: AnyQueue, token: Option<String>, csrf: String, actions: bool) -> App {
         App {
             queue,
             token,
@@ -74,18 +75,18 @@ pub fn route(app: &App, req: &Req) -> Resp {
         (Method::Get, ["healthz"]) => Ok(health(app)),
         (Method::Post, ["jobs", id, action]) => {
             act(app, req, parse_id(id), |q, id| match *action {
-                "retry" => Some(q.retry_job(id).map(|()| "retried")),
-                "cancel" => Some(q.cancel_job(id).map(|()| "cancelled")),
+                "retry" => Some(q.admin().retry_job(id).map(|()| "retried")),
+                "cancel" => Some(q.admin().cancel_job(id).map(|()| "cancelled")),
                 _ => None,
             })
         }
         (Method::Post, ["outbox", id, "retry"]) => act(app, req, parse_id(id), |q, id| {
-            Some(q.retry_outbox(id).map(|()| "retried"))
+            Some(q.admin().retry_outbox(id).map(|()| "retried"))
         }),
         (Method::Post, ["queues", name, action]) => {
             act(app, req, queue_name(name), |q, name| match *action {
-                "pause" => Some(q.pause_queue(name).map(|()| "paused")),
-                "resume" => Some(q.resume_queue(name).map(|()| "resumed")),
+                "pause" => Some(q.admin().pause_queue(name).map(|()| "paused")),
+                "resume" => Some(q.admin().resume_queue(name).map(|()| "resumed")),
                 _ => None,
             })
         }
@@ -147,7 +148,7 @@ fn act<T>(
     app: &App,
     req: &Req,
     target: Result<T, Resp>,
-    f: impl FnOnce(&Queue, T) -> Option<litejob::Result<&'static str>>,
+    f: impl FnOnce(&AnyQueue, T) -> Option<litejob::Result<&'static str>>,
 ) -> litejob::Result<Resp> {
     if let Err(refused) = may_act(app, req) {
         return Ok(refused);
@@ -232,7 +233,7 @@ fn login(app: &App, req: &Req) -> Resp {
 
 /// `/metrics`: the library's Prometheus text.
 fn metrics(app: &App) -> litejob::Result<Resp> {
-    let mut r = Resp::text(200, app.queue.metrics()?);
+    let mut r = Resp::text(200, app.queue.admin().metrics()?);
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     Ok(r)
 }
@@ -240,8 +241,8 @@ fn metrics(app: &App) -> litejob::Result<Resp> {
 /// `/healthz`: 200 when a read of the queue succeeds (the file is there;
 /// the database server answers), and finds litejob's tables.
 fn health(app: &App) -> Resp {
-    let path = app.queue.path();
-    if app.queue.backend_kind() == BackendKind::Sqlite && !path.is_file() {
+    let path = std::path::Path::new(app.queue.location());
+    if app.queue.engine() == EngineKind::Sqlite && !path.is_file() {
         return Resp::text(503, format!("unhealthy: {} is gone\n", path.display()));
     }
     match app.queue.schema_version() {

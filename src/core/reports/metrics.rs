@@ -11,10 +11,10 @@
 use std::fmt::Write as _;
 
 use crate::core::job::JobState;
+use crate::core::options::EngineKind;
 use crate::core::outbox::OutboxState;
 use crate::core::reports::tally::{Tally, OUTCOMES};
 use crate::core::time::Millis;
-use crate::driver::BackendKind;
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
@@ -41,7 +41,7 @@ fn seconds(ms: Millis) -> String {
     format!("{:.3}", ms.max(0) as f64 / 1000.0)
 }
 
-pub(crate) fn render(t: &Tally, now: Millis, backend: BackendKind) -> String {
+pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
     let mut o = String::new();
     family(
         &mut o,
@@ -139,11 +139,11 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: BackendKind) -> String {
     );
     let _ = writeln!(o, "litejob_ledger_rows {}", t.ledger_rows);
     let (file_help, wal_help) = match backend {
-        BackendKind::Sqlite => (
+        EngineKind::Sqlite => (
             "Size of the queue file in bytes.",
             "Size of the queue file's write-ahead log (<file>-wal) in bytes.",
         ),
-        BackendKind::Postgres => (
+        EngineKind::Postgres => (
             "Size of litejob's tables on the PostgreSQL server (rows, indexes, TOAST) in bytes.",
             "0 on PostgreSQL: the server's write-ahead log belongs to the whole cluster.",
         ),

@@ -13,7 +13,7 @@ pub(crate) const BATCH: usize = 1000;
 ///
 /// ```
 /// # use std::time::Duration;
-/// let week = litejob::PruneOptions::new(Duration::from_secs(7 * 86_400))
+/// let week = litejob::admin::PruneOptions::new(Duration::from_secs(7 * 86_400))
 ///     .with_ledger_older_than(Some(Duration::from_secs(90 * 86_400)));
 /// ```
 #[derive(Debug, Clone)]

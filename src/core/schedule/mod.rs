@@ -64,8 +64,8 @@ impl CatchUp {
 /// A periodic job: every slot of a cron expression enqueues a job of `kind`
 /// with the same payload, under the key `schedule:<name>:<slot>` (the slot
 /// in UTC, RFC 3339: `schedule:digest:2026-12-01T06:00:00Z`). Declared on a
-/// runtime with [`crate::RuntimeBuilder::schedule_with`]; checked at
-/// [`crate::RuntimeBuilder::start`] (or earlier with [`Schedule::check`]).
+/// runtime with [`crate::runtime::RuntimeBuilder::schedule_with`]; checked at
+/// [`crate::runtime::RuntimeBuilder::start`] (or earlier with [`Schedule::check`]).
 ///
 /// The `schedules` row shows the declaration of the last runtime started
 /// with this name. Processes that declare one name differently at the same
@@ -159,7 +159,7 @@ impl Schedule {
     }
 
     /// Checks the name, the cron expression, the time zone and the payload
-    /// without touching any file; [`crate::RuntimeBuilder::start`] does it
+    /// without touching any file; [`crate::runtime::RuntimeBuilder::start`] does it
     /// too, and also checks the job against the queue's limits and that the
     /// runtime handles its kind.
     pub fn check(&self) -> Result<()> {
@@ -231,7 +231,7 @@ impl Declared {
     }
 }
 
-/// One row of `schedules`, as [`crate::Queue::schedules`] reads it.
+/// One row of `schedules`, as [`crate::queue::Queue::schedules`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ScheduleRow {
@@ -251,7 +251,7 @@ pub struct ScheduleRow {
     pub priority: i64,
     /// Its jobs' `max_retries`; `None`: the kind's default.
     pub max_retries: Option<i64>,
-    /// `latest`, `window` or `none` (see [`crate::CatchUp`]).
+    /// `latest`, `window` or `none` (see [`crate::core::schedule::CatchUp`]).
     pub catch_up: String,
     /// The window of `window`, in ms.
     pub catch_up_window_ms: Option<i64>,

@@ -14,7 +14,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, TryLockError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
@@ -30,14 +29,15 @@ use crate::fault;
 use crate::postgres::conn::{PgConn, Session};
 use crate::postgres::controls as pg_controls;
 use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
+use crate::postgres::store::PgStore;
 use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
 use crate::postgres::Postgres;
-use crate::postgres::{leases, notify, PgStore};
+use crate::postgres::{leases, notify};
 
 use crate::core::lifecycle::failure;
-use crate::runtime::effects::effect_loop;
-use crate::runtime::leases::{heartbeat, reap};
-use crate::runtime::{sleep_or_stop, spawn, worker_name, Shared};
+use crate::driver::leases::{heartbeat, reap};
+use crate::driver::pipeline::{sleep_or_stop, spawn, worker_name, Launched, Pipeline, Shared};
+use crate::driver::Store;
 
 /// Most jobs one worker's claim takes, and its default: a batch shares one
 /// transaction and one commit, whose fixed costs a larger batch spreads.
@@ -46,20 +46,17 @@ const MAX_BATCH: usize = 100;
 /// A worker's batch by default when a handler has a prepare step.
 const PREPARE_BATCH: usize = 32;
 
-/// Starts the workers, the effect threads, the keeper and the listener.
-pub(crate) fn start(
-    s: &Arc<Shared>,
-    store: &Arc<PgStore>,
-    stop: &Receiver<()>,
-) -> Result<Vec<JoinHandle<()>>> {
+/// Starts the workers, the keeper and the listener.
+pub(crate) fn start(s: Arc<Shared<Postgres>>) -> Result<Launched> {
+    let store = s.store.clone();
     let mut threads = Vec::new();
     // Held for reading from a claim to its batch's commit; for writing
     // while a suspect runs.
     let alone = Arc::new(RwLock::new(()));
-    if !s.pg_handlers.is_empty() {
+    if !s.handlers.is_empty() {
         let batch = if s.cfg.claim_ahead_set {
             s.cfg.claim_ahead.clamp(1, MAX_BATCH)
-        } else if s.pg_handlers.values().any(|h| h.has_prepare()) {
+        } else if s.handlers.values().any(|h| h.has_prepare()) {
             // A batch's prepare steps run one after another, each holding
             // the whole batch's commit back.
             PREPARE_BATCH
@@ -67,72 +64,67 @@ pub(crate) fn start(
             MAX_BATCH
         };
         for i in 0..s.cfg.workers {
-            let (s, stop, alone) = (s.clone(), stop.clone(), alone.clone());
-            let session = worker_session(store, &s);
-            threads.push(spawn(
-                format!("litejob-worker-{}", i + 1),
-                Box::new(move || {
-                    Worker {
-                        name: worker_name(),
-                        s,
-                        session,
-                        stop,
-                        alone,
-                        batch,
-                        conn: None,
-                        unsure: false,
-                        rng: Rng::from_entropy(),
-                        frees_at: None,
-                    }
-                    .run()
-                }),
-            )?);
-        }
-    }
-    if !s.effects.is_empty() {
-        for i in 1..=s.cfg.effect_workers {
-            let (s, stop) = (s.clone(), stop.clone());
-            threads.push(spawn(
-                format!("litejob-effect-{i}"),
-                Box::new(move || effect_loop(s, stop)),
-            )?);
+            let (s, alone) = (s.clone(), alone.clone());
+            let session = worker_session(&store, &s);
+            threads.push(spawn(format!("litejob-worker-{}", i + 1), move || {
+                Worker {
+                    name: worker_name(),
+                    stop: s.stop.clone(),
+                    s,
+                    session,
+                    alone,
+                    batch,
+                    conn: None,
+                    unsure: false,
+                    rng: Rng::from_entropy(),
+                    frees_at: None,
+                }
+                .run()
+            })?);
         }
     }
     {
-        let (s, stop) = (s.clone(), stop.clone());
-        threads.push(spawn(
-            "litejob-supervisor".into(),
-            Box::new(move || keeper_loop(s, stop)),
-        )?);
+        let s = s.clone();
+        threads.push(spawn("litejob-keeper".into(), move || keeper_loop(s))?);
     }
     {
-        let (s, stop, session) = (s.clone(), stop.clone(), store.session.clone());
-        threads.push(spawn(
-            "litejob-listener".into(),
-            Box::new(move || {
-                let q = s.queue.clone();
-                let q2 = s.queue.clone();
-                notify::listen_loop(
-                    &session,
-                    &stop,
-                    s.cfg.poll_interval,
-                    move || q.notify(),
-                    move || q2.notify_outbox(),
-                )
-            }),
-        )?);
+        let session = store.session.clone();
+        threads.push(spawn("litejob-listener".into(), move || {
+            notify::listen_loop(
+                &session,
+                &s.stop,
+                s.cfg.poll_interval,
+                || s.notify(),
+                || s.notify_outbox(),
+            )
+        })?);
     }
-    Ok(threads)
+    Ok(Launched {
+        pipeline: Box::new(DatabasePipeline),
+        threads,
+    })
+}
+
+/// PostgreSQL's pipeline as the runtime holds it. Its workers claim for
+/// themselves and give back what they hold before they stop: nothing is
+/// left for the stop but the runs still in flight, which the runtime gives
+/// back from its lease bookkeeping.
+struct DatabasePipeline;
+
+impl Pipeline for DatabasePipeline {
+    fn wind_down(&mut self) -> usize {
+        0
+    }
 }
 
 /// A worker's session: the store's, with the transaction budget as the
 /// statement timeout, and claims that do not wait for their WAL flush
 /// (the batch's commit sets it back on: see [`run`]).
-fn worker_session(store: &PgStore, s: &Shared) -> Session {
+fn worker_session(store: &PgStore, s: &Shared<Postgres>) -> Session {
     let mut session = store.session.clone();
     let budget = s
-        .queue
-        .options()
+        .store
+        .opts
         .transaction_budget
         .map_or(0, |d| d.as_millis().max(1));
     session.setup.push_str(&format!(
@@ -143,7 +135,8 @@ fn worker_session(store: &PgStore, s: &Shared) -> Session {
 
 /// The keeper: renews this process's leases every third of a lease and
 /// reaps expired ones (any process's) every poll interval.
-fn keeper_loop(s: Arc<Shared>, stop: Receiver<()>) {
+fn keeper_loop(s: Arc<Shared<Postgres>>) {
+    let stop = s.stop.clone();
     let lease_ms = s.cfg.lease.as_millis() as i64;
     let every_beat = s.cfg.lease / 3;
     let every_reap = s
@@ -158,7 +151,7 @@ fn keeper_loop(s: Arc<Shared>, stop: Receiver<()>) {
         }
         let now_i = Instant::now();
         if now_i >= next_beat {
-            heartbeat(&s, s.queue.backend().now() + lease_ms);
+            heartbeat(&s, s.store.now() + lease_ms);
             next_beat = now_i + every_beat;
         }
         if now_i >= next_reap {
@@ -196,7 +189,7 @@ struct RunEnd {
 }
 
 struct Worker {
-    s: Arc<Shared>,
+    s: Arc<Shared<Postgres>>,
     session: Session,
     stop: Receiver<()>,
     alone: Arc<RwLock<()>>,
@@ -244,7 +237,7 @@ impl Worker {
         let poll = self.s.cfg.poll_interval;
         match self.frees_at {
             Some(at) => {
-                let ms = (at - self.s.queue.backend().now()).max(1) as u64;
+                let ms = (at - self.s.store.now()).max(1) as u64;
                 poll.min(Duration::from_millis(ms))
             }
             None => poll,
@@ -277,7 +270,7 @@ impl Worker {
         let full = batch.len() == self.batch;
         if full {
             // Wake another worker: there is surely more.
-            self.s.queue.notify();
+            self.s.notify();
         }
         if !batch.is_empty() {
             self.run_batch(batch);
@@ -310,8 +303,8 @@ impl Worker {
             return Ok(Vec::new());
         }
         let s = self.s.clone();
-        let store = s.queue.postgres().expect("a PostgreSQL runtime").clone();
-        let now = s.queue.backend().now();
+        let store = s.store.clone();
+        let now = s.store.now();
         let name = self.name.clone();
         let unsure = self.unsure;
         let (c, _) = self.connection()?;
@@ -321,7 +314,7 @@ impl Worker {
             let n = leases::release_lost_claims(c, &s.owner, &name, now)?;
             if n > 0 {
                 log::info!(target: "litejob", "worker {name}: gave back {n} jobs whose claim's answer was lost");
-                s.queue.notify();
+                s.notify();
             }
             self.unsure = false;
         }
@@ -353,7 +346,7 @@ impl Worker {
                 &st.claim,
                 q,
                 &ClaimAsk { limit: left, ..ask },
-                &|| s.queue.backend().now(),
+                &|| s.store.now(),
             )?;
             if got.held_back {
                 s.slot_wanted.store(true, Ordering::SeqCst);
@@ -361,7 +354,7 @@ impl Worker {
             if got.more_room {
                 // This worker takes one job of a capped queue at a time:
                 // wake another for the next slot.
-                s.queue.notify();
+                s.notify();
             }
             frees_at = match (frees_at, got.frees_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -436,7 +429,7 @@ impl Worker {
     /// A run's start: its context, and its prepare step (or the payload's
     /// decoding) run here, outside any transaction.
     fn begin(&mut self, j: Started) -> Option<Run> {
-        let Some(handler) = self.s.pg_handlers.get(&j.kind).cloned() else {
+        let Some(handler) = self.s.handlers.get(&j.kind).cloned() else {
             // Cannot happen (the claim asks only for our kinds).
             self.give_back_one(
                 j.id,
@@ -457,7 +450,7 @@ impl Worker {
         log::info!(target: "litejob", job_id = j.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
             attempt = attempt_str.as_str(), worker = self.name.as_str(); "job started");
         fault::point("after-start-commit");
-        let backoff_at = self.s.queue.backend().now()
+        let backoff_at = self.s.store.now()
             + self
                 .s
                 .cfg
@@ -483,7 +476,7 @@ impl Worker {
     fn apply(&mut self, runs: &mut [Run]) -> Result<()> {
         let s = self.s.clone();
         let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
-        let now = s.queue.backend().now();
+        let now = s.store.now();
         let (c, st) = self.connection()?;
         let mut tx = c
             .client
@@ -590,7 +583,7 @@ impl Worker {
         }
         run::unledger(&mut tx, st, &failed_keys)?;
         fault::point("before-complete-commit");
-        let durable = s.queue.options().synchronous == crate::Synchronous::Full;
+        let durable = s.store.opts.synchronous == crate::core::options::Synchronous::Full;
         let states = run::end(&mut tx, st, &ends, now, durable)?;
         if states.len() != ends.len() {
             // A run lost its lease after the fence (a stall past the
@@ -634,10 +627,8 @@ impl Worker {
                     attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), duration_ms = ms,
                     retry_at = next.as_str(), error = err.as_str(); "job finished");
                 if end.outbox_added > 0 {
-                    s.queue.notify_outbox();
-                    if let Some(store) = s.queue.postgres() {
-                        store.notifier.outbox();
-                    }
+                    s.notify_outbox();
+                    s.store.notifier.outbox();
                 }
             }
             None => {
@@ -668,7 +659,7 @@ impl Worker {
         let s = &self.s;
         let mut delay = Duration::from_millis(50);
         loop {
-            let b = s.queue.backend();
+            let b = s.store.as_ref();
             match b.release_job(id, &s.owner, Some(attempt_id), why, b.now()) {
                 Err(e) if e.is_transient() && Instant::now() < give_up => {
                     if sleep_until_stop(&self.stop, delay) {

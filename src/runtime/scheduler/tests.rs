@@ -8,9 +8,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::*;
+use crate::core::options::QueueOptions;
 use crate::core::schedule::{CatchUp, ScheduleRow};
 use crate::sqlite::schedules;
-use crate::QueueOptions;
 
 /// An instant written in RFC 3339, in ms.
 fn at(s: &str) -> Millis {

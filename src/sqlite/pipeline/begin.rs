@@ -20,14 +20,14 @@ use crate::sqlite::Sqlite;
 
 use super::finish::submit_fail;
 use super::pending::{context, Pending, Running};
+use super::Pipe;
 use crate::core::lifecycle::failure;
-use crate::runtime::Shared;
 
 /// Once a run's start committed, before any of its user code: counts it in
 /// flight under its attempt (its lease is renewed, a stop gives it back)
 /// and logs "job started". Returns its context and its "N/M" attempt.
 fn announce_start(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     id: i64,
     kind: &str,
     st: &claim::Started,
@@ -49,7 +49,7 @@ fn announce_start(
 /// first, and this thread sent the start first), so a crash inside the
 /// handler is still seen afterwards as an abandoned run.
 fn begin_apply_only(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     claimed: &Claimed,
     worker: &str,
     rng: &mut Rng,
@@ -83,10 +83,7 @@ fn begin_apply_only(
     // A suspect (a run of it was cut short by a crash: perhaps a poison
     // pill) runs in a writer cycle of its own, so that if it kills the
     // process again no healthy job's run is started and unfinished with it.
-    let (start_rx, apply_rx) = s
-        .queue
-        .writer()
-        .submit_pair(claimed.abandoned > 0, start, apply);
+    let (start_rx, apply_rx) = s.writer.submit_pair(claimed.abandoned > 0, start, apply);
     Pending::Starting {
         id,
         kind: claimed.kind.clone(),
@@ -103,7 +100,7 @@ fn begin_apply_only(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn apply_started(
     conn: &rusqlite::Connection,
-    sh: &Arc<Shared>,
+    sh: &Arc<Pipe>,
     handler: &dyn ErasedHandler<Sqlite>,
     id: i64,
     kind: &str,
@@ -134,7 +131,7 @@ pub(crate) fn apply_started(
                     prepared,
                     outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
                     backoff_at,
-                    interrupts: sh.queue.writer().interrupts(),
+                    interrupts: sh.writer.interrupts(),
                 },
                 now,
             );
@@ -161,7 +158,7 @@ pub(crate) fn apply_started(
 /// crash inside the handler is seen afterwards), runs its prepare step here
 /// and hands its apply step (or its failure) to the writer.
 pub(crate) fn begin_job(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     claimed: &Claimed,
     worker: &str,
     rng: &mut Rng,
@@ -204,9 +201,9 @@ pub(crate) fn begin_job(
 
 /// The run's start, a light commit of its own. None when the job is no
 /// longer ours, or the start failed (then the claim goes back, uncharged).
-fn start_run(s: &Arc<Shared>, id: i64, worker: &str, rated: bool) -> Option<claim::Started> {
+fn start_run(s: &Arc<Pipe>, id: i64, worker: &str, rated: bool) -> Option<claim::Started> {
     let (owner, w) = (s.owner.clone(), worker.to_string());
-    match s.queue.writer().run_light(move |conn| {
+    match s.writer.run_light(move |conn| {
         let now = now_ms();
         claim::start(conn, id, &owner, &w, rated, now)
     }) {
@@ -221,7 +218,7 @@ fn start_run(s: &Arc<Shared>, id: i64, worker: &str, rated: bool) -> Option<clai
 /// Hands a prepared run's apply step to the writer, to run inside the
 /// group transaction.
 fn submit_apply(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     handler: Arc<dyn ErasedHandler<Sqlite>>,
     ctx: JobContext,
     attempt_id: i64,
@@ -229,8 +226,8 @@ fn submit_apply(
     backoff_at: Millis,
 ) -> Receiver<Result<run::RunEnd>> {
     let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
-    let interrupts = s.queue.writer().interrupts().clone();
-    s.queue.writer().submit_apply(move |conn| {
+    let interrupts = s.writer.interrupts().clone();
+    s.writer.submit_apply(move |conn| {
         let r = run::apply(
             conn,
             ApplyInput {

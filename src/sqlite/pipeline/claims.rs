@@ -10,6 +10,7 @@ use crossbeam_channel::Receiver;
 use crate::core::backoff::Rng;
 use crate::core::time::{now_ms, Millis};
 use crate::driver::handler::ErasedHandler;
+use crate::driver::Store;
 use crate::error::Result;
 use crate::sqlite::claim::{self, Claimed};
 use crate::sqlite::writer;
@@ -17,7 +18,7 @@ use crate::sqlite::Sqlite;
 
 use super::begin::apply_started;
 use super::pending::{context, Pending, Running};
-use crate::runtime::Shared;
+use super::Pipe;
 
 /// What a claim took.
 pub(crate) struct Taken {
@@ -40,11 +41,11 @@ pub(crate) struct Taken {
 /// Whether a claim may find work: unless `more_known` (the last claim
 /// filled its batch), looks through a reader, since an idle poll must not
 /// write.
-pub(crate) fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
+pub(crate) fn any_to_claim(s: &Arc<Pipe>, more_known: bool) -> Result<bool> {
     if more_known {
         return Ok(true);
     }
-    let b = s.queue.backend();
+    let b = s.store.as_ref();
     b.any_to_claim(&s.kinds, s.cfg.queues.as_deref(), b.now())
 }
 
@@ -68,7 +69,7 @@ pub(crate) fn any_to_claim(s: &Arc<Shared>, more_known: bool) -> Result<bool> {
 /// take of a capped or rate-limited queue's jobs for them (see
 /// [`claim::claim_batch`]).
 pub(crate) fn submit_claim(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     n: usize,
     idle: usize,
     lease_ms: i64,
@@ -76,7 +77,7 @@ pub(crate) fn submit_claim(
 ) -> Receiver<Result<Taken>> {
     let sh = s.clone();
     let seed = rng.next_u64();
-    s.queue.writer().submit_light(move |conn, cycle| {
+    s.writer.submit_light(move |conn, cycle| {
         let now = now_ms();
         // Stopping: whatever is claimed goes back through the buffer.
         let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
@@ -166,7 +167,7 @@ pub(crate) fn submit_claim(
 fn start_later(
     conn: &rusqlite::Connection,
     cycle: &mut writer::Cycle,
-    sh: &Arc<Shared>,
+    sh: &Arc<Pipe>,
     later: Vec<(Claimed, Arc<dyn ErasedHandler<Sqlite>>, String)>,
     lease_ms: i64,
     rng: &mut Rng,
@@ -190,7 +191,7 @@ fn start_later(
 /// this cycle ([`writer::Cycle::follow_up`]).
 fn queue_run(
     cycle: &mut writer::Cycle,
-    sh: &Arc<Shared>,
+    sh: &Arc<Pipe>,
     c: Claimed,
     st: claim::Started,
     handler: Arc<dyn ErasedHandler<Sqlite>>,
@@ -226,6 +227,12 @@ fn queue_run(
 
 /// Counts what a claim took in flight (its leases are renewed, and a stop
 /// gives back what is left), before any worker can hear of it and finish.
-pub(crate) fn count_in_flight(s: &Arc<Shared>, taken: &Taken) {
-    s.in_flight.claimed(&taken.claimed, &taken.runs);
+pub(crate) fn count_in_flight(s: &Arc<Pipe>, taken: &Taken) {
+    s.in_flight.claimed(
+        taken.claimed.iter().map(|c| c.id),
+        taken.runs.iter().filter_map(|p| match p {
+            Pending::Running(r) => Some((r.ctx.id, r.attempt_id)),
+            Pending::Starting { .. } => None,
+        }),
+    );
 }

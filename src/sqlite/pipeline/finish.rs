@@ -17,11 +17,11 @@ use crate::sqlite::run::{self, Within};
 use crate::sqlite::writer;
 
 use super::pending::{context, Pending, Running};
-use crate::runtime::Shared;
+use super::Pipe;
 
 /// Waits for a run's commit, handles what the writer could not record, logs
 /// the run's end line and lets go of the job.
-pub(crate) fn finish_job(s: &Arc<Shared>, p: Pending) {
+pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) {
     let running = match p {
         Pending::Running(r) => r,
         Pending::Starting {
@@ -64,7 +64,7 @@ pub(crate) fn finish_job(s: &Arc<Shared>, p: Pending) {
 
 /// Waits for a started run's commit; an interrupted write is recorded as a
 /// failed run, a transient one gives the job back uncharged.
-fn finish_running(s: &Arc<Shared>, r: Running) {
+fn finish_running(s: &Arc<Pipe>, r: Running) {
     let Running {
         rx,
         ctx,
@@ -102,7 +102,7 @@ fn finish_running(s: &Arc<Shared>, r: Running) {
                 attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), state = end.state.as_str(),
                 duration_ms = ms, retry_at = next.as_str(), error = err.as_str(); "job finished");
             if end.outbox_added > 0 {
-                s.queue.notify_outbox();
+                s.notify_outbox();
             }
         }
         Err(e) => {
@@ -140,37 +140,33 @@ fn fail_op(
 
 /// Hands the record of a failed run to the writer.
 pub(crate) fn submit_fail(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     id: i64,
     attempt_id: i64,
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
 ) -> Receiver<Result<run::RunEnd>> {
-    s.queue
-        .writer()
-        .submit(fail_op(id, attempt_id, outcome, msg, next))
+    s.writer.submit(fail_op(id, attempt_id, outcome, msg, next))
 }
 
 /// Records a failed run on the writer and waits for its commit.
 fn fail_run(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     id: i64,
     attempt_id: i64,
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
 ) -> Result<run::RunEnd> {
-    s.queue
-        .writer()
-        .run(fail_op(id, attempt_id, outcome, msg, next))
+    s.writer.run(fail_op(id, attempt_id, outcome, msg, next))
 }
 
 /// The write failed for a reason that is not the job's fault (disk full,
 /// busy past the timeout, a neighbour's rollback): give the job back
 /// uncharged, retrying until the write goes through or the lease is gone.
 fn release_after_transient(
-    s: &Arc<Shared>,
+    s: &Arc<Pipe>,
     id: i64,
     attempt_id: i64,
     e: Error,
@@ -181,7 +177,7 @@ fn release_after_transient(
     loop {
         let o = s.owner.clone();
         let why = e.to_string();
-        match s.queue.writer().run(move |conn| {
+        match s.writer.run(move |conn| {
             claim::release(
                 conn,
                 id,

@@ -16,23 +16,24 @@ use crate::sqlite::writer;
 
 use super::claims::{any_to_claim, count_in_flight, submit_claim, Taken};
 use super::finish::finish_job;
-use crate::runtime::leases::{heartbeat, reap};
-use crate::runtime::{sleep_or_stop, Shared};
+use super::Pipe;
+use crate::driver::leases::{heartbeat, reap};
+use crate::driver::pipeline::sleep_or_stop;
 
 /// The supervisor thread's body.
 pub(crate) fn supervisor_loop(
-    s: Arc<Shared>,
+    s: Arc<Pipe>,
     buffer: Sender<Claimed>,
     space: (Sender<()>, Receiver<()>),
-    stop: Receiver<()>,
     capacity: usize,
 ) {
+    let stop = s.stop.clone();
     Supervisor::new(s, buffer, space, stop, capacity).run();
 }
 
 /// The supervisor's state between two turns of its loop.
 struct Supervisor {
-    s: Arc<Shared>,
+    s: Arc<Pipe>,
     /// The claimed jobs the workers start (`capacity` of them at most).
     buffer: Sender<Claimed>,
     capacity: usize,
@@ -74,7 +75,7 @@ enum Step {
 
 impl Supervisor {
     fn new(
-        s: Arc<Shared>,
+        s: Arc<Pipe>,
         buffer: Sender<Claimed>,
         (space_tx, space): (Sender<()>, Receiver<()>),
         stop: Receiver<()>,
@@ -325,7 +326,7 @@ impl Supervisor {
                 // Its light follow-up hands over the rest of its runs when
                 // it runs, in the same cycle: let that cycle end first, so
                 // the stop sees them through.
-                let _ = s.queue.writer().run_light(|_| Ok(()));
+                let _ = s.writer.run_light(|_| Ok(()));
             }
         }
     }
@@ -333,7 +334,7 @@ impl Supervisor {
 
 /// Hands what a claim took to the workers: each run to the worker that
 /// finishes it, each job to start to the buffer.
-fn dispatch(s: &Arc<Shared>, buffer: &Sender<Claimed>, taken: Taken) {
+fn dispatch(s: &Arc<Pipe>, buffer: &Sender<Claimed>, taken: Taken) {
     for run in taken.runs {
         if let Err(e) = s.runs_tx.send(run) {
             // Nobody to receive it (never while the runtime runs).

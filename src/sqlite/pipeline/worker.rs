@@ -13,7 +13,8 @@ use crate::sqlite::claim::Claimed;
 use super::begin::begin_job;
 use super::finish::finish_job;
 use super::pending::Pending;
-use crate::runtime::{worker_name, Shared};
+use super::Pipe;
+use crate::driver::pipeline::worker_name;
 
 /// Most runs one worker keeps waiting for their commit while it goes on
 /// with the next job. Bounded so a stalled disk stops the worker instead of
@@ -22,12 +23,12 @@ pub(crate) const MAX_PIPELINE: usize = 64;
 
 /// A worker thread's body.
 pub(crate) fn worker_loop(
-    s: Arc<Shared>,
+    s: Arc<Pipe>,
     jobs: Receiver<Claimed>,
     runs: Receiver<Pending>,
-    stop: Receiver<()>,
     space: Sender<()>,
 ) {
+    let stop = s.stop.clone();
     Worker {
         s,
         jobs,
@@ -42,7 +43,7 @@ pub(crate) fn worker_loop(
 }
 
 struct Worker {
-    s: Arc<Shared>,
+    s: Arc<Pipe>,
     /// Claimed jobs to start.
     jobs: Receiver<Claimed>,
     /// Runs a claim started: only their end to see.

@@ -41,11 +41,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
+pub(crate) use crate::driver::reply::Sink;
 use crate::error::{Error, Result};
 use crate::sqlite::checkpoint::Checkpointer;
 use cycle::Core;
 use oneshot::OneShot;
-pub(crate) use op::Sink;
 use op::{Durability, Op, Reply};
 use sync::SyncMode;
 use watchdog::Watchdog;

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::op::Sink;
+use crate::driver::reply::Sink;
 
 /// A one-answer slot for a caller blocked in [`super::Writer::run`]. Its
 /// wait goes straight to the futex: a channel's receive spins and yields

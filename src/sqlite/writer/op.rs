@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
 use super::cycle::Cycle;
+use crate::driver::reply::Sink;
 use crate::error::{Error, Result};
 
 /// Called once the group's commit finished, with its result.
@@ -90,26 +91,6 @@ pub(crate) enum Durability {
     /// lost claim or start just means the job runs again; its work is still
     /// fenced by the ledger.
     Light,
-}
-
-/// Where an operation's answer goes: a channel (pipelined callers select
-/// over several), a [`super::oneshot::OneShot`] (a caller blocked on this
-/// one answer) or a [`crate::driver::reply::ReplyTx`] (an async caller's future).
-pub(crate) trait Sink<T>: Clone + Send + 'static {
-    /// Delivers the answer (each operation is answered once).
-    fn put(&self, v: T);
-}
-
-impl<T: Send + 'static> Sink<T> for Sender<T> {
-    fn put(&self, v: T) {
-        let _ = self.send(v);
-    }
-}
-
-impl<T: Send + 'static> Sink<T> for crate::driver::reply::ReplyTx<T> {
-    fn put(&self, v: T) {
-        crate::driver::reply::ReplyTx::put(self, v)
-    }
 }
 
 /// The body's success, and the reply that gives its caller `result` once

@@ -6,6 +6,7 @@
 //! handlers until the queue is idle or it is killed. The parent checks
 //! the invariants with plain SQL afterwards ([`check_invariants`]).
 
+use crate::backends::{Runtimes, TestBuilder};
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -13,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use litejob::{Backoff, Enqueued, NewJob, Outcome, Queue, QueueOptions, RuntimeBuilder};
+use litejob::admin::AnyQueue;
+use litejob::{Backoff, Enqueued, NewJob, Outcome, QueueOptions};
 use serde_json::{json, Value};
 
 use super::{Engine, TestQueue};
@@ -47,7 +49,7 @@ fn backend_child() {
     let _ = env_logger::builder()
         .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
         .try_init();
-    let queue = Queue::open_location(&db, QueueOptions::default()).expect("child: open");
+    let queue = AnyQueue::open_with(&db, QueueOptions::default()).expect("child: open");
     match env("LITEJOB_BCHILD_MODE").as_deref() {
         Some("enqueue") => enqueue_child(&queue),
         _ => work_child(&queue),
@@ -57,7 +59,7 @@ fn backend_child() {
 /// Waits for the start file, then enqueues `work` jobs with the keys
 /// `<prefix>-0 .. <prefix>-<n-1>`, one call each, in an order of its own;
 /// writes `key<TAB>new|dup<TAB>id` per answer to the answers file.
-fn enqueue_child(queue: &Queue) {
+fn enqueue_child(queue: &AnyQueue) {
     let go = PathBuf::from(env("LITEJOB_BCHILD_GO").expect("start file"));
     let prefix = env("LITEJOB_BCHILD_PREFIX").expect("prefix");
     let n = env_u64("LITEJOB_BCHILD_KEYS", 200);
@@ -113,7 +115,7 @@ pub struct Files {
 /// - `doomed`: writes its row, then discards itself: must end `dead` with
 ///   no row;
 /// - the `mail` effect records its call.
-pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) -> RuntimeBuilder {
+pub fn runtime(queue: &AnyQueue, files: &Files, lease: Duration, workers: usize) -> TestBuilder {
     let quick = Backoff::default()
         .with_base(Duration::from_millis(20))
         .with_max(Duration::from_millis(200))
@@ -139,9 +141,9 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
         files.starts.clone(),
     );
     let start = move |path: &Path, key: &str| append_line(path, key);
-    match Engine::of(queue) {
-        Engine::Sqlite => b
-            .handler_with_prepare(
+    match b {
+        TestBuilder::Sqlite(b) => TestBuilder::Sqlite(
+            b.handler_with_prepare(
                 "work",
                 move |ctx, _: Value| {
                     start(&s1, &ctx.key);
@@ -171,8 +173,9 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
                     Ok(Outcome::Discard("made to fail".into()))
                 },
             ),
-        Engine::Postgres => b
-            .pg_handler_with_prepare(
+        ),
+        TestBuilder::Postgres(b) => TestBuilder::Postgres(
+            b.handler_with_prepare(
                 "work",
                 move |ctx, _: Value| {
                     start(&s1, &ctx.key);
@@ -184,14 +187,14 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
                     Ok(Outcome::Done)
                 },
             )
-            .pg_handler("quick", move |tx, _: Value| {
+            .handler("quick", move |tx, _: Value| {
                 let key = tx.job().key.clone();
                 start(&s2, &key);
                 tx.execute("INSERT INTO effects (key) VALUES ($1)", &[&key])?;
                 tx.outbox("mail", &format!("mail:{key}"), &key)?;
                 Ok(Outcome::Done)
             })
-            .pg_handler_with_prepare(
+            .handler_with_prepare(
                 "doomed",
                 move |ctx, _: Value| {
                     start(&s3, &ctx.key);
@@ -202,6 +205,7 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
                     Ok(Outcome::Discard("made to fail".into()))
                 },
             ),
+        ),
     }
 }
 
@@ -211,7 +215,7 @@ pub const BUSY: &str = "SELECT (SELECT count(*) FROM jobs WHERE state IN ('queue
 
 /// Runs the handlers until the queue is idle (`LITEJOB_BCHILD_UNTIL=idle`)
 /// or forever (until killed).
-fn work_child(queue: &Queue) {
+fn work_child(queue: &AnyQueue) {
     let files = Files {
         starts: env("LITEJOB_BCHILD_STARTS").expect("starts").into(),
         effects: env("LITEJOB_BCHILD_EFFECTS").expect("effects").into(),
@@ -244,7 +248,7 @@ fn work_child(queue: &Queue) {
 
 /// [`BUSY`] on the database at `location`.
 fn busy(location: &str) -> i64 {
-    if litejob::is_postgres_url(location) {
+    if litejob::admin::is_postgres_url(location) {
         let mut c = litejob::pg::Client::connect(location, litejob::pg::NoTls).expect("connect");
         c.query_one(BUSY, &[]).expect("busy").get(0)
     } else {
@@ -485,7 +489,7 @@ pub fn check_invariants(env: &Env, enqueued: &[String]) -> Figures {
 
 /// Enqueues `n` jobs of `kind` with keys `<prefix>-<from..>` in one batch;
 /// returns the keys.
-pub fn enqueue_n(q: &Queue, kind: &str, prefix: &str, from: usize, n: usize) -> Vec<String> {
+pub fn enqueue_n(q: &AnyQueue, kind: &str, prefix: &str, from: usize, n: usize) -> Vec<String> {
     let keys: Vec<String> = (from..from + n).map(|i| format!("{prefix}-{i}")).collect();
     let jobs = keys
         .iter()

@@ -5,6 +5,7 @@
 //! database; what ran is read back from `attempts` and `jobs` with plain
 //! SQL.
 
+use crate::backends::{Runtimes, TestBuilder};
 use std::fs::OpenOptions;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -13,11 +14,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use litejob::admin::{AnyQueue, QueueLimits, Rate};
 use litejob::pg::{Client, NoTls};
-use litejob::{
-    Error, HandlerError, JobContext, NewJob, Outcome, Queue, QueueLimits, QueueOptions, Rate,
-    RuntimeBuilder,
-};
+use litejob::{Error, HandlerError, JobContext, NewJob, Outcome, QueueOptions};
 use serde_json::Value;
 
 use super::{Engine, TestQueue};
@@ -48,12 +47,12 @@ fn controls_child() {
     let _ = env_logger::builder()
         .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
         .try_init();
-    let engine = if litejob::is_postgres_url(&location) {
+    let engine = if litejob::admin::is_postgres_url(&location) {
         Engine::Postgres
     } else {
         Engine::Sqlite
     };
-    let q = Queue::open_location(&location, QueueOptions::default()).expect("child: open");
+    let q = AnyQueue::open_with(&location, QueueOptions::default()).expect("child: open");
     let _rt = slow_runtime(
         engine,
         &q,
@@ -79,11 +78,11 @@ fn controls_child() {
 /// (outside any transaction, workers in parallel) and applies nothing.
 fn slow_runtime(
     engine: Engine,
-    q: &Queue,
+    q: &AnyQueue,
     workers: usize,
     sleep: Duration,
     lease: Duration,
-) -> RuntimeBuilder {
+) -> TestBuilder {
     let b = q
         .runtime()
         .workers(workers)
@@ -100,10 +99,8 @@ fn slow_runtime(
         std::thread::sleep(sleep);
         Ok(())
     };
-    match engine {
-        Engine::Sqlite => b.handler_with_prepare("slow", prepare, |_tx, ()| Ok(Outcome::Done)),
-        Engine::Postgres => b.pg_handler_with_prepare("slow", prepare, |_tx, ()| Ok(Outcome::Done)),
-    }
+    let _ = engine;
+    b.handler_with_prepare("slow", prepare, |_tx, ()| Ok(Outcome::Done))
 }
 
 /// Child processes on the test's queue, killed on drop.
@@ -192,7 +189,7 @@ impl Drop for Children {
 }
 
 /// Enqueues `n` jobs of kind `slow` in `queue`, in one batch.
-fn enqueue(q: &Queue, queue: &str, n: usize) {
+fn enqueue(q: &AnyQueue, queue: &str, n: usize) {
     let jobs = (0..n)
         .map(|i| NewJob::new("slow", format!("{queue}-{i}"), &i).with_queue(queue))
         .collect();
@@ -325,7 +322,7 @@ both! {
     /// the cap is used: about 2 at a time.
     fn a_cap_holds_across_three_processes_with_four_workers_each(q) {
         let queue = q.open();
-        queue.set_queue_limits("capped", QueueLimits::new().concurrency(2)).unwrap();
+        queue.admin().set_queue_limits("capped", QueueLimits::new().concurrency(2)).unwrap();
         let kids = Children::spawn(q, 3, &[("SLEEP_MS", "120"), ("WORKERS", "4")]);
         let sampler = Sampler::start(
             q,
@@ -359,7 +356,7 @@ both! {
     fn a_rate_holds_in_every_window_across_two_processes(q) {
         let queue = q.open();
         let rate = Rate::new(20, Duration::from_secs(1)).unwrap();
-        queue.set_queue_limits("rated", QueueLimits::new().rate(rate)).unwrap();
+        queue.admin().set_queue_limits("rated", QueueLimits::new().rate(rate)).unwrap();
         let kids = Children::spawn(q, 2, &[("SLEEP_MS", "5"), ("WORKERS", "4")]);
         enqueue(&queue, "rated", 70);
         wait_succeeded(q, "rated", 70, Some(&kids));
@@ -439,7 +436,7 @@ both! {
     /// leases expire (another process then runs the queue's jobs).
     fn a_killed_processs_slots_come_back_when_its_leases_expire(q) {
         let queue = q.open();
-        queue.set_queue_limits("capped", QueueLimits::new().concurrency(2)).unwrap();
+        queue.admin().set_queue_limits("capped", QueueLimits::new().concurrency(2)).unwrap();
         let mut kids = Children::spawn(q, 1, &[("SLEEP_MS", "60000"), ("LEASE_MS", "1500")]);
         enqueue(&queue, "capped", 4);
         let running = "SELECT count(*) FROM jobs WHERE queue = 'capped' AND state = 'running'";
@@ -530,12 +527,11 @@ both! {
     /// `explain` says and `stats` shows.
     fn a_paused_queue_takes_enqueues_and_explain_says_why_its_job_waits(q) {
         let queue = q.open();
-        let e = queue.set_queue_limits("mail", QueueLimits::new().concurrency(0)).unwrap_err();
+        let e = queue.admin().set_queue_limits("mail", QueueLimits::new().concurrency(0)).unwrap_err();
         assert!(matches!(e, Error::InvalidInput(_)), "{e}");
         assert_eq!(q.count("SELECT count(*) FROM queues"), 0);
-        queue.pause_queue("mail").unwrap();
-        queue
-            .set_queue_limits("mail", QueueLimits::new().concurrency(2))
+        queue.admin().pause_queue("mail").unwrap();
+        queue.admin().set_queue_limits("mail", QueueLimits::new().concurrency(2))
             .unwrap();
         queue
             .enqueue(NewJob::new("slow", "evt_1", &1).with_queue("mail"))
@@ -544,7 +540,7 @@ both! {
             .start()
             .unwrap();
         std::thread::sleep(POLL * 4);
-        let e = queue.explain("evt_1").unwrap();
+        let e = queue.admin().explain("evt_1").unwrap();
         assert_eq!(e.job.as_ref().unwrap().state, litejob::JobState::Queued);
         let c = e.queue_control.expect("the queue's controls");
         assert!(c.paused && c.concurrency == Some(2));
@@ -554,15 +550,15 @@ both! {
         let v = json(q, &["explain", "evt_1"]);
         assert!(v["waiting"].as_str().unwrap().contains("paused"), "{v}");
         assert_eq!(v["queue_control"]["concurrency"], 2);
-        let s = queue.stats().unwrap();
+        let s = queue.admin().stats().unwrap();
         assert_eq!(s.queue_controls.len(), 1);
         assert_eq!((s.queue_controls[0].queued, s.queue_controls[0].paused), (1, true));
         let stats = String::from_utf8(litejob(q, &["stats"], 0).stdout).unwrap();
         assert!(stats.contains("mail paused; at most 2 running"), "{stats}");
         assert_eq!(json(q, &["stats"])["queue_controls"][0]["name"], "mail");
-        queue.resume_queue("mail").unwrap();
+        queue.admin().resume_queue("mail").unwrap();
         wait_succeeded(q, "mail", 1, None);
-        assert!(queue.explain("evt_1").unwrap().queue_control.is_some());
+        assert!(queue.admin().explain("evt_1").unwrap().queue_control.is_some());
         rt.stop();
     }
 }
@@ -586,10 +582,10 @@ both! {
             )),
         }
         let queue = q.open();
-        assert_eq!(queue.schema_version().unwrap(), litejob::SCHEMA_VERSION);
+        assert_eq!(queue.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
         assert!(queue.job_by_key("from-v2").unwrap().is_some());
-        queue.pause_queue("default").unwrap();
-        let all = queue.queue_controls().unwrap();
+        queue.admin().pause_queue("default").unwrap();
+        let all = queue.admin().queue_controls().unwrap();
         assert_eq!((all.len(), all[0].paused, all[0].queued), (1, true, 1));
     }
 }

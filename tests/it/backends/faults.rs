@@ -54,7 +54,7 @@ both! {
         }
         let out = litejob(q, &["jobs", "--json"]);
         assert_eq!(out.status.code(), Some(0), "{}", show(&["jobs"], &out));
-        assert_eq!(version(q), litejob::SCHEMA_VERSION);
+        assert_eq!(version(q), litejob::admin::SCHEMA_VERSION);
         assert_eq!(q.count("SELECT count(*) FROM jobs"), 0);
         let queue = q.open();
         assert!(!queue.enqueue(litejob::NewJob::new("mail", "k", &serde_json::json!({}))).unwrap().is_duplicate());
@@ -83,9 +83,9 @@ both! {
             let out = litejob(q, args);
             assert_eq!(out.status.code(), Some(1), "{}", show(args, &out));
             let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains("99") && err.contains(&format!("version {}", litejob::SCHEMA_VERSION)), "{args:?}: {err}");
+            assert!(err.contains("99") && err.contains(&format!("version {}", litejob::admin::SCHEMA_VERSION)), "{args:?}: {err}");
         }
-        let e = litejob::Queue::open_location(&q.location, Default::default()).unwrap_err();
+        let e = litejob::admin::AnyQueue::open_with(&q.location, Default::default()).unwrap_err();
         assert!(matches!(e, litejob::Error::SchemaTooNew { found: 99, .. }), "{e:?}");
         assert_eq!(version(q), 99);
         assert_eq!(picture(q), before, "the database changed");

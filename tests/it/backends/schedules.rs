@@ -2,6 +2,7 @@
 //! with its own queue handle) declaring the same schedule create each
 //! slot's job once, with no gap; `litejob schedules` lists it.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -15,7 +16,7 @@ both! {
     fn two_runtimes_declaring_one_schedule_fire_each_slot_once(q) {
         q.create_app_table();
         let (a, b) = (q.open(), q.open());
-        let start = |queue: &litejob::Queue| {
+        let start = |queue: &litejob::admin::AnyQueue| {
             app_handler(q.engine, queue.runtime(), "tick", done)
                 .schedule("every-second", "* * * * * *", "tick", &serde_json::json!({}))
                 .start()

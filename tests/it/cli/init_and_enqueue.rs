@@ -30,12 +30,12 @@ both! {
         };
         assert!(out.contains(&expected), "{out}");
         assert!(
-            out.contains(&format!("schema version {}", litejob::SCHEMA_VERSION)),
+            out.contains(&format!("schema version {}", litejob::admin::SCHEMA_VERSION)),
             "{out}"
         );
         // Again, on the existing queue, as JSON.
         let v = json_of(q, &["init"], 0);
-        assert_eq!(v["schema_version"], litejob::SCHEMA_VERSION);
+        assert_eq!(v["schema_version"], litejob::admin::SCHEMA_VERSION);
         assert_eq!(v["path"], expected);
     }
 }

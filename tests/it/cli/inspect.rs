@@ -121,7 +121,7 @@ both! {
         assert!(v["oldest_queued_age_ms"].as_i64().unwrap() >= 0);
         assert!(v["file_bytes"].as_u64().unwrap() > 0);
         assert!(v["wal_bytes"].is_u64());
-        assert_eq!(v["schema_version"], litejob::SCHEMA_VERSION);
+        assert_eq!(v["schema_version"], litejob::admin::SCHEMA_VERSION);
         assert_eq!(v["ledger_rows"], 0);
         let text = ok(q, &["stats"], 0);
         assert!(

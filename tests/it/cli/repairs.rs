@@ -3,6 +3,7 @@
 //! deletes old finished jobs and their attempts but keeps the ledger unless
 //! asked.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
 use litejob::{Backoff, Outcome};

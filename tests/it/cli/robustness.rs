@@ -3,6 +3,7 @@
 //! it was (on both backends: `backends::faults`), and every command works
 //! while workers run on the same queue.
 
+use crate::backends::Runtimes;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -76,7 +77,7 @@ fn a_newer_schema_is_refused_with_both_versions_and_the_file_left_unchanged() {
         vec!["stats", "--json"],
     ] {
         let e = stderr_of(&db, &args, 1);
-        let known = format!("version {}", litejob::SCHEMA_VERSION);
+        let known = format!("version {}", litejob::admin::SCHEMA_VERSION);
         assert!(e.contains("99") && e.contains(&known), "{args:?}: {e}");
     }
     assert_eq!(std::fs::read(&db.path).unwrap(), before, "the file changed");

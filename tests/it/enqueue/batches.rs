@@ -3,7 +3,8 @@
 //! a later chunk meeting a known key keeps the earlier chunks, and
 //! concurrent batches with overlapping keys make one job per key.
 
-use litejob::{Enqueued, NewJob, Queue, QueueOptions, Synchronous};
+use litejob::admin::AnyQueue;
+use litejob::{Enqueued, NewJob, QueueOptions, Synchronous};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -85,9 +86,9 @@ both! {
 /// the other the same jobs one by one.
 struct Pair<'a> {
     a: &'a TestQueue,
-    qa: Queue,
+    qa: AnyQueue,
     b: TestQueue,
-    qb: Queue,
+    qb: AnyQueue,
 }
 
 impl Pair<'_> {
@@ -174,7 +175,7 @@ fn batch_like_one_by_one(pair: &Pair<'_>, keys: &[String]) -> Result<(), TestCas
     prop_assert_eq!(job_rows(pair.a), job_rows(&pair.b));
     // And the next job takes the next id on both: a refused multi-row
     // insert spent none.
-    let next = |q: &Queue| q.enqueue(NewJob::new("k", "next", &json!({}))).unwrap();
+    let next = |q: &AnyQueue| q.enqueue(NewJob::new("k", "next", &json!({}))).unwrap();
     prop_assert_eq!(next(qa), next(qb));
     Ok(())
 }

@@ -4,9 +4,11 @@
 //! queue together make one job (processes racing on an existing queue:
 //! `backends::processes`).
 
+use crate::backends::Runtimes;
 use std::sync::Barrier;
 
-use litejob::{Enqueued, JobState, NewJob, Outcome, Queue};
+use litejob::admin::AnyQueue;
+use litejob::{Enqueued, JobState, NewJob, Outcome};
 use serde_json::json;
 
 use super::jobs;
@@ -170,7 +172,7 @@ both! {
     /// PostgreSQL): the same situation as separate processes, decided by
     /// the database instead of one handle's channel.
     fn eight_queues_on_one_database_enqueueing_one_key_make_one_job(q) {
-        let queues: Vec<Queue> = (0..4).map(|_| q.open()).collect();
+        let queues: Vec<AnyQueue> = (0..4).map(|_| q.open()).collect();
         let results: Vec<Enqueued> = at_once(8, |i| {
             queues[i % 4]
                 .enqueue(NewJob::new("k", "shared", &json!({})))
@@ -247,7 +249,7 @@ both! {
                 Engine::Sqlite => fresh.count("PRAGMA user_version"),
                 Engine::Postgres => fresh.count("SELECT max(version) FROM litejob_schema"),
             };
-            assert_eq!(version, litejob::SCHEMA_VERSION);
+            assert_eq!(version, litejob::admin::SCHEMA_VERSION);
         }
     }
 }

@@ -8,6 +8,7 @@
 //! sent before the queue is dropped still commits. On both backends (on
 //! PostgreSQL the transactional form is `pg_write_async`).
 
+use crate::backends::Runtimes;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -286,18 +287,18 @@ both! {
 /// `write_async` on a file, `pg_write_async` on PostgreSQL: `f`'s row in
 /// `app_rows` (the SQL is the engine's own) and its enqueues.
 fn write_async(
-    queue: &litejob::Queue,
+    queue: &litejob::admin::AnyQueue,
     row: &'static str,
     f: impl FnOnce(&mut dyn FnMut(NewJob) -> litejob::Result<Enqueued>) -> litejob::Result<i64>
         + Send
         + 'static,
 ) -> litejob::WriteFuture<i64> {
-    match queue.backend_kind() {
-        litejob::BackendKind::Sqlite => queue.write_async(move |tx| {
+    match queue.engine() {
+        litejob::admin::EngineKind::Sqlite => queue.file().write_async(move |tx| {
             tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [row])?;
             f(&mut |job| tx.enqueue(job))
         }),
-        litejob::BackendKind::Postgres => queue.pg_write_async(move |tx| {
+        litejob::admin::EngineKind::Postgres => queue.pg().write_async(move |tx| {
             tx.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&row])
                 .map_err(Error::Postgres)?;
             f(&mut |job| tx.enqueue(job))

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use litejob::{Enqueued, Error, NewJob, Queue, QueueOptions};
+use litejob::admin::AnyQueue;
+use litejob::{Enqueued, Error, NewJob, QueueOptions};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -13,7 +14,7 @@ use crate::backends::TestQueue;
 use crate::both;
 
 /// Asserts that `job` is refused as bad input naming `needle`, with nothing written.
-fn refused(queue: &Queue, q: &TestQueue, job: NewJob, needle: &str) {
+fn refused(queue: &AnyQueue, q: &TestQueue, job: NewJob, needle: &str) {
     let before = jobs(q);
     let err = queue.enqueue(job).unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");

@@ -2,6 +2,7 @@
 //! retries, a kind's default retries), and the smaller priority runs first
 //! while future jobs wait.
 
+use crate::backends::Runtimes;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -3,7 +3,9 @@
 //! (`pg_enqueue_in`) commits or rolls back with the application's own
 //! transaction (a duplicate's delivery too).
 
-use litejob::{Enqueued, Error, NewJob, Queue};
+use crate::backends::Runtimes;
+use litejob::admin::AnyQueue;
+use litejob::{Enqueued, Error, NewJob};
 use serde_json::json;
 
 use super::jobs;
@@ -13,7 +15,7 @@ use crate::both;
 /// `Queue::write` on a file, `Queue::pg_write` on PostgreSQL: inserts
 /// `note` into `app_rows`, then enqueues what `f` gives it.
 fn write<R>(
-    queue: &Queue,
+    queue: &AnyQueue,
     note: &'static str,
     f: impl FnOnce(&mut dyn FnMut(NewJob) -> litejob::Result<Enqueued>) -> litejob::Result<R>
         + Send
@@ -22,12 +24,12 @@ fn write<R>(
 where
     R: Send + 'static,
 {
-    match queue.backend_kind() {
-        litejob::BackendKind::Sqlite => queue.write(move |tx| {
+    match queue.engine() {
+        litejob::admin::EngineKind::Sqlite => queue.file().write(move |tx| {
             tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [note])?;
             f(&mut |job| tx.enqueue(job))
         }),
-        litejob::BackendKind::Postgres => queue.pg_write(move |tx| {
+        litejob::admin::EngineKind::Postgres => queue.pg().write(move |tx| {
             tx.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&note])
                 .map_err(Error::Postgres)?;
             f(&mut |job| tx.enqueue(job))
@@ -80,7 +82,7 @@ trait OwnTx {
     /// Inserts `note` into `app_rows`.
     fn insert(&mut self, note: &str);
     /// `enqueue_in` on a file, `pg_enqueue_in` on PostgreSQL.
-    fn enqueue_in(&mut self, queue: &Queue, job: &NewJob) -> litejob::Result<Enqueued>;
+    fn enqueue_in(&mut self, queue: &AnyQueue, job: &NewJob) -> litejob::Result<Enqueued>;
 }
 
 impl OwnTx for rusqlite::Transaction<'_> {
@@ -88,8 +90,8 @@ impl OwnTx for rusqlite::Transaction<'_> {
         self.execute("INSERT INTO app_rows (key) VALUES (?1)", [note])
             .unwrap();
     }
-    fn enqueue_in(&mut self, queue: &Queue, job: &NewJob) -> litejob::Result<Enqueued> {
-        queue.enqueue_in(self, job)
+    fn enqueue_in(&mut self, queue: &AnyQueue, job: &NewJob) -> litejob::Result<Enqueued> {
+        queue.file().enqueue_in(self, job)
     }
 }
 
@@ -98,15 +100,15 @@ impl OwnTx for litejob::pg::Transaction<'_> {
         self.execute("INSERT INTO app_rows (key) VALUES ($1)", &[&note])
             .unwrap();
     }
-    fn enqueue_in(&mut self, queue: &Queue, job: &NewJob) -> litejob::Result<Enqueued> {
-        queue.pg_enqueue_in(self, job)
+    fn enqueue_in(&mut self, queue: &AnyQueue, job: &NewJob) -> litejob::Result<Enqueued> {
+        queue.pg().enqueue_in(self, job)
     }
 }
 
 impl Own {
-    fn open(q: &TestQueue, queue: &Queue) -> Own {
+    fn open(q: &TestQueue, queue: &AnyQueue) -> Own {
         match q.engine {
-            Engine::Sqlite => Own::Sqlite(queue.connect().unwrap()),
+            Engine::Sqlite => Own::Sqlite(queue.file().connect().unwrap()),
             Engine::Postgres => Own::Postgres(
                 litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap(),
             ),
@@ -118,7 +120,7 @@ impl Own {
     fn transaction(&mut self, commit: bool, f: impl FnOnce(&mut dyn OwnTx)) {
         match self {
             Own::Sqlite(c) => {
-                let mut tx = litejob::immediate(c).unwrap();
+                let mut tx = litejob::sqlite::immediate(c).unwrap();
                 f(&mut tx);
                 if commit { tx.commit() } else { tx.rollback() }.unwrap();
             }

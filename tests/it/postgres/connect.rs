@@ -70,7 +70,11 @@ fn a_refused_password_names_the_login_and_not_the_password() {
     refused(&wrong, 1, "refused the login", "Wr0ngPassw0rd");
     let err = String::from_utf8_lossy(&litejob(&wrong, &["jobs"]).stderr).into_owned();
     assert!(err.contains("\"litejob\""), "the login is named: {err}");
-    let e = litejob::Queue::open_postgres(&wrong).unwrap_err();
+    let e = litejob::Queue::<litejob::postgres::Postgres>::open_with(
+        wrong.as_str(),
+        litejob::QueueOptions::default(),
+    )
+    .unwrap_err();
     assert!(!e.is_transient(), "a refused login is not retried: {e:?}");
 }
 
@@ -93,7 +97,11 @@ fn a_server_out_of_reach_is_a_transient_failure() {
         closed_port()
     );
     refused(&url, 1, "cannot reach the database server", "s3cret");
-    let e = litejob::Queue::open_postgres(&url).unwrap_err();
+    let e = litejob::Queue::<litejob::postgres::Postgres>::open_with(
+        url.as_str(),
+        litejob::QueueOptions::default(),
+    )
+    .unwrap_err();
     assert!(e.is_transient(), "{e:?}");
     assert!(matches!(e, litejob::Error::Connection(_)), "{e:?}");
 }

@@ -4,6 +4,7 @@
 //! process share their inserts); a deadlock the server breaks by rolling
 //! an enqueue back is retried, not handed to the caller.
 
+use crate::backends::Runtimes;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ fn a_key_held_by_an_open_transaction_holds_up_only_its_own_producers() {
     let holder = {
         let queue = queue.clone();
         std::thread::spawn(move || {
-            queue.pg_write(|tx| {
+            queue.pg().write(|tx| {
                 let id = tx
                     .enqueue(NewJob::new("k", "held", &json!({"by": "app"})))?
                     .id();
@@ -42,7 +43,7 @@ fn a_key_held_by_an_open_transaction_holds_up_only_its_own_producers() {
     };
     holding.recv_timeout(Duration::from_secs(30)).unwrap();
     let barrier = Arc::new(Barrier::new(12));
-    let free = |queue: &litejob::Queue, t: usize, n: usize| {
+    let free = |queue: &litejob::admin::AnyQueue, t: usize, n: usize| {
         (0..n)
             .map(|i| {
                 queue
@@ -104,7 +105,7 @@ fn a_batch_enqueue_rolled_back_to_break_a_deadlock_is_retried() {
     let app = {
         let queue = queue.clone();
         std::thread::spawn(move || {
-            queue.pg_write(|tx| {
+            queue.pg().write(|tx| {
                 tx.enqueue(NewJob::new("k", "a", &json!({})))?;
                 holding_tx.send(()).unwrap();
                 go.recv_timeout(Duration::from_secs(30)).unwrap();

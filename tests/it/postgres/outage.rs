@@ -5,12 +5,13 @@
 //! counts twice, enqueues during the outage fail with a transient error
 //! that says the server is out of reach, and succeed again after it.
 
+use crate::backends::Runtimes;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use litejob::{NewJob, Queue, QueueOptions};
+use litejob::{NewJob, QueueOptions};
 use serde_json::json;
 
 use super::pg;
@@ -85,7 +86,7 @@ fn the_server_going_away_mid_run_pauses_the_workers_and_loses_nothing() {
     // A short busy timeout, so an enqueue during the outage gives up
     // within it instead of waiting for the server.
     let opts = QueueOptions::default().with_busy_timeout(Duration::from_millis(500));
-    let queue = Queue::open_location(&proxy.url(&q.location), opts).unwrap();
+    let queue = litejob::admin::AnyQueue::open_with(proxy.url(&q.location), opts).unwrap();
     let mut rt = crate::backends::app_handler(
         Engine::Postgres,
         queue
@@ -200,7 +201,9 @@ fn a_claim_whose_answer_was_lost_is_given_back_uncharged_at_once() {
     q.create_app_table();
     drop(q.open());
     let proxy = Proxy::start(&upstream(&q.location));
-    let queue = Queue::open_location(&proxy.url(&q.location), QueueOptions::default()).unwrap();
+    let queue =
+        litejob::admin::AnyQueue::open_with(proxy.url(&q.location), QueueOptions::default())
+            .unwrap();
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let c2 = calls.clone();
     let mut rt = crate::backends::app_handler(

@@ -3,10 +3,11 @@
 //! before its poll would; behind a pooler that drops notifications (the
 //! proxy drops every NotificationResponse) the poll still finds it.
 
+use crate::backends::Runtimes;
 use std::process::Command;
 use std::time::Duration;
 
-use litejob::{JobState, Queue, QueueOptions};
+use litejob::{JobState, QueueOptions};
 
 use super::pg;
 use super::proxy::Proxy;
@@ -29,14 +30,18 @@ pub fn with_param(url: &str, param: &str) -> String {
 /// A runtime through `proxy` polling every `poll`, started and listening:
 /// the listener's connection has sent its `LISTEN`, and the wake-up it
 /// gives itself on connecting has been spent.
-fn idle_runtime(q: &TestQueue, proxy: &Proxy, poll: Duration) -> (Queue, litejob::Runtime) {
+fn idle_runtime(
+    q: &TestQueue,
+    proxy: &Proxy,
+    poll: Duration,
+) -> (litejob::admin::AnyQueue, litejob::Runtime) {
     let name = format!(
         "wake_{}_{}",
         std::process::id(),
         crate::support::now_ms() % 1_000_000
     );
     let url = with_param(&proxy.url(&q.location), &format!("application_name={name}"));
-    let queue = Queue::open_location(&url, QueueOptions::default()).unwrap();
+    let queue = litejob::admin::AnyQueue::open_with(&url, QueueOptions::default()).unwrap();
     let rt = app_handler(
         Engine::Postgres,
         queue.runtime().workers(1).poll_interval(poll),
@@ -66,7 +71,7 @@ fn enqueue_elsewhere(q: &TestQueue, key: &str) {
     assert_eq!(out.status.code(), Some(0), "{}", show(&args, &out));
 }
 
-fn succeeded(queue: &Queue, key: &str) -> bool {
+fn succeeded(queue: &litejob::admin::AnyQueue, key: &str) -> bool {
     queue
         .job_by_key(key)
         .unwrap()

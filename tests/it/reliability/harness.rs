@@ -126,7 +126,10 @@ pub fn runtime(queue: &Queue, h: &Handlers) -> RuntimeBuilder {
         })
 }
 
-fn apply_work(tx: &mut litejob::JobTx<'_>, key: String) -> Result<Outcome, litejob::HandlerError> {
+fn apply_work(
+    tx: &mut litejob::sqlite::JobTx<'_>,
+    key: String,
+) -> Result<Outcome, litejob::HandlerError> {
     tx.execute("INSERT INTO effects (key) VALUES (?1)", [&key])?;
     tx.outbox("mail", &format!("mail:{key}"), &key)?;
     Ok(Outcome::Done)

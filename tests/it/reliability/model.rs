@@ -64,7 +64,7 @@ fn start(q: &Queue) -> litejob::Runtime {
         .with_base(Duration::ZERO)
         .with_max(Duration::ZERO)
         .with_jitter(0.0);
-    let effect = |tx: &litejob::JobTx<'_>| -> rusqlite::Result<usize> {
+    let effect = |tx: &litejob::sqlite::JobTx<'_>| -> rusqlite::Result<usize> {
         tx.execute("INSERT INTO effects (key) VALUES (?1)", [&tx.job().key])
     };
     q.runtime()

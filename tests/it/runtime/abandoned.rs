@@ -1,6 +1,7 @@
 //! Runs of a process that died: abandoned, not charged, and run again; the
 //! third abandoned run (or the configured number) makes a poison pill dead.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
 use litejob::{AttemptOutcome, JobState, Outcome};

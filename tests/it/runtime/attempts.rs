@@ -1,6 +1,7 @@
 //! The attempt history: one row per run with its job, number, key, worker
 //! thread, outcome and times, and an error capped at the stored limit.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
 use litejob::{AttemptOutcome, JobState, Outcome};
@@ -53,11 +54,11 @@ both! {
             let f = a.finished_at.unwrap();
             assert!(t0 <= a.started_at && a.started_at <= f && f <= t1);
             let e = a.error.as_deref().unwrap();
-            assert!(e.len() <= litejob::MAX_ERROR_BYTES, "{}", e.len());
+            assert!(e.len() <= litejob::admin::MAX_ERROR_BYTES, "{}", e.len());
             assert!(e.starts_with("ééé"));
         }
         let j = queue.job(huge).unwrap().unwrap();
-        assert!(j.last_error.unwrap().len() <= litejob::MAX_ERROR_BYTES);
+        assert!(j.last_error.unwrap().len() <= litejob::admin::MAX_ERROR_BYTES);
         let a = queue.attempts(fine).unwrap();
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].outcome, AttemptOutcome::Succeeded);

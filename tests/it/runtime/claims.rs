@@ -3,6 +3,7 @@
 //! the attempt history names them, and stopping twice (or only dropping) is
 //! harmless.
 
+use crate::backends::Runtimes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! `duplicate` and its SQL is not applied; an enqueue of a running job's key
 //! only counts a delivery.
 
+use crate::backends::Runtimes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 //! be taken over while its transaction is open; that run cannot complete
 //! either.
 
+use crate::backends::Runtimes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,7 @@
 //! and even with its own savepoints left open, leaves neither its SQL nor a
 //! ledger row, while the runs committed beside it keep theirs.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
 use litejob::{AttemptOutcome, JobState, NewJob, Outcome};

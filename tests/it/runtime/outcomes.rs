@@ -3,9 +3,11 @@
 //! history and retried or made dead as its retries allow; only successful
 //! runs commit their SQL, and the workers survive the panics.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
-use litejob::{AttemptOutcome, JobState, NewJob, Outcome, Queue, Runtime};
+use litejob::admin::AnyQueue;
+use litejob::{AttemptOutcome, JobState, NewJob, Outcome, Runtime};
 use serde_json::{json, Value};
 
 use super::{check_no_open_transaction, enqueue, outcomes};
@@ -14,7 +16,7 @@ use crate::both;
 use crate::support::{tiny_backoff, wait_state};
 
 /// A runtime whose handler behaves per key prefix.
-fn behaving_runtime(q: &Queue, workers: usize) -> Runtime {
+fn behaving_runtime(q: &AnyQueue, workers: usize) -> Runtime {
     let b = q
         .runtime()
         .workers(workers)

@@ -2,6 +2,7 @@
 //! parallel; on both backends a worker stuck in it does not hold up the
 //! apply-only jobs of other kinds.
 
+use crate::backends::Runtimes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! running after it, and the jobs claimed with it, are released uncharged,
 //! the late handler is fenced off and a new runtime runs them once.
 
+use crate::backends::Runtimes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

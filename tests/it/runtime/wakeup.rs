@@ -3,9 +3,11 @@
 //! without polling, every runtime of a queue is woken, and work written by
 //! another connection is found by polling.
 
+use crate::backends::Runtimes;
 use std::time::Duration;
 
-use litejob::{JobState, NewJob, Outcome, Queue};
+use litejob::admin::AnyQueue;
+use litejob::{JobState, NewJob, Outcome};
 use serde_json::{json, Value};
 
 use super::enqueue;
@@ -15,20 +17,20 @@ use crate::support::{now_ms, wait_state};
 
 /// Enqueues `key` in a transaction of the application's own (`enqueue_in`
 /// on a file, `pg_enqueue_in` on PostgreSQL), commits and notifies.
-fn enqueue_in_own_transaction(q: &TestQueue, queue: &Queue, key: &str) -> i64 {
+fn enqueue_in_own_transaction(q: &TestQueue, queue: &AnyQueue, key: &str) -> i64 {
     let job = NewJob::new("k", key, &json!({}));
     let id = match q.engine {
         Engine::Sqlite => {
-            let mut conn = queue.connect().unwrap();
-            let t = litejob::immediate(&mut conn).unwrap();
-            let id = queue.enqueue_in(&t, &job).unwrap().id();
+            let mut conn = queue.file().connect().unwrap();
+            let t = litejob::sqlite::immediate(&mut conn).unwrap();
+            let id = queue.file().enqueue_in(&t, &job).unwrap().id();
             t.commit().unwrap();
             id
         }
         Engine::Postgres => {
             let mut c = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
             let mut t = c.transaction().unwrap();
-            let id = queue.pg_enqueue_in(&mut t, &job).unwrap().id();
+            let id = queue.pg().enqueue_in(&mut t, &job).unwrap().id();
             t.commit().unwrap();
             id
         }
@@ -39,11 +41,15 @@ fn enqueue_in_own_transaction(q: &TestQueue, queue: &Queue, key: &str) -> i64 {
 
 /// A transactional write of the queue's (`write`, `pg_write`) enqueueing
 /// `key`.
-fn enqueue_in_write(queue: &Queue, key: &'static str) -> i64 {
+fn enqueue_in_write(queue: &AnyQueue, key: &'static str) -> i64 {
     let job = NewJob::new("k", key, &json!({}));
-    match queue.backend_kind() {
-        litejob::BackendKind::Sqlite => queue.write(move |tx| Ok(tx.enqueue(job)?.id())),
-        litejob::BackendKind::Postgres => queue.pg_write(move |tx| Ok(tx.enqueue(job)?.id())),
+    match queue.engine() {
+        litejob::admin::EngineKind::Sqlite => {
+            queue.file().write(move |tx| Ok(tx.enqueue(job)?.id()))
+        }
+        litejob::admin::EngineKind::Postgres => {
+            queue.pg().write(move |tx| Ok(tx.enqueue(job)?.id()))
+        }
     }
     .unwrap()
 }

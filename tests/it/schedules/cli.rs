@@ -100,7 +100,7 @@ fn explain_answers_for_a_slots_key() {
         .with_catch_up(CatchUp::Window(Duration::from_secs(100 * 366 * 86_400)));
     let mut rt = ticking(&q).schedule_with(digest.clone()).start().unwrap();
     rt.stop();
-    let next = q.schedules().unwrap()[0].next_slot_at.unwrap();
+    let next = q.admin().schedules().unwrap()[0].next_slot_at.unwrap();
     stopped_earlier(&q, "digest", next - slot);
     let mut rt = ticking(&q).schedule_with(digest).start().unwrap();
     wait_all_succeeded(&q);

@@ -125,7 +125,7 @@ fn a_new_declaration_of_a_name_replaces_its_row_and_keeps_its_slots() {
     let mut rt = ticking(&q).schedule_with(first.clone()).start().unwrap();
     wait_until("a slot fired", LONG, || !slots_of(&q, "digest").is_empty());
     rt.stop();
-    let before = q.schedules().unwrap().remove(0);
+    let before = q.admin().schedules().unwrap().remove(0);
     assert_eq!(
         (before.cron.as_str(), before.kind.as_str()),
         ("* * * * * *", "tick")
@@ -143,7 +143,7 @@ fn a_new_declaration_of_a_name_replaces_its_row_and_keeps_its_slots() {
         .start()
         .unwrap();
     rt.stop();
-    let rows = q.schedules().unwrap();
+    let rows = q.admin().schedules().unwrap();
     assert_eq!(rows.len(), 1);
     let after = &rows[0];
     assert_eq!(
@@ -166,7 +166,7 @@ fn a_new_declaration_of_a_name_replaces_its_row_and_keeps_its_slots() {
     // The first declaration started again: the last start wins again.
     let mut rt = ticking(&q).schedule_with(first).start().unwrap();
     rt.stop();
-    let again = q.schedules().unwrap().remove(0);
+    let again = q.admin().schedules().unwrap().remove(0);
     assert_eq!(
         (again.cron.as_str(), again.kind.as_str(), again.tz.as_str()),
         ("* * * * * *", "tick", "UTC")

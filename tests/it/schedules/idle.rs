@@ -27,7 +27,7 @@ fn a_scheduler_with_no_slot_due_writes_nothing() {
         .schedule("new-year", "0 0 1 1 *", "tick", &json!({}))
         .start()
         .unwrap();
-    let next = q.schedules().unwrap()[0].next_slot_at.unwrap();
+    let next = q.admin().schedules().unwrap()[0].next_slot_at.unwrap();
     let watcher = db.sql();
     let before = data_version(&watcher);
     std::thread::sleep(Duration::from_millis(2500));

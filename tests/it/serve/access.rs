@@ -5,9 +5,11 @@
 //! file stays byte for byte the same, a database's tables row for row,
 //! and a write through the read-only queue is refused before it is sent.
 
+use crate::backends::Runtimes;
 use std::path::Path;
 
-use litejob::{Error, NewJob, Queue, QueueLimits, QueueOptions};
+use litejob::admin::{AnyQueue, QueueLimits};
+use litejob::{Error, NewJob, Queue, QueueOptions};
 
 use super::{between, Server};
 use crate::backends::{Engine, TestQueue};
@@ -202,8 +204,7 @@ both! {
                 .unwrap();
         }
         // A queue with a control and no job yet has a row, and a button.
-        queue
-            .set_queue_limits("api", QueueLimits::new().concurrency(2))
+        queue.admin().set_queue_limits("api", QueueLimits::new().concurrency(2))
             .unwrap();
         drop(queue);
         let s = Server::on(&q.location, &["--allow-actions"]);
@@ -286,7 +287,7 @@ fn mail_and_held(q: &TestQueue) -> Vec<String> {
     queue
         .enqueue(NewJob::new("k", "m1", &1).with_queue("mail"))
         .unwrap();
-    queue.pause_queue("held").unwrap();
+    queue.admin().pause_queue("held").unwrap();
     queue_rows(q)
 }
 
@@ -428,22 +429,29 @@ fn a_read_only_queue_refuses_every_write_and_reads_beside_a_writer() {
     let db = TestDb::new();
     let missing = db.dir.path().join("missing.db");
     assert!(matches!(
-        Queue::open_read_only(&missing),
+        Queue::<litejob::sqlite::Sqlite>::open_with(
+            &missing,
+            QueueOptions::default().with_read_only(true)
+        ),
         Err(Error::Open(_))
     ));
     assert!(!missing.exists());
     std::fs::write(db.dir.path().join("plain.db"), b"").unwrap();
-    assert!(Queue::open_read_only(db.dir.path().join("plain.db")).is_err());
+    assert!(Queue::<litejob::sqlite::Sqlite>::open_with(
+        db.dir.path().join("plain.db"),
+        QueueOptions::default().with_read_only(true)
+    )
+    .is_err());
 
     let writer = db.open();
     writer.enqueue(NewJob::new("k", "first", &1)).unwrap();
-    let ro = Queue::open_read_only(&db.path).unwrap();
+    let ro = Queue::open_with(&db.path, QueueOptions::default().with_read_only(true)).unwrap();
     assert!(ro.is_read_only());
     assert!(matches!(
         ro.enqueue(NewJob::new("k", "x", &1)),
         Err(Error::ReadOnly(_))
     ));
-    assert!(matches!(ro.retry_job(1), Err(Error::ReadOnly(_))));
+    assert!(matches!(ro.admin().retry_job(1), Err(Error::ReadOnly(_))));
     assert!(matches!(ro.runtime().start(), Err(Error::ReadOnly(_))));
     assert!(matches!(ro.connect(), Err(Error::ReadOnly(_))));
     // Another connection holds the write lock: reads go on, never waiting.
@@ -453,8 +461,8 @@ fn a_read_only_queue_refuses_every_write_and_reads_beside_a_writer() {
         .unwrap();
     tx.execute("UPDATE jobs SET priority = 1", []).unwrap();
     let t0 = std::time::Instant::now();
-    assert_eq!(ro.stats().unwrap().jobs.total, 1);
-    ro.metrics().unwrap();
+    assert_eq!(ro.admin().stats().unwrap().jobs.total, 1);
+    ro.admin().metrics().unwrap();
     assert!(
         t0.elapsed() < std::time::Duration::from_secs(20),
         "a read waited for the lock"
@@ -464,7 +472,7 @@ fn a_read_only_queue_refuses_every_write_and_reads_beside_a_writer() {
     let child = litejob(&db.path, &["enqueue", "k", "--key", "from-another-process"]);
     assert!(child.status.success(), "{}", show(&["enqueue"], &child));
     assert!(ro.job_by_key("from-another-process").unwrap().is_some());
-    assert_eq!(ro.stats().unwrap().jobs.total, 2);
+    assert_eq!(ro.admin().stats().unwrap().jobs.total, 2);
 }
 
 /// Every row of litejob's tables, and which tables the schema holds: what
@@ -619,24 +627,24 @@ fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
     let opts = QueueOptions::default;
     // No tables: refused, and none are created.
     let empty = fingerprint(&q);
-    let e = Queue::open_location_read_only(&q.location, opts()).unwrap_err();
+    let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
     assert!(matches!(e, Error::NotADatabase(_)), "{e}");
     assert_eq!(fingerprint(&q), empty);
     let dead = repairable(&q);
     // Another version of the tables: refused untouched, newer or older.
     q.exec("UPDATE litejob_schema SET version = 99");
-    let e = Queue::open_location_read_only(&q.location, opts()).unwrap_err();
+    let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
     assert!(matches!(e, Error::SchemaTooNew { found: 99, .. }), "{e}");
     q.exec("UPDATE litejob_schema SET version = 1");
-    let e = Queue::open_location_read_only(&q.location, opts()).unwrap_err();
+    let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
     assert!(matches!(&e, Error::Open(m) if m.contains("older")), "{e}");
     q.exec(&format!(
         "UPDATE litejob_schema SET version = {}",
-        litejob::SCHEMA_VERSION
+        litejob::admin::SCHEMA_VERSION
     ));
     let before = fingerprint(&q);
 
-    let ro = Queue::open_location_read_only(&q.location, opts()).unwrap();
+    let ro = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap();
     assert!(ro.is_read_only());
     let outbox = q.count("SELECT id FROM outbox");
     let refused = |what: &str, r: litejob::Result<()>| match r {
@@ -648,17 +656,20 @@ fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
         "enqueue_many",
         ro.enqueue_many(vec![NewJob::new("k", "y", &1)]).map(drop),
     );
-    refused("retry_job", ro.retry_job(dead));
-    refused("cancel_job", ro.cancel_job(dead + 1));
-    refused("retry_outbox", ro.retry_outbox(outbox));
+    refused("retry_job", ro.admin().retry_job(dead));
+    refused("cancel_job", ro.admin().cancel_job(dead + 1));
+    refused("retry_outbox", ro.admin().retry_outbox(outbox));
     refused(
         "prune",
-        ro.prune(&litejob::PruneOptions::new(std::time::Duration::ZERO))
+        ro.admin()
+            .prune(&litejob::admin::PruneOptions::new(
+                std::time::Duration::ZERO,
+            ))
             .map(drop),
     );
     refused(
-        "pg_write",
-        ro.pg_write(|tx| {
+        "write",
+        ro.pg().write(|tx| {
             tx.execute("DELETE FROM jobs", &[])
                 .map_err(|e| Error::Internal(e.to_string()))?;
             Ok(())
@@ -669,8 +680,9 @@ fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
     let mut app = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
     let mut tx = app.transaction().unwrap();
     refused(
-        "pg_enqueue_in",
-        ro.pg_enqueue_in(&mut tx, &NewJob::new("k", "z", &1))
+        "enqueue_in",
+        ro.pg()
+            .enqueue_in(&mut tx, &NewJob::new("k", "z", &1))
             .map(drop),
     );
     tx.commit().unwrap();
@@ -683,18 +695,18 @@ fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
             .map(drop),
     );
     refused(
-        "pg_write_async",
-        rt.block_on(ro.pg_write_async(|_tx| Ok(()))),
+        "write_async",
+        rt.block_on(ro.pg().write_async(|_tx| Ok(()))),
     );
     let started = ro
         .runtime()
-        .pg_handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+        .handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
         .schedule("every-second", "* * * * * *", "k", &1)
         .start();
     refused("runtime", started.map(drop));
     let started = ro
         .runtime()
-        .pg_handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+        .handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
         .start();
     refused("runtime without schedules", started.map(drop));
     assert_eq!(
@@ -709,10 +721,11 @@ fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
         .enqueue(NewJob::new("k", "from-a-writer", &1))
         .unwrap();
     assert!(ro.job_by_key("from-a-writer").unwrap().is_some());
-    assert_eq!(ro.stats().unwrap().jobs.total, 3);
+    assert_eq!(ro.admin().stats().unwrap().jobs.total, 3);
     assert!(ro
+        .admin()
         .metrics()
         .unwrap()
         .contains("litejob_jobs{queue=\"default\",kind=\"k\",state=\"queued\"} 2"));
-    assert_eq!(ro.schedules().unwrap().len(), 1);
+    assert_eq!(ro.admin().schedules().unwrap().len(), 1);
 }

@@ -6,11 +6,12 @@
 //! (`<target>/tmp/serve-screenshots/<engine>-<page>.png`). Under `CI` a
 //! missing browser fails.
 
+use crate::backends::{Runtimes, TestBuilder};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use litejob::{NewJob, Outcome, RuntimeBuilder};
+use litejob::{NewJob, Outcome};
 use serde_json::Value;
 
 use super::Server;
@@ -74,34 +75,19 @@ fn shots() -> PathBuf {
 
 /// The handlers of the browser's queue, for `engine`: payments write an
 /// outbox row, some digests are discarded, ticks (a schedule's) succeed.
-fn handlers(engine: Engine, b: RuntimeBuilder) -> RuntimeBuilder {
+fn handlers(_engine: Engine, b: TestBuilder) -> TestBuilder {
     let discard = |v: &Value| v["n"].as_i64().unwrap() % 4 == 1;
-    match engine {
-        Engine::Sqlite => b
-            .handler("payment.succeeded", |tx, v: Value| {
-                tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
-                Ok(Outcome::Done)
-            })
-            .handler("send_digest", move |_tx, v: Value| {
-                if discard(&v) {
-                    return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
-                }
-                Ok(Outcome::Done)
-            })
-            .handler("tick", |_tx, _v: Value| Ok(Outcome::Done)),
-        Engine::Postgres => b
-            .pg_handler("payment.succeeded", |tx, v: Value| {
-                tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
-                Ok(Outcome::Done)
-            })
-            .pg_handler("send_digest", move |_tx, v: Value| {
-                if discard(&v) {
-                    return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
-                }
-                Ok(Outcome::Done)
-            })
-            .pg_handler("tick", |_tx, _v: Value| Ok(Outcome::Done)),
-    }
+    b.handler("payment.succeeded", |tx, v: Value| {
+        tx.outbox("send_receipt", &format!("receipt:{}", v["n"]), &v["n"])?;
+        Ok(Outcome::Done)
+    })
+    .handler("send_digest", move |_tx, v: Value| {
+        if discard(&v) {
+            return Ok(Outcome::Discard("smtp 451: mailbox <busy>".into()));
+        }
+        Ok(Outcome::Done)
+    })
+    .handler("tick", |_tx, _v: Value| Ok(Outcome::Done))
 }
 
 both! {

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use litejob::{NewJob, Queue, QueueOptions};
+use litejob::admin::AnyQueue;
+use litejob::{NewJob, QueueOptions};
 
 use super::Server;
 use crate::backends::{Engine, TestQueue};
@@ -253,8 +254,8 @@ both! {
             .is_some());
         }
         // An application gets the same families from the library.
-        let ro = Queue::open_location_read_only(&q.location, QueueOptions::default()).unwrap();
-        let lib = parse(&ro.metrics().unwrap());
+        let ro = AnyQueue::open_with(&q.location, QueueOptions::default().with_read_only(true)).unwrap();
+        let lib = parse(&ro.admin().metrics().unwrap());
         let names = |v: &[Sample]| {
             v.iter()
                 .map(|s| s.name.clone())

@@ -5,10 +5,11 @@
 //! everything from the database is shown as text, and bad requests get
 //! their status.
 
+use crate::backends::{Runtimes, TestBuilder};
 use std::path::Path;
 use std::time::Duration;
 
-use litejob::{JobState, NewJob, Outcome, RuntimeBuilder};
+use litejob::{JobState, NewJob, Outcome};
 use serde_json::Value;
 
 use super::{between, numbers, strip_tags, Server};
@@ -81,14 +82,12 @@ both! {
     fn the_overview_shows_each_queues_controls(q) {
     mixed_queue(q);
     let queue = q.open();
-    queue.pause_queue("mail").unwrap();
-    queue
-        .set_queue_limits("billing", litejob::QueueLimits::new().concurrency(2))
+    queue.admin().pause_queue("mail").unwrap();
+    queue.admin().set_queue_limits("billing", litejob::admin::QueueLimits::new().concurrency(2))
         .unwrap();
     // A control may come before a queue's first job: the queue has a row.
-    let rate = litejob::Rate::new(100, std::time::Duration::from_secs(60)).unwrap();
-    queue
-        .set_queue_limits("api", litejob::QueueLimits::new().rate(rate))
+    let rate = litejob::admin::Rate::new(100, std::time::Duration::from_secs(60)).unwrap();
+    queue.admin().set_queue_limits("api", litejob::admin::QueueLimits::new().rate(rate))
         .unwrap();
     let s = Server::on(&q.location, &[]);
     let page = s.get("/").ok();
@@ -190,25 +189,16 @@ both! {
 
 /// A handler of `pay` for `engine` that asks for a retry the first time,
 /// then writes an outbox row and succeeds.
-fn payer(engine: Engine, b: RuntimeBuilder) -> RuntimeBuilder {
+fn payer(_engine: Engine, b: TestBuilder) -> TestBuilder {
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let first = move || calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
-    match engine {
-        Engine::Sqlite => b.handler("pay", move |tx, _v: Value| {
-            if first() {
-                return Ok(Outcome::Retry("card network timeout".into()));
-            }
-            tx.outbox("send_receipt", "receipt:story", &"mail me")?;
-            Ok(Outcome::Done)
-        }),
-        Engine::Postgres => b.pg_handler("pay", move |tx, _v: Value| {
-            if first() {
-                return Ok(Outcome::Retry("card network timeout".into()));
-            }
-            tx.outbox("send_receipt", "receipt:story", &"mail me")?;
-            Ok(Outcome::Done)
-        }),
-    }
+    b.handler("pay", move |tx, _v: Value| {
+        if first() {
+            return Ok(Outcome::Retry("card network timeout".into()));
+        }
+        tx.outbox("send_receipt", "receipt:story", &"mail me")?;
+        Ok(Outcome::Done)
+    })
 }
 
 /// A job that fails once, then succeeds and writes an outbox row whose
@@ -324,11 +314,8 @@ fn pct(s: &str) -> String {
 }
 
 /// A handler of `tick` for `engine` that succeeds.
-fn ticker(engine: Engine, b: RuntimeBuilder) -> RuntimeBuilder {
-    match engine {
-        Engine::Sqlite => b.handler("tick", |_tx, _v: Value| Ok(Outcome::Done)),
-        Engine::Postgres => b.pg_handler("tick", |_tx, _v: Value| Ok(Outcome::Done)),
-    }
+fn ticker(_engine: Engine, b: TestBuilder) -> TestBuilder {
+    b.handler("tick", |_tx, _v: Value| Ok(Outcome::Done))
 }
 
 both! {

@@ -3,6 +3,7 @@
 //! and the pages keep answering, with the figures of the moment, while
 //! workers run on the queue (a file or a PostgreSQL database).
 
+use crate::backends::Runtimes;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -11,7 +12,6 @@ use litejob::{NewJob, Outcome};
 use serde_json::Value;
 
 use super::Server;
-use crate::backends::Engine;
 use crate::both;
 use crate::support::{wait_until, TestDb, LONG};
 
@@ -63,10 +63,7 @@ both! {
         let queue = q.open();
         let s = Server::on(&q.location, &[]);
         let b = queue.runtime().poll_interval(Duration::from_millis(10));
-        let b = match q.engine {
-            Engine::Sqlite => b.handler("live", |_tx, _v: Value| Ok(Outcome::Done)),
-            Engine::Postgres => b.pg_handler("live", |_tx, _v: Value| Ok(Outcome::Done)),
-        };
+        let b = b.handler("live", |_tx, _v: Value| Ok(Outcome::Done));
         let mut rt = b.start().unwrap();
         for round in 0..20 {
             let batch: Vec<NewJob> = (0..50)

@@ -2,7 +2,7 @@
 //! and kind, the largest group first, each with its newest row one click
 //! away.
 
-use litejob::FailureGroup;
+use litejob::admin::FailureGroup;
 
 use super::super::html::{url, Html};
 use super::super::http::Resp;
@@ -15,7 +15,7 @@ const GROUPS: u32 = 100;
 /// The failures page.
 pub fn page(app: &App) -> litejob::Result<Resp> {
     let now = super::super::super::time::now_ms();
-    let f = app.queue.failures(GROUPS)?;
+    let f = app.queue.admin().failures(GROUPS)?;
     let mut h = Html::new();
     h.raw("<h1>Failures</h1>");
     h.raw("<section id=\"dead-jobs\"><h2>Dead jobs, by last error</h2>");

@@ -3,7 +3,8 @@
 //! wrote with their attempts — and the actions that apply to it. The key
 //! page shows the same detail under its sentence.
 
-use litejob::{Attempt, Job, JobState, LedgerEntry, OutboxEntry, OutboxState};
+use litejob::admin::{LedgerEntry, OutboxEntry};
+use litejob::{Attempt, Job, JobState, OutboxState};
 
 use super::super::html::{human_span, pct, url, Html};
 use super::super::http::{Req, Resp};
@@ -14,7 +15,7 @@ use super::{action, badge, error, flash, layout};
 /// The job page.
 pub fn page(app: &App, req: &Req, id: i64) -> litejob::Result<Resp> {
     let now = super::super::super::time::now_ms();
-    let Some(d) = app.queue.job_detail(id)? else {
+    let Some(d) = app.queue.admin().job_detail(id)? else {
         return Ok(error(404, &format!("no job with id {id}")));
     };
     let mut h = Html::new();

@@ -11,7 +11,7 @@ use super::{error, flash, layout};
 /// The key page. A key nothing is known of is 404, with its sentence.
 pub fn page(app: &App, req: &Req, key: &str) -> litejob::Result<Resp> {
     let now = super::super::super::time::now_ms();
-    let e = app.queue.explain(key)?;
+    let e = app.queue.admin().explain(key)?;
     let sentence = summarize(
         e.job.as_ref(),
         &e.attempts,

@@ -50,11 +50,7 @@ pub fn layout(app: &App, title: &str, active: &str, now: i64, body: Html) -> Res
         h.tag("a", &[("href", path), ("class", class)], name);
     }
     h.raw("</nav>");
-    h.tag(
-        "span",
-        &[("class", "file")],
-        &app.queue.path().display().to_string(),
-    );
+    h.tag("span", &[("class", "file")], app.queue.location());
     if app.actions {
         h.raw("<span class=\"mode live\" id=\"mode\">actions allowed</span>");
     } else {

@@ -21,7 +21,10 @@ pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
     };
     let now = super::super::super::time::now_ms();
     let after = if before.is_some() { None } else { after };
-    let mut rows = app.queue.outbox_page(state, before, after, limit + 1)?;
+    let mut rows = app
+        .queue
+        .admin()
+        .outbox_page(state, before, after, limit + 1)?;
     let more = rows.len() > limit as usize;
     if more {
         if after.is_some() {

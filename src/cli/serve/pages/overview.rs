@@ -5,7 +5,8 @@
 //! the schedules (when there are any), the file or database. A section is a
 //! function of the overview read once for the page.
 
-use litejob::{BackendKind, JobCounts, JobState, OutboxState, Overview, QueueOverview};
+use litejob::admin::{EngineKind, JobCounts, Overview, QueueOverview};
+use litejob::{JobState, OutboxState};
 
 use super::super::super::queues::describe;
 
@@ -26,7 +27,7 @@ const SCHEDULES_SHOWN: usize = 10;
 
 /// The overview page.
 pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
-    let o = app.queue.overview()?;
+    let o = app.queue.admin().overview()?;
     let mut h = Html::new();
     h.raw("<h1>Overview</h1>");
     flash(&mut h, req.param("done"));
@@ -220,11 +221,11 @@ fn schedules(h: &mut Html, _app: &App, o: &Overview) {
 /// Where the queue lives: the file (its size and its write-ahead log's),
 /// or the PostgreSQL database (the size of litejob's tables there).
 fn storage(h: &mut Html, app: &App, o: &Overview) {
-    match app.queue.backend_kind() {
-        BackendKind::Sqlite => {
+    match app.queue.engine() {
+        EngineKind::Sqlite => {
             h.raw("<section id=\"file\"><h2>The file</h2><dl class=\"facts\">");
             h.raw("<dt>path</dt><dd>");
-            h.text(&app.queue.location());
+            h.text(app.queue.location());
             h.raw("</dd><dt>size</dt><dd>");
             h.text(&bytes(o.file_bytes));
             h.raw(" (write-ahead log ");
@@ -234,7 +235,7 @@ fn storage(h: &mut Html, app: &App, o: &Overview) {
         _ => {
             h.raw("<section id=\"file\"><h2>The database</h2><dl class=\"facts\">");
             h.raw("<dt>PostgreSQL</dt><dd>");
-            h.text(&app.queue.location());
+            h.text(app.queue.location());
             h.raw("</dd><dt>size</dt><dd>");
             h.text(&bytes(o.file_bytes));
             h.raw(" (litejob's tables with their indexes)</dd>");

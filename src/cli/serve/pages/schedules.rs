@@ -3,7 +3,7 @@
 //! fired and the next one, each slot a link to its job's key page — and
 //! the same table, shorter, as a section of the overview.
 
-use litejob::ScheduleRow;
+use litejob::admin::ScheduleRow;
 
 use super::super::html::{human_span, pct, url, Html};
 use super::super::http::Resp;
@@ -13,7 +13,7 @@ use super::layout;
 /// The schedules page.
 pub fn page(app: &App) -> litejob::Result<Resp> {
     let now = super::super::super::time::now_ms();
-    let rows = app.queue.schedules()?;
+    let rows = app.queue.admin().schedules()?;
     let mut h = Html::new();
     h.raw("<h1>Schedules</h1>");
     if rows.is_empty() {

@@ -213,7 +213,10 @@ pub fn runtime(q: &Queue, acks: Option<Arc<Acks>>, lease: Duration) -> RuntimeBu
         })
 }
 
-fn apply(tx: &mut litejob::JobTx<'_>, key: String) -> Result<Outcome, litejob::HandlerError> {
+fn apply(
+    tx: &mut litejob::sqlite::JobTx<'_>,
+    key: String,
+) -> Result<Outcome, litejob::HandlerError> {
     tx.execute("INSERT INTO app_rows (key) VALUES (?1)", [&key])?;
     tx.outbox("mail", &format!("mail:{key}"), &key)?;
     Ok(Outcome::Done)

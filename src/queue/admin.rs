@@ -1,9 +1,18 @@
-//! The operator's methods of [`Queue`]: queue controls, repairs and
-//! reports, each through the engine's store. Writes through the store
-//! only.
+//! The operator's handle on a queue ([`Admin`], from
+//! [`crate::queue::Queue::admin`]): reports, repairs and queue controls, the same
+//! on both engines, each through the engine's store. Writes `jobs`,
+//! `outbox`, `attempts`, `processed_jobs` (prune) and `queues` through the
+//! store only.
 
-use crate::error::Result;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::core::attempt::Attempt;
+use crate::core::outbox::{OutboxRow, OutboxState};
+use crate::core::time::Millis;
+use crate::driver::wake::Wakers;
+use crate::driver::Store;
+use crate::error::Result;
 
 use crate::core::controls::{QueueControl, QueueLimits};
 use crate::core::reports::failures::Failures;
@@ -16,9 +25,70 @@ use crate::core::reports::stats::JobDetail;
 use crate::core::reports::stats::Stats;
 use crate::core::schedule::ScheduleRow;
 use crate::driver::PruneWhat;
-use crate::queue::Queue;
 
-impl Queue {
+/// What an operator does with a queue, on either engine: look at it
+/// (counts, one job's story, everything about a key, the overview, what
+/// failed, metrics, schedules, queue controls) and repair it (retry,
+/// cancel, prune, pause, limit). Cheap to clone; it shares the queue's
+/// store. The command and the dashboard are built on it.
+#[derive(Clone)]
+pub struct Admin {
+    store: Arc<dyn Store>,
+    job_wake: Arc<Wakers>,
+    outbox_wake: Arc<Wakers>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("location", &self.store.location())
+            .finish()
+    }
+}
+
+impl Admin {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        job_wake: Arc<Wakers>,
+        outbox_wake: Arc<Wakers>,
+    ) -> Admin {
+        Admin {
+            store,
+            job_wake,
+            outbox_wake,
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.store.now()
+    }
+
+    /// Wakes this process's idle workers: a repair may have made work.
+    fn notify(&self) {
+        self.job_wake.wake();
+    }
+
+    fn notify_outbox(&self) {
+        self.outbox_wake.wake();
+    }
+
+    /// A page of outbox rows, newest first, optionally in one state: ids
+    /// below `before` (the next, older page), or the `limit` ids just above
+    /// `after` (the page before); the newest without either.
+    pub fn outbox_page(
+        &self,
+        state: Option<OutboxState>,
+        before: Option<i64>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        self.store.outbox_page(state, before, after, limit)
+    }
+
+    /// Every attempt of an outbox row's effect, oldest first.
+    pub fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
+        self.store.outbox_attempts(outbox_id)
+    }
     /// Pauses `queue` for every process on the file (or database): nothing
     /// new of it starts, from each process's next claim (at the latest one
     /// poll interval later); its running jobs finish and enqueues still
@@ -34,7 +104,7 @@ impl Queue {
 
     /// Changes `queue`'s cap and rate limit (a limit `limits` does not name
     /// is kept), in force for every process from its next claim. A cap of
-    /// 0 is refused with [`Error::InvalidInput`] and nothing is written.
+    /// 0 is refused with [`crate::error::Error::InvalidInput`] and nothing is written.
     pub fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
         self.change_queue(queue, None, &limits)
     }
@@ -42,32 +112,29 @@ impl Queue {
     /// Every queue that has jobs or controls, by name: its controls, its
     /// queued and running jobs, the starts in its rate's window.
     pub fn queue_controls(&self) -> Result<Vec<QueueControl>> {
-        let now = self.backend().now();
-        self.backend().queue_controls(now)
+        let now = self.now();
+        self.store.queue_controls(now)
     }
 
     fn change_queue(&self, queue: &str, paused: Option<bool>, limits: &QueueLimits) -> Result<()> {
-        let now = self.backend().now();
-        self.backend().change_queue(queue, paused, limits, now)?;
+        let now = self.now();
+        self.store.change_queue(queue, paused, limits, now)?;
         // A resumed or widened queue may have work for this process's
         // workers now.
         self.notify();
         Ok(())
     }
-}
-
-impl Queue {
     /// Counts jobs and outbox rows per state, kind and queue, the backlog's
     /// age, the ledger, and the file's size.
     pub fn stats(&self) -> Result<Stats> {
-        let now = self.backend().now();
-        self.backend().stats(now)
+        let now = self.now();
+        self.store.stats(now)
     }
 
     /// One job with its runs and the outbox rows it wrote; `None` when there
     /// is no job with this id.
     pub fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
-        self.backend().job_detail(id)
+        self.store.job_detail(id)
     }
 
     /// Everything known about one idempotency key: its deliveries, its job
@@ -75,42 +142,33 @@ impl Queue {
     /// row, the outbox rows with their attempts, and the controls in force
     /// on the job's queue.
     pub fn explain(&self, key: &str) -> Result<Explanation> {
-        let mut e = self.backend().explain(key)?;
+        let mut e = self.store.explain(key)?;
         if let Some(job) = &e.job {
-            let now = self.backend().now();
-            e.queue_control = self.backend().queue_control(&job.queue, now)?;
+            let now = self.now();
+            e.queue_control = self.store.queue_control(&job.queue, now)?;
         }
         Ok(e)
     }
-}
-
-impl Queue {
     /// Jobs per queue and state with each queue's backlog age, the last
     /// hour's runs per minute, the outbox, the schedules, the ledger and the
     /// storage's size, in one read snapshot. Reads every job and outbox row
     /// once.
     pub fn overview(&self) -> Result<Overview> {
-        let now = self.backend().now();
-        let mut o = self.backend().overview(now)?;
+        let now = self.now();
+        let mut o = self.store.overview(now)?;
         o.controls = self
-            .backend()
+            .store
             .queue_controls(now)?
             .into_iter()
             .filter(QueueControl::in_force)
             .collect();
         Ok(o)
     }
-}
-
-impl Queue {
     /// Dead jobs and dead outbox rows grouped by last error and kind, the
     /// largest groups first, at most `limit` groups of each.
     pub fn failures(&self, limit: u32) -> Result<Failures> {
-        self.backend().failures(limit)
+        self.store.failures(limit)
     }
-}
-
-impl Queue {
     /// The queue's metrics as Prometheus text (exposition format 0.0.4),
     /// for an application that serves `/metrics` from its own HTTP server
     /// (`litejob serve` serves the same text). The families:
@@ -138,19 +196,16 @@ impl Queue {
     /// small VPS, about a second on PostgreSQL on the same machine (where
     /// joining each run to its job's kind is most of it).
     pub fn metrics(&self) -> Result<String> {
-        let now = self.backend().now();
-        let t = self.backend().tally(now)?;
-        Ok(render(&t, now, self.backend_kind()))
+        let now = self.now();
+        let t = self.store.tally(now)?;
+        Ok(render(&t, now, self.store.kind()))
     }
-}
-
-impl Queue {
     /// Requeues one dead job with a renewed attempt budget, runnable now.
-    /// [`Error::NotFound`] when there is no such job; [`Error::WrongState`]
+    /// [`crate::error::Error::NotFound`] when there is no such job; [`crate::error::Error::WrongState`]
     /// when it is not dead (nothing changes).
     pub fn retry_job(&self, id: i64) -> Result<()> {
-        let now = self.backend().now();
-        self.backend().retry_job(id, now)?;
+        let now = self.now();
+        self.store.retry_job(id, now)?;
         self.notify();
         Ok(())
     }
@@ -161,14 +216,11 @@ impl Queue {
     /// walk goes by id, so a job that dies again meanwhile is not retried
     /// twice. Returns how many were requeued.
     pub fn retry_dead_jobs(&self, kind: Option<&str>) -> Result<usize> {
-        let (now, batch) = (
-            self.backend().now(),
-            crate::core::reports::prune::BATCH as i64,
-        );
+        let (now, batch) = (self.now(), crate::core::reports::prune::BATCH as i64);
         let mut after = 0i64;
         let mut total = 0usize;
         loop {
-            let ids = self.backend().retry_dead_batch(kind, after, batch, now)?;
+            let ids = self.store.retry_dead_batch(kind, after, batch, now)?;
             total += ids.len();
             if let Some(max) = ids.iter().max() {
                 after = *max;
@@ -180,21 +232,21 @@ impl Queue {
         }
     }
 
-    /// Cancels a queued job: it will not run. [`Error::NotFound`] when there
-    /// is no such job; [`Error::WrongState`] when it is not queued (a running
+    /// Cancels a queued job: it will not run. [`crate::error::Error::NotFound`] when there
+    /// is no such job; [`crate::error::Error::WrongState`] when it is not queued (a running
     /// job's transaction is already under way; a finished one has nothing
     /// left to cancel).
     pub fn cancel_job(&self, id: i64) -> Result<()> {
-        let now = self.backend().now();
-        self.backend().cancel_job(id, now)
+        let now = self.now();
+        self.store.cancel_job(id, now)
     }
 
     /// Requeues a dead outbox row with a fresh attempt budget, due now.
-    /// [`Error::NotFound`] when there is no such row; [`Error::WrongState`]
+    /// [`crate::error::Error::NotFound`] when there is no such row; [`crate::error::Error::WrongState`]
     /// when it is not dead (nothing changes).
     pub fn retry_outbox(&self, outbox_id: i64) -> Result<()> {
-        let now = self.backend().now();
-        self.backend().retry_outbox(outbox_id, now)?;
+        let now = self.now();
+        self.store.retry_outbox(outbox_id, now)?;
         // Effect threads of this process pick it up now, not at their next poll.
         self.notify_outbox();
         Ok(())
@@ -204,9 +256,9 @@ impl Queue {
     /// per batch), so even a prune of millions of rows holds the write lock
     /// only briefly at a time and workers keep going in between. A finished
     /// job whose outbox rows are not all sent yet is kept, so
-    /// [`Queue::explain`] can still link the pending effect to its job.
+    /// [`Admin::explain`] can still link the pending effect to its job.
     pub fn prune(&self, opts: &PruneOptions) -> Result<PruneReport> {
-        let now = self.backend().now();
+        let now = self.now();
         let before = |d: Duration| now.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
         let batch = opts.batch.max(1) as i64;
         let finished_before = before(opts.older_than);
@@ -222,7 +274,7 @@ impl Queue {
         }
         for (what, before) in steps {
             loop {
-                let (rows, attempts) = self.backend().prune_batch(what, before, batch)?;
+                let (rows, attempts) = self.store.prune_batch(what, before, batch)?;
                 report.transactions += 1;
                 match what {
                     PruneWhat::Jobs => {
@@ -242,11 +294,8 @@ impl Queue {
         }
         Ok(report)
     }
-}
-
-impl Queue {
     /// Every schedule declared on this queue (by any process), by name.
     pub fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        self.backend().schedules()
+        self.store.schedules()
     }
 }

@@ -1,19 +1,16 @@
-//! Moving a queue from its file to PostgreSQL without losing a job:
-//! [`Queue::copy_to`] reads every queue table of the file in one read
-//! snapshot and streams the rows, in batches, into one PostgreSQL
-//! transaction (`postgres/copy.rs`) that keeps their ids and keys. Writes
-//! nothing itself: the rows reach the destination's tables through the
-//! PostgreSQL store.
+//! The sending side of a copy out of a file: every queue table read in
+//! the caller's one read snapshot and streamed, in batches, into the
+//! destination's sink, ids and keys kept; then the highest id each table
+//! ever gave out. Writes no table.
 
 use rusqlite::{Connection, Row};
 
-use crate::error::{Error, Result};
-use crate::postgres::copy::{
-    AttemptRows, CopyTx, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
+use crate::core::copy::{
+    AttemptRows, CopyReport, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
     ScheduleRows,
 };
-use crate::queue::Queue;
-use crate::sqlite::reports::in_snapshot;
+use crate::driver::copy::CopySink;
+use crate::error::Result;
 
 /// Rows per insert statement: large enough that a round trip is spent on
 /// thousands of rows, small enough that a batch's arrays stay a few MB.
@@ -46,71 +43,6 @@ const LAST_IDS: &str = "SELECT \
      max((SELECT coalesce(max(id), 0) FROM attempts), \
          coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'attempts'), 0))";
 
-/// What a copy moved: rows per table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CopyReport {
-    /// Rows of `jobs`.
-    pub jobs: u64,
-    /// Rows of `processed_jobs` (the ledger).
-    pub processed_jobs: u64,
-    /// Rows of `outbox`.
-    pub outbox: u64,
-    /// Rows of `attempts`.
-    pub attempts: u64,
-    /// Rows of `schedules`.
-    pub schedules: u64,
-    /// Rows of `queues` (the queue controls).
-    pub queues: u64,
-    /// Rows of `queue_starts` (the starts inside each rate's window).
-    pub queue_starts: u64,
-}
-
-impl Queue {
-    /// Copies this queue's file into `dest`, a queue on PostgreSQL
-    /// ([`Queue::open_postgres`], which creates the tables when they are
-    /// missing): every job, ledger row, outbox row, attempt, schedule and
-    /// queue control (with the starts counted in each rate's window),
-    /// with their ids and keys, read in one snapshot of the file and
-    /// written in one PostgreSQL transaction — all of it, or nothing. The
-    /// destination's id sequences then continue past every id the file
-    /// gave out. Refused with [`Error::NotEmpty`], nothing written, when
-    /// the destination holds any queue row already (a second copy, or a
-    /// database in use). Stop the processes working on the file first:
-    /// what they write after the snapshot is not copied.
-    pub fn copy_to(&self, dest: &Queue) -> Result<CopyReport> {
-        let file = self.sqlite("Queue::copy_to")?;
-        let pg = dest.postgres().ok_or_else(|| {
-            Error::Unsupported(
-                "a queue is copied into a PostgreSQL database; the destination is a file".into(),
-            )
-        })?;
-        file.read(|conn| {
-            in_snapshot(conn, |conn| {
-                pg.copy_in(|tx| {
-                    let report = CopyReport {
-                        jobs: copy_jobs(conn, tx)?,
-                        processed_jobs: copy_ledger(conn, tx)?,
-                        outbox: copy_outbox(conn, tx)?,
-                        attempts: copy_attempts(conn, tx)?,
-                        schedules: copy_schedules(conn, tx)?,
-                        queues: copy_queues(conn, tx)?,
-                        queue_starts: copy_queue_starts(conn, tx)?,
-                    };
-                    let last = conn.query_row(LAST_IDS, [], |r| {
-                        Ok(LastIds {
-                            jobs: r.get(0)?,
-                            outbox: r.get(1)?,
-                            attempts: r.get(2)?,
-                        })
-                    })?;
-                    Ok((report, last))
-                })
-            })
-        })
-    }
-}
-
 /// Reads `sql`'s rows into batches of `T` (via `push`), handing each full
 /// batch and the last to `flush`; returns the number of rows.
 fn stream<T: Default>(
@@ -138,7 +70,7 @@ fn stream<T: Default>(
     Ok(total)
 }
 
-fn copy_jobs(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_jobs(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_JOBS,
@@ -167,7 +99,7 @@ fn copy_jobs(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
     )
 }
 
-fn copy_ledger(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_ledger(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_LEDGER,
@@ -181,7 +113,7 @@ fn copy_ledger(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
     )
 }
 
-fn copy_outbox(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_outbox(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_OUTBOX,
@@ -207,7 +139,7 @@ fn copy_outbox(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
     )
 }
 
-fn copy_attempts(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_attempts(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_ATTEMPTS,
@@ -228,7 +160,7 @@ fn copy_attempts(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
     )
 }
 
-fn copy_schedules(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_schedules(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_SCHEDULES,
@@ -253,7 +185,7 @@ fn copy_schedules(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
     )
 }
 
-fn copy_queues(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_queues(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_QUEUES,
@@ -270,7 +202,7 @@ fn copy_queues(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
     )
 }
 
-fn copy_queue_starts(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> {
+fn copy_queue_starts(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     stream(
         conn,
         READ_QUEUE_STARTS,
@@ -281,4 +213,26 @@ fn copy_queue_starts(conn: &Connection, tx: &mut CopyTx<'_, '_>) -> Result<u64> 
         },
         |b| tx.queue_starts(b),
     )
+}
+
+/// Streams every queue table of the file into `sink` (the caller holds
+/// one read snapshot); returns what was moved and the file's last ids.
+pub(crate) fn export(conn: &Connection, sink: &mut dyn CopySink) -> Result<(CopyReport, LastIds)> {
+    let report = CopyReport {
+        jobs: copy_jobs(conn, sink)?,
+        processed_jobs: copy_ledger(conn, sink)?,
+        outbox: copy_outbox(conn, sink)?,
+        attempts: copy_attempts(conn, sink)?,
+        schedules: copy_schedules(conn, sink)?,
+        queues: copy_queues(conn, sink)?,
+        queue_starts: copy_queue_starts(conn, sink)?,
+    };
+    let last = conn.query_row(LAST_IDS, [], |r| {
+        Ok(LastIds {
+            jobs: r.get(0)?,
+            outbox: r.get(1)?,
+            attempts: r.get(2)?,
+        })
+    })?;
+    Ok((report, last))
 }

@@ -1,38 +1,33 @@
 //! Leases: renewing this process's (the heartbeat) and taking back expired
-//! ones (reaping), through the backend.
-
-use std::sync::Arc;
+//! ones (reaping), through the store. Both engines' pipelines keep their
+//! leases with these.
 
 use crate::core::time::Millis;
-
-use super::Shared;
+use crate::driver::pipeline::Shared;
+use crate::driver::{Engine, Store};
 
 /// Renews the leases of every job and effect this process holds, until
 /// `until`, in one light commit.
-pub(crate) fn heartbeat(s: &Arc<Shared>, until: Millis) {
+pub(crate) fn heartbeat<E: Engine>(s: &Shared<E>, until: Millis) {
     let (jobs, effects) = s.in_flight.leased();
     if jobs.is_empty() && effects.is_empty() {
         return;
     }
-    if let Err(e) = s
-        .queue
-        .backend()
-        .renew_leases(&s.owner, &jobs, &effects, until)
-    {
+    if let Err(e) = s.store.renew_leases(&s.owner, &jobs, &effects, until) {
         log::warn!(target: "litejob", "lease renewal failed: {e}");
     }
 }
 
 /// Takes back jobs and effects whose lease expired (their holder died or
 /// stalled).
-pub(crate) fn reap(s: &Arc<Shared>) {
-    let b = s.queue.backend();
+pub(crate) fn reap<E: Engine>(s: &Shared<E>) {
+    let b = s.store.as_ref();
     match b.reap(b.now(), s.cfg.max_abandoned) {
         Ok((j, o)) => {
             if j > 0 || o > 0 {
                 log::info!(target: "litejob", "took back {j} jobs and {o} effects whose lease expired");
-                s.queue.notify();
-                s.queue.notify_outbox();
+                s.notify();
+                s.notify_outbox();
             }
         }
         Err(e) => log::warn!(target: "litejob", "reaping expired leases failed: {e}"),

@@ -1,0 +1,142 @@
+//! A queue's rows in flight between two databases, a table's batch at a
+//! time, as columns ([`JobRows`], ...), and what a copy moved
+//! ([`CopyReport`]). Writes no table.
+
+/// What a copy moved: rows per table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CopyReport {
+    /// Rows of `jobs`.
+    pub jobs: u64,
+    /// Rows of `processed_jobs` (the ledger).
+    pub processed_jobs: u64,
+    /// Rows of `outbox`.
+    pub outbox: u64,
+    /// Rows of `attempts`.
+    pub attempts: u64,
+    /// Rows of `schedules`.
+    pub schedules: u64,
+    /// Rows of `queues` (the queue controls).
+    pub queues: u64,
+    /// Rows of `queue_starts` (the starts inside each rate's window).
+    pub queue_starts: u64,
+}
+
+/// Rows of `jobs`, column by column.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct JobRows {
+    pub id: Vec<i64>,
+    pub queue: Vec<String>,
+    pub kind: Vec<String>,
+    pub key: Vec<String>,
+    pub payload: Vec<String>,
+    pub state: Vec<String>,
+    pub priority: Vec<i64>,
+    pub run_at: Vec<i64>,
+    pub attempts: Vec<i64>,
+    pub max_attempts: Vec<i64>,
+    pub abandoned: Vec<i64>,
+    pub deliveries: Vec<i64>,
+    pub last_error: Vec<Option<String>>,
+    pub created_at: Vec<i64>,
+    pub finished_at: Vec<Option<i64>>,
+    pub lease_owner: Vec<Option<String>>,
+    pub lease_expires_at: Vec<Option<i64>>,
+    pub current_attempt: Vec<Option<i64>>,
+}
+
+/// Rows of `processed_jobs`.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct LedgerRows {
+    pub key: Vec<String>,
+    pub completed_at: Vec<i64>,
+    pub job_id: Vec<Option<i64>>,
+}
+
+/// Rows of `outbox`.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct OutboxRows {
+    pub id: Vec<i64>,
+    pub key: Vec<String>,
+    pub kind: Vec<String>,
+    pub payload: Vec<String>,
+    pub state: Vec<String>,
+    pub attempts: Vec<i64>,
+    pub max_attempts: Vec<i64>,
+    pub job_id: Vec<Option<i64>>,
+    pub next_attempt_at: Vec<i64>,
+    pub last_error: Vec<Option<String>>,
+    pub created_at: Vec<i64>,
+    pub sent_at: Vec<Option<i64>>,
+    pub lease_owner: Vec<Option<String>>,
+    pub lease_expires_at: Vec<Option<i64>>,
+    pub current_attempt: Vec<Option<i64>>,
+}
+
+/// Rows of `attempts`.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct AttemptRows {
+    pub id: Vec<i64>,
+    pub job_id: Vec<Option<i64>>,
+    pub outbox_id: Vec<Option<i64>>,
+    pub attempt: Vec<i64>,
+    pub key: Vec<String>,
+    pub worker: Vec<String>,
+    pub started_at: Vec<i64>,
+    pub finished_at: Vec<Option<i64>>,
+    pub outcome: Vec<String>,
+    pub error: Vec<Option<String>>,
+}
+
+/// Rows of `schedules`.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct ScheduleRows {
+    pub name: Vec<String>,
+    pub cron: Vec<String>,
+    pub tz: Vec<String>,
+    pub kind: Vec<String>,
+    pub payload: Vec<String>,
+    pub queue: Vec<String>,
+    pub priority: Vec<i64>,
+    pub max_retries: Vec<Option<i64>>,
+    pub catch_up: Vec<String>,
+    pub catch_up_window_ms: Vec<Option<i64>>,
+    pub last_slot_at: Vec<Option<i64>>,
+    pub next_slot_at: Vec<Option<i64>>,
+    pub created_at: Vec<i64>,
+    pub updated_at: Vec<i64>,
+}
+
+/// Rows of `queues` (the queue controls).
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct QueueRows {
+    pub name: Vec<String>,
+    pub paused: Vec<bool>,
+    pub concurrency: Vec<Option<i64>>,
+    pub rate_limit: Vec<Option<i64>>,
+    pub rate_window_ms: Vec<Option<i64>>,
+    pub updated_at: Vec<i64>,
+}
+
+/// Rows of `queue_starts` (a rate's starts in its window).
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct QueueStartRows {
+    pub queue: Vec<String>,
+    pub started_at: Vec<i64>,
+}
+
+/// The highest ids the file ever gave out, per table with an id.
+#[derive(Debug, Default, Clone, Copy)]
+#[cfg(feature = "postgres")]
+pub(crate) struct LastIds {
+    pub jobs: i64,
+    pub outbox: i64,
+    pub attempts: i64,
+}

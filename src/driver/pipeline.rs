@@ -1,0 +1,151 @@
+//! What a runtime hands an engine's pipeline: the state every thread of a
+//! runtime shares ([`Shared`]: the store, the handlers and effects, the
+//! settings, the leases held, the wake-ups), and what the runtime asks of
+//! a pipeline at its stop. Each engine starts its own pipeline threads
+//! from it (`sqlite/pipeline/`, `postgres/pipeline/`); the runtime starts
+//! the threads both share (effects, the scheduler). Writes no table
+//! itself.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use crate::core::backoff::Backoff;
+use crate::driver::handler::{ErasedEffect, ErasedHandler};
+use crate::driver::in_flight::InFlight;
+use crate::driver::wake::Wakers;
+use crate::driver::{Engine, Store};
+use crate::error::{Error, Result};
+
+/// The settings the builder's setters change (their defaults are the builder's).
+#[derive(Debug, Clone)]
+pub(crate) struct RuntimeConfig {
+    pub(crate) workers: usize,
+    pub(crate) effect_workers: usize,
+    pub(crate) queues: Option<Vec<String>>,
+    pub(crate) lease: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) max_abandoned: i64,
+    pub(crate) backoff: Backoff,
+    pub(crate) effect_backoff: Backoff,
+    pub(crate) outbox_max_retries: u32,
+    pub(crate) claim_ahead: usize,
+    /// `claim_ahead` was set: on PostgreSQL it is then the batch size too.
+    pub(crate) claim_ahead_set: bool,
+}
+
+/// What every thread of a runtime shares.
+pub(crate) struct Shared<E: Engine> {
+    /// The queue's store.
+    pub(crate) store: Arc<E::Store>,
+    /// The lease owner this runtime writes into the rows it claims.
+    pub(crate) owner: String,
+    pub(crate) handlers: HashMap<String, Arc<dyn ErasedHandler<E>>>,
+    pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
+    /// The handlers' and the effects' kinds (sorted), and the queues
+    /// claimed from as JSON for the claim's SQL.
+    pub(crate) kinds: Vec<String>,
+    pub(crate) effect_kinds: Vec<String>,
+    pub(crate) queues_json: Option<String>,
+    pub(crate) cfg: RuntimeConfig,
+    /// Set first by a stop: no thread starts new work after it.
+    pub(crate) stopping: AtomicBool,
+    /// Ready (disconnected) once the runtime stops: every thread selects on
+    /// it while it waits.
+    pub(crate) stop: Receiver<()>,
+    /// The jobs and effects this process holds a lease on.
+    pub(crate) in_flight: InFlight,
+    /// A claim left jobs queued because their queue's cap or rate was
+    /// full: the next run to end here wakes the claimers, since it may
+    /// have freed the slot (other processes' runs are seen at the poll).
+    pub(crate) slot_wanted: AtomicBool,
+    /// The queue's wake-ups, to wake every runtime on it.
+    pub(crate) job_wakers: Arc<Wakers>,
+    pub(crate) outbox_wakers: Arc<Wakers>,
+    /// This runtime's own wake-up channels (see [`Wakers`]).
+    pub(crate) job_wake: Receiver<()>,
+    pub(crate) outbox_wake: Receiver<()>,
+}
+
+impl<E: Engine> Shared<E> {
+    /// Wakes the idle claimers of every runtime on the queue.
+    pub(crate) fn notify(&self) {
+        self.job_wakers.wake();
+    }
+
+    /// Wakes the idle effect threads of every runtime on the queue.
+    pub(crate) fn notify_outbox(&self) {
+        self.outbox_wakers.wake();
+    }
+
+    /// A run of this process ended: if a claim left jobs queued for a full
+    /// cap or rate, claim again now rather than at the next poll.
+    pub(crate) fn slot_freed(&self) {
+        if self.slot_wanted.swap(false, Ordering::SeqCst) {
+            self.notify();
+        }
+    }
+
+    /// Gives back a claimed job that never started, uncharged. Returns
+    /// whether it went back.
+    pub(crate) fn release_unstarted(&self, id: i64) -> Result<bool> {
+        let b = self.store.as_ref();
+        b.release_job(id, &self.owner, None, "", b.now())
+    }
+
+    /// Lets go of a claimed job that will not start (the runtime is
+    /// stopping) and gives it back. Returns whether it went back.
+    pub(crate) fn give_back(&self, id: i64) -> bool {
+        self.in_flight.forget_job(id);
+        matches!(self.release_unstarted(id), Ok(true))
+    }
+
+    /// A claimed job's start was not committed, through no fault of the job:
+    /// nothing ran, so the claim goes back if it is still ours.
+    pub(crate) fn start_failed(&self, id: i64, e: &Error) {
+        log::warn!(target: "litejob", job_id = id; "could not start job {id}: {e}");
+        let _ = self.release_unstarted(id);
+    }
+}
+
+/// An engine's pipeline as its runtime holds it.
+pub(crate) trait Pipeline: Send {
+    /// Once the runtime stopped and its threads had their grace period:
+    /// sees through the runs it started that no thread finished, and gives
+    /// back, uncharged, what it claimed and did not start. Returns how many
+    /// jobs went back.
+    fn wind_down(&mut self) -> usize;
+}
+
+/// A pipeline just started: what the runtime keeps of it.
+pub(crate) struct Launched {
+    pub(crate) pipeline: Box<dyn Pipeline>,
+    pub(crate) threads: Vec<JoinHandle<()>>,
+}
+
+/// Starts a named thread.
+pub(crate) fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(Error::Io)
+}
+
+/// The name a thread records in the rows it writes: `pid/thread-name`.
+pub(crate) fn worker_name() -> String {
+    format!(
+        "{}/{}",
+        std::process::id(),
+        std::thread::current().name().unwrap_or("unnamed")
+    )
+}
+
+/// Pauses for `d`, or less if the runtime stops meanwhile.
+pub(crate) fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
+    let _ = stop.recv_timeout(d);
+}

@@ -1,0 +1,33 @@
+//! Moving a queue from its file to PostgreSQL without losing a job
+//! ([`Queue::copy_to`]): the file's rows, read in one snapshot, into one
+//! transaction of the destination. Writes the destination's tables
+//! through its store.
+
+use crate::core::copy::CopyReport;
+use crate::error::Result;
+use crate::postgres::Postgres;
+use crate::sqlite::reports::in_snapshot;
+use crate::sqlite::{copy, Sqlite};
+
+use super::Queue;
+
+impl Queue<Sqlite> {
+    /// Copies this queue's file into `dest`, a queue on PostgreSQL (whose
+    /// open creates the tables when they are missing): every job, ledger
+    /// row, outbox row, attempt, schedule and queue control (with the
+    /// starts counted in each rate's window), with their ids and keys,
+    /// read in one snapshot of the file and written in one PostgreSQL
+    /// transaction: all of it, or nothing. The destination's id sequences
+    /// then continue past every id the file gave out. Refused with
+    /// [`crate::error::Error::NotEmpty`], nothing written, when the destination
+    /// holds any queue row already (a second copy, or a database in use).
+    /// Stop the processes working on the file first: what they write
+    /// after the snapshot is not copied.
+    pub fn copy_to(&self, dest: &Queue<Postgres>) -> Result<CopyReport> {
+        self.store().read(|conn| {
+            in_snapshot(conn, |conn| {
+                dest.store().copy_in(|sink| copy::export(conn, sink))
+            })
+        })
+    }
+}
