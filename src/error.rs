@@ -82,6 +82,11 @@ pub enum Error {
     /// Any other error from the PostgreSQL server or its client.
     #[cfg(feature = "postgres")]
     Postgres(postgres::Error),
+    /// A write failed half-way and its transaction could not be rolled
+    /// back: the writer must end the whole transaction. Never returned to
+    /// a caller, who is answered [`Error::Aborted`].
+    #[doc(hidden)]
+    HalfWritten(String),
     /// The call does not apply to this queue's backend (a SQLite connection
     /// asked of a PostgreSQL queue, or the reverse); nothing was done.
     Unsupported(String),
@@ -197,6 +202,7 @@ impl Error {
             Error::Unsupported(m) => Error::Unsupported(m.clone()),
             Error::Connection(m) => Error::Connection(m.clone()),
             Error::NotEmpty(m) => Error::NotEmpty(m.clone()),
+            Error::HalfWritten(m) => Error::HalfWritten(m.clone()),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => Error::Internal(format!("postgres: {e}")),
         }
@@ -204,28 +210,6 @@ impl Error {
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidInput(msg.into())
-    }
-
-    /// Classify a SQLite error into the variants users act on.
-    pub(crate) fn from_sqlite(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode::*;
-        match e.sqlite_error_code() {
-            Some(DatabaseBusy) | Some(DatabaseLocked) => Error::Busy(format!(
-                "database busy: another connection held the write lock past the busy timeout \
-                 (another process, or a sqlite3 shell with an open transaction?): {e}"
-            )),
-            Some(DiskFull) => Error::StorageFull(format!(
-                "storage full: the disk or the database's page limit is full; nothing was written: {e}"
-            )),
-            Some(NotADatabase) => Error::NotADatabase(format!("not a SQLite database: {e}")),
-            Some(OperationInterrupted) => Error::Interrupted(format!(
-                "the write ran past its transaction time budget and was rolled back: {e}"
-            )),
-            Some(DatabaseCorrupt) => {
-                Error::NotADatabase(format!("the database file is corrupt: {e}"))
-            }
-            _ => Error::Sqlite(e),
-        }
     }
 }
 
@@ -277,6 +261,7 @@ impl fmt::Display for Error {
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Connection(m) => write!(f, "{m}"),
             Error::NotEmpty(m) => write!(f, "{m}"),
+            Error::HalfWritten(m) => write!(f, "aborted, retry: {m}"),
             #[cfg(feature = "postgres")]
             Error::Postgres(e) => match e.as_db_error() {
                 Some(d) => write!(f, "postgres: {}: {}", d.code().code(), d.message()),
@@ -295,23 +280,6 @@ impl std::error::Error for Error {
             Error::Postgres(e) => Some(e),
             _ => None,
         }
-    }
-}
-
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Self {
-        Error::from_sqlite(e)
-    }
-}
-
-/// A PostgreSQL error in the application's own SQL (a [`crate::queue::Queue::pg_write`]
-/// body, say), classified like litejob's: a broken connection is
-/// [`Error::Connection`] (the transaction had not committed), a CHECK or
-/// NOT NULL violation [`Error::InvalidInput`], the rest [`Error::Postgres`].
-#[cfg(feature = "postgres")]
-impl From<postgres::Error> for Error {
-    fn from(e: postgres::Error) -> Self {
-        crate::postgres::conn::read_err(e)
     }
 }
 

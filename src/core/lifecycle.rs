@@ -5,7 +5,20 @@
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::handler::{panic_message, Outcome, PrepareStop};
+use crate::core::job::JobState;
 use crate::core::time::Millis;
+
+/// How a run ended, as recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct RunEnd {
+    pub outcome: AttemptOutcome,
+    pub state: JobState,
+    pub error: Option<String>,
+    /// New outbox rows written by the run (0 unless it succeeded).
+    pub outbox_added: usize,
+    /// When it runs again, if it was requeued.
+    pub retry_at: Option<Millis>,
+}
 
 /// What to do with a failed run.
 #[derive(Debug, Clone, Copy)]
@@ -74,5 +87,95 @@ pub(crate) fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome,
         PrepareStop::BadPayload(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
         PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),
         PrepareStop::Panicked(msg) => (AttemptOutcome::Panicked, msg, Next::RetryAt(backoff_at)),
+    }
+}
+
+/// Why a run ended as a duplicate: its key's work committed before.
+pub(crate) const DUPLICATE_RUN: &str =
+    "duplicate: the ledger already holds this key, the work was done before";
+
+/// Why a job's run was recorded `abandoned`: its lease expired.
+pub(crate) const ABANDONED_RUN: &str =
+    "abandoned: the lease expired (the process died or the run hung past its lease)";
+
+/// A job's `last_error` once an abandoned run sent it back to `queued`.
+pub(crate) const ABANDONED_JOB: &str = "abandoned: the lease expired";
+
+/// Why an effect's attempt was recorded `abandoned`, and its row's
+/// `last_error`: the effect may have reached the world, so it counts.
+pub(crate) const ABANDONED_EFFECT: &str = "abandoned: the lease expired (the process died or \
+     hung during the effect); the effect may have been performed";
+
+/// Why a run or an effect was given back when its runtime stopped.
+pub(crate) const RELEASED_AT_SHUTDOWN: &str = "released at shutdown";
+
+/// An outbox row's `last_error` when its effect was given back at the stop.
+pub(crate) const EFFECT_RELEASED_AT_SHUTDOWN: &str =
+    "released at shutdown while the effect was running";
+
+/// Why a run was given back, uncharged, when the write recording it failed
+/// through no fault of the job (`cause`: the failure).
+pub(crate) fn released_after_failed_write(cause: &str) -> String {
+    format!("released uncharged: the run's write failed ({cause})")
+}
+
+/// What becomes of a job whose lease expired (its process died, or its run
+/// hung past the lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// Claimed and never started: back to `queued`, nothing recorded,
+    /// nothing charged.
+    Unclaimed,
+    /// A run cut short: recorded `abandoned`, back to `queued` now,
+    /// uncharged; `abandoned` counts the runs cut short so far.
+    Requeued { abandoned: i64 },
+    /// The run cut short that makes `max_abandoned`: taken for a poison pill
+    /// that kills its process, the job is `dead` with `error`.
+    Poisoned { abandoned: i64, error: String },
+}
+
+/// The decision for an expired lease: `started` says whether a run of the
+/// job was under way (it has an attempt), `abandoned` how many runs of it
+/// were cut short before this one.
+pub(crate) fn on_expiry(started: bool, abandoned: i64, max_abandoned: i64) -> Expiry {
+    if !started {
+        return Expiry::Unclaimed;
+    }
+    let total = abandoned + 1;
+    if total >= max_abandoned {
+        Expiry::Poisoned {
+            abandoned: total,
+            error: poison_message(total),
+        }
+    } else {
+        Expiry::Requeued { abandoned: total }
+    }
+}
+
+/// The message a poison pill dies with.
+pub(crate) fn poison_message(abandoned: i64) -> String {
+    format!("abandoned {abandoned} times: the process died while running it (poison pill?)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expired_lease_requeues_until_the_abandoned_runs_make_a_poison_pill() {
+        assert_eq!(on_expiry(false, 2, 3), Expiry::Unclaimed);
+        assert_eq!(on_expiry(true, 0, 3), Expiry::Requeued { abandoned: 1 });
+        assert_eq!(on_expiry(true, 1, 3), Expiry::Requeued { abandoned: 2 });
+        assert_eq!(
+            on_expiry(true, 2, 3),
+            Expiry::Poisoned {
+                abandoned: 3,
+                error: poison_message(3)
+            }
+        );
+        assert!(matches!(
+            on_expiry(true, 0, 1),
+            Expiry::Poisoned { abandoned: 1, .. }
+        ));
     }
 }

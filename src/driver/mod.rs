@@ -18,6 +18,7 @@ pub(crate) mod in_flight;
 pub(crate) mod leases;
 pub(crate) mod pipeline;
 pub(crate) mod reply;
+pub(crate) mod run;
 pub(crate) mod schedules;
 pub(crate) mod wake;
 

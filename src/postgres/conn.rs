@@ -280,3 +280,15 @@ pub(crate) fn pool_err(e: r2d2::Error, waited: Duration) -> Error {
         waited.as_millis()
     ))
 }
+
+/// A PostgreSQL error in the application's own SQL (a [`Queue::write`]
+/// body, say), classified like litejob's: a broken connection is
+/// [`Error::Connection`] (the transaction had not committed), a CHECK or
+/// NOT NULL violation [`Error::InvalidInput`], the rest [`Error::Postgres`].
+///
+/// [`Queue::write`]: crate::queue::Queue::write
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Self {
+        read_err(e)
+    }
+}

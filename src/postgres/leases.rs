@@ -2,10 +2,10 @@
 //! and giving a job back uncharged. Every lease time is on the server's
 //! clock. Writes `jobs`, `outbox` (lease columns) and `attempts`.
 
-use super::conn::PgConn;
+use super::conn::{read_err, write_err, PgConn};
+use crate::core::lifecycle::{self, Expiry, ABANDONED_EFFECT, ABANDONED_JOB, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
-use crate::sqlite::claim::poison_message;
 
 /// Rows a run's transaction holds locked are skipped (`SKIP LOCKED`): the
 /// renewal never waits behind a run, and a locked row cannot be taken over
@@ -25,37 +25,21 @@ const RENEW_OUTBOX: &str = "UPDATE outbox SET lease_expires_at = $3 WHERE id IN 
 const ANY_EXPIRED: &str =
     "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires_at < $1) \
      OR EXISTS (SELECT 1 FROM outbox WHERE state = 'sending' AND lease_expires_at < $1)";
-/// A claimed job never started goes back uncharged; a started run is
-/// `abandoned`, not charged, and the `$2`-th abandoned run makes the job
-/// dead as a poison pill. One statement for a batch of expired leases.
-const REAP_JOBS: &str = "\
-WITH expired AS (
-    SELECT id, current_attempt, abandoned + (current_attempt IS NOT NULL)::int AS total
-    FROM jobs WHERE state = 'running' AND lease_expires_at < $1
-    ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED
-),
-ended AS (
-    UPDATE attempts SET outcome = 'abandoned', finished_at = $1,
-        error = 'abandoned: the lease expired (the process died or the run hung past its lease)'
-    WHERE id IN (SELECT current_attempt FROM expired) AND outcome = 'running'
-),
-back AS (
-    UPDATE jobs j SET
-        state = CASE WHEN e.current_attempt IS NOT NULL AND e.total >= $2::bigint THEN 'dead'
-                     ELSE 'queued' END,
-        abandoned = e.total,
-        attempts = CASE WHEN e.current_attempt IS NULL THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
-        run_at = CASE WHEN e.current_attempt IS NULL THEN j.run_at ELSE $1::bigint END,
-        last_error = CASE WHEN e.current_attempt IS NULL THEN j.last_error
-                          WHEN e.total >= $2::bigint THEN $3::text || e.total || $4::text
-                          ELSE 'abandoned: the lease expired' END,
-        finished_at = CASE WHEN e.current_attempt IS NOT NULL AND e.total >= $2::bigint
-                           THEN $1::bigint END,
-        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
-    FROM expired e WHERE j.id = e.id
-    RETURNING j.id, j.state, j.abandoned
-)
-SELECT id, state, abandoned FROM back";
+/// The jobs whose lease expired, locked for the reaper's transaction
+/// (another process's reaper skips them), the oldest first.
+const EXPIRED_JOBS: &str = "SELECT id, current_attempt, abandoned FROM jobs \
+     WHERE state = 'running' AND lease_expires_at < $1 \
+     ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED";
+const END_ABANDONED: &str = "UPDATE attempts SET outcome = 'abandoned', finished_at = $2, \
+     error = $3 WHERE id = $1 AND outcome = 'running'";
+const UNCLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
+     lease_expires_at = NULL WHERE id = $1";
+const REQUEUE: &str = "UPDATE jobs SET state = 'queued', abandoned = $2, \
+     attempts = greatest(attempts - 1, 0), run_at = $3, last_error = $4, lease_owner = NULL, \
+     lease_expires_at = NULL, current_attempt = NULL WHERE id = $1";
+const KILL: &str = "UPDATE jobs SET state = 'dead', abandoned = $2, \
+     attempts = greatest(attempts - 1, 0), last_error = $3, finished_at = $4, \
+     lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL WHERE id = $1";
 /// An effect's abandoned attempt counts (the effect may have reached the
 /// world): the row goes back to pending, or dead when out of attempts.
 const REAP_OUTBOX: &str = "\
@@ -76,8 +60,6 @@ back AS (
     RETURNING o.id
 )
 SELECT count(*) FROM back";
-const REAP_OUTBOX_MSG: &str = "abandoned: the lease expired (the process died or hung during \
-     the effect); the effect may have been performed";
 const RELEASE_CLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
      lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2 AND current_attempt IS NULL";
 const RELEASE_RUN: &str = "\
@@ -138,28 +120,48 @@ pub(crate) fn renew(
 }
 
 pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
-    let any: bool = c.query_one(ANY_EXPIRED, &[&now])?.get(0);
+    let any: bool = c
+        .query_one(ANY_EXPIRED, &[&now])?
+        .try_get(0)
+        .map_err(read_err)?;
     if !any {
         return Ok((0, 0));
     }
-    let (prefix, suffix) = poison_parts();
-    let jobs = c.write(REAP_JOBS, &[&now, &max_abandoned, &prefix, &suffix])?;
-    for r in &jobs {
-        let (id, state, total): (i64, String, i64) = (r.get(0), r.get(1), r.get(2));
-        if state == "dead" {
-            log::warn!(target: "litejob", job_id = id, abandoned = total; "job is dead: {}", poison_message(total));
-        }
-    }
-    let outbox: i64 = c.write(REAP_OUTBOX, &[&now, &REAP_OUTBOX_MSG])?[0].get(0);
-    Ok((jobs.len(), outbox as usize))
+    let jobs = reap_jobs(c, now, max_abandoned)?;
+    let outbox: i64 = c.write(REAP_OUTBOX, &[&now, &ABANDONED_EFFECT])?[0]
+        .try_get(0)
+        .map_err(read_err)?;
+    Ok((jobs, outbox as usize))
 }
 
-/// The poison pill's message around its count, so the SQL writes the same
-/// words as the SQLite reaper.
-fn poison_parts() -> (String, String) {
-    let m = poison_message(7);
-    let (a, b) = m.split_once('7').unwrap_or((&m, ""));
-    (a.to_string(), b.to_string())
+/// Takes back the jobs whose lease expired, in one transaction, as
+/// [`lifecycle::on_expiry`] decides for each. Rare (a process died, or a
+/// run hung past its lease), so a statement per job.
+fn reap_jobs(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
+    let mut tx = c.client.transaction().map_err(read_err)?;
+    let expired = tx.query(EXPIRED_JOBS, &[&now]).map_err(read_err)?;
+    for row in &expired {
+        let id: i64 = row.try_get(0).map_err(read_err)?;
+        let attempt: Option<i64> = row.try_get(1).map_err(read_err)?;
+        let abandoned: i64 = row.try_get(2).map_err(read_err)?;
+        if let Some(a) = attempt {
+            tx.execute(END_ABANDONED, &[&a, &now, &ABANDONED_RUN])
+                .map_err(read_err)?;
+        }
+        match lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned) {
+            Expiry::Unclaimed => tx.execute(UNCLAIM, &[&id]),
+            Expiry::Requeued { abandoned } => {
+                tx.execute(REQUEUE, &[&id, &abandoned, &now, &ABANDONED_JOB])
+            }
+            Expiry::Poisoned { abandoned, error } => {
+                log::warn!(target: "litejob", job_id = id, abandoned = abandoned; "job is dead: {error}");
+                tx.execute(KILL, &[&id, &abandoned, &error, &now])
+            }
+        }
+        .map_err(read_err)?;
+    }
+    tx.commit().map_err(write_err)?;
+    Ok(expired.len())
 }
 
 /// [`RELEASE_LOST_CLAIMS`]: how many jobs went back.

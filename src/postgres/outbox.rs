@@ -8,6 +8,7 @@ use postgres::GenericClient;
 use super::conn::{write_err, PgConn};
 use super::reads::outbox_from_row;
 use crate::core::attempt::cap_error;
+use crate::core::lifecycle::{EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxState};
 use crate::core::time::Millis;
 use crate::error::{Error, Result};
@@ -68,12 +69,12 @@ SELECT state FROM done";
 const RELEASE: &str = "\
 WITH back AS (
     UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-        next_attempt_at = $3, last_error = 'released at shutdown while the effect was running',
+        next_attempt_at = $3, last_error = $4::text,
         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
     WHERE id = $1 AND current_attempt = $2 AND state = 'sending' RETURNING id
 ),
 ended AS (
-    UPDATE attempts SET outcome = 'released', error = 'released at shutdown', finished_at = $3
+    UPDATE attempts SET outcome = 'released', error = $5::text, finished_at = $3
     WHERE id = $2 AND outcome = 'running' AND EXISTS (SELECT 1 FROM back)
 )
 SELECT count(*) FROM back";
@@ -195,5 +196,6 @@ pub(crate) fn release(
     attempt_id: i64,
     now: Millis,
 ) -> Result<bool> {
-    Ok(c.write(RELEASE, &[&outbox_id, &attempt_id, &now])?[0].get::<_, i64>(0) == 1)
+    let (row, run) = (EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN);
+    Ok(c.write(RELEASE, &[&outbox_id, &attempt_id, &now, &row, &run])?[0].get::<_, i64>(0) == 1)
 }

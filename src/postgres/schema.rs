@@ -6,8 +6,8 @@
 use postgres::Client;
 
 use super::conn::read_err;
+use crate::core::SCHEMA_VERSION;
 use crate::error::{Error, Result};
-use crate::sqlite::schema::SCHEMA_VERSION;
 
 /// The whole current schema, as shipped in `postgres.sql` at the
 /// repository root.

@@ -13,6 +13,7 @@ use crate::core::handler::JobContext;
 use crate::core::job::{Enqueued, NewJob};
 use crate::core::time::Millis;
 use crate::core::validate::EnqueueRules;
+use crate::driver::run::Savepoint;
 use crate::error::Result;
 
 /// The savepoint a run's handler writes inside, opened the first time the
@@ -23,15 +24,6 @@ use crate::error::Result;
 pub(crate) const RUN_SAVEPOINT: &str = "SAVEPOINT litejob_run";
 pub(crate) const RELEASE_RUN: &str = "RELEASE SAVEPOINT litejob_run";
 pub(crate) const ROLLBACK_RUN: &str = "ROLLBACK TO SAVEPOINT litejob_run";
-
-/// Where the run's savepoint is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Savepoint {
-    NotOpened,
-    Open,
-    /// Opening it failed: the transaction is broken.
-    Failed,
-}
 
 /// The transaction a job's apply step runs in, on PostgreSQL. Derefs to the
 /// client's [`postgres::Transaction`]: run the handler's SQL through it

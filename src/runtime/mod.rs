@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::core::backoff::Rng;
+use crate::core::lifecycle::RELEASED_AT_SHUTDOWN;
 use crate::core::time::Millis;
 use crate::driver::in_flight::InFlight;
 use crate::driver::pipeline::{spawn, Pipeline, Shared};
@@ -237,7 +238,7 @@ impl<E: Engine> Running<E> {
                 id,
                 &self.shared.owner,
                 attempt,
-                "released at shutdown",
+                RELEASED_AT_SHUTDOWN,
                 now,
             ) {
                 released += 1;

@@ -260,3 +260,29 @@ fn build_pool(manager: SqliteConnectionManager, size: u32) -> Result<Pool> {
 pub fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>> {
     Ok(conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
 }
+
+/// Classify a SQLite error into the variants users act on.
+pub(crate) fn from_sqlite(e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode::*;
+    match e.sqlite_error_code() {
+        Some(DatabaseBusy) | Some(DatabaseLocked) => Error::Busy(format!(
+            "database busy: another connection held the write lock past the busy timeout \
+             (another process, or a sqlite3 shell with an open transaction?): {e}"
+        )),
+        Some(DiskFull) => Error::StorageFull(format!(
+            "storage full: the disk or the database's page limit is full; nothing was written: {e}"
+        )),
+        Some(NotADatabase) => Error::NotADatabase(format!("not a SQLite database: {e}")),
+        Some(OperationInterrupted) => Error::Interrupted(format!(
+            "the write ran past its transaction time budget and was rolled back: {e}"
+        )),
+        Some(DatabaseCorrupt) => Error::NotADatabase(format!("the database file is corrupt: {e}")),
+        _ => Error::Sqlite(e),
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        from_sqlite(e)
+    }
+}

@@ -274,6 +274,6 @@ fn constraint(e: rusqlite::Error) -> Error {
         Some(rusqlite::ErrorCode::ConstraintViolation) => {
             Error::invalid(format!("refused by the schema's constraints: {e}"))
         }
-        _ => Error::from_sqlite(e),
+        _ => crate::sqlite::db::from_sqlite(e),
     }
 }

@@ -20,6 +20,7 @@ pub(crate) mod copy;
 pub(crate) mod db;
 pub(crate) mod enqueue;
 pub(crate) mod history;
+pub(crate) mod leases;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 pub(crate) mod pipeline;

@@ -5,6 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::core::attempt::AttemptOutcome;
+use crate::core::lifecycle::{ABANDONED_EFFECT, EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::time::Millis;
 use crate::error::{Action, Error, Result, RowId};
@@ -189,18 +190,22 @@ pub(crate) fn reap_expired(conn: &Connection, now: Millis) -> Result<usize> {
         )?
         .query_map([now], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    const MSG: &str = "abandoned: the lease expired (the process died or hung during the effect); \
-                       the effect may have been performed";
     for (id, attempt) in &expired {
         if let Some(a) = attempt {
-            history::finish(conn, *a, AttemptOutcome::Abandoned, Some(MSG), now)?;
+            history::finish(
+                conn,
+                *a,
+                AttemptOutcome::Abandoned,
+                Some(ABANDONED_EFFECT),
+                now,
+            )?;
         }
         conn.prepare_cached(
             "UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END, \
              next_attempt_at = ?2, last_error = ?3, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
              WHERE id = ?1",
         )?
-        .execute(rusqlite::params![id, now, MSG])?;
+        .execute(rusqlite::params![id, now, ABANDONED_EFFECT])?;
     }
     Ok(expired.len())
 }
@@ -214,18 +219,21 @@ pub(crate) fn release(
     now: Millis,
 ) -> Result<bool> {
     const SQL: &str = "UPDATE outbox SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END, \
-         next_attempt_at = ?3, last_error = 'released at shutdown while the effect was running', \
+         next_attempt_at = ?3, last_error = ?4, \
          lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
          WHERE id = ?1 AND current_attempt = ?2 AND state = 'sending'";
-    let n = conn
-        .prepare_cached(SQL)?
-        .execute(rusqlite::params![outbox_id, attempt_id, now])?;
+    let n = conn.prepare_cached(SQL)?.execute(rusqlite::params![
+        outbox_id,
+        attempt_id,
+        now,
+        EFFECT_RELEASED_AT_SHUTDOWN
+    ])?;
     if n == 1 {
         history::finish(
             conn,
             attempt_id,
             AttemptOutcome::Released,
-            Some("released at shutdown"),
+            Some(RELEASED_AT_SHUTDOWN),
             now,
         )?;
     }

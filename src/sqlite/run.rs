@@ -15,27 +15,17 @@ use crate::core::lifecycle::judge;
 use crate::core::lifecycle::HandlerResult;
 use crate::core::lifecycle::Next;
 use crate::core::lifecycle::Verdict;
+use crate::core::lifecycle::{RunEnd, DUPLICATE_RUN};
 use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
+use crate::driver::run::Savepoint;
 use crate::error::{Error, Result};
 use crate::sqlite::history::{self};
 use crate::sqlite::ledger;
 use crate::sqlite::tx::JobTx;
-use crate::sqlite::tx::{Savepoint, RELEASE_RUN, ROLLBACK_RUN};
+use crate::sqlite::tx::{RELEASE_RUN, ROLLBACK_RUN};
 use crate::sqlite::writer::exec_cached;
 use crate::sqlite::Sqlite;
-
-/// How a run ended, as recorded.
-#[derive(Debug, Clone)]
-pub(crate) struct RunEnd {
-    pub outcome: AttemptOutcome,
-    pub state: JobState,
-    pub error: Option<String>,
-    /// New outbox rows written by the run (0 unless it succeeded).
-    pub outbox_added: usize,
-    /// When it runs again, if it was requeued.
-    pub retry_at: Option<Millis>,
-}
 
 /// Whether this run still holds the job: running, fenced on its attempt.
 fn holds(conn: &Connection, job_id: i64, attempt_id: i64) -> Result<bool> {
@@ -255,7 +245,7 @@ fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -
         conn,
         attempt_id,
         AttemptOutcome::Duplicate,
-        Some("duplicate: the ledger already holds this key, the work was done before"),
+        Some(DUPLICATE_RUN),
         now,
     )
     .and_then(|_| complete(conn, job, attempt_id, now));
@@ -329,9 +319,9 @@ fn abort(conn: &Connection, e: Error) -> Error {
     log::error!(target: "litejob", "a run's transaction failed half-way ({e}); rolling its group back");
     let _ = conn.execute_batch("ROLLBACK");
     if !conn.is_autocommit() {
-        // Returning would let the writer commit half a run. A panic makes
-        // it roll back (or give up on) the whole transaction instead.
-        panic!("{e}; and the transaction could not be rolled back");
+        // A plain error would let the writer commit half a run: this one
+        // tells it to end the whole transaction instead.
+        return Error::HalfWritten(format!("{e}; and the transaction could not be rolled back"));
     }
     e
 }

@@ -32,6 +32,7 @@ use crate::sqlite::controls::{self};
 use crate::sqlite::db::{self, ConnConfig, Pool};
 use crate::sqlite::enqueue::{self};
 use crate::sqlite::history::{self};
+use crate::sqlite::leases;
 use crate::sqlite::ledger;
 use crate::sqlite::outbox::{self};
 use crate::sqlite::reports::{self};
@@ -359,7 +360,7 @@ impl Store for SqliteStore {
             (!effects.is_empty()).then(|| serde_json::to_string(effects).unwrap_or_default());
         self.writer()?.run_light(move |conn| {
             if let Some(ids) = &jobs {
-                claim::heartbeat(conn, &owner, ids, until)?;
+                leases::heartbeat(conn, &owner, ids, until)?;
             }
             if let Some(ids) = &effects {
                 outbox::heartbeat(conn, &owner, ids, until)?;
@@ -369,12 +370,12 @@ impl Store for SqliteStore {
     }
 
     fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
-        if !self.read(|c| claim::any_expired(c, now))? {
+        if !self.read(|c| leases::any_expired(c, now))? {
             return Ok((0, 0));
         }
         self.writer()?.run_light(move |conn| {
             Ok((
-                claim::reap_expired(conn, now, max_abandoned)?,
+                leases::reap_expired(conn, now, max_abandoned)?,
                 outbox::reap_expired(conn, now)?,
             ))
         })
@@ -390,7 +391,7 @@ impl Store for SqliteStore {
     ) -> Result<bool> {
         let (owner, why) = (owner.to_string(), why.to_string());
         self.writer()?
-            .run(move |conn| claim::release(conn, id, &owner, attempt, &why, now))
+            .run(move |conn| leases::release(conn, id, &owner, attempt, &why, now))
     }
 
     fn claim_effect(

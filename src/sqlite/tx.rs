@@ -12,6 +12,7 @@ use crate::core::handler::JobContext;
 use crate::core::job::{Enqueued, NewJob};
 use crate::core::time::Millis;
 use crate::core::validate::{self, EnqueueRules};
+use crate::driver::run::Savepoint;
 use crate::error::Result;
 use crate::sqlite::outbox;
 
@@ -30,17 +31,6 @@ pub struct JobTx<'a> {
     /// The savepoint around the handler's writes, opened the first time the
     /// handler reaches the connection (see [`crate::sqlite::run::apply`]).
     pub(crate) savepoint: Cell<Savepoint>,
-}
-
-/// The state of a run's savepoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Savepoint {
-    /// The handler has not reached the connection: it wrote nothing.
-    NotOpened,
-    /// Open: everything the handler wrote is after it.
-    Open,
-    /// Opening it failed: the handler's writes cannot be undone alone.
-    Failed,
 }
 
 /// The savepoint a run's handler writes inside: opened by [`JobTx::conn`],

@@ -20,21 +20,30 @@ use crossbeam_channel::{select, Receiver};
 
 use crate::core::attempt::{cap_error, AttemptOutcome};
 use crate::core::backoff::Rng;
-use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
+use crate::core::handler::{JobContext, PrepareStop, Prepared};
+use crate::core::job::JobState;
+use crate::core::lifecycle::RunEnd;
 use crate::core::lifecycle::{judge, Next, Verdict};
 use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
+use crate::driver::run::Savepoint;
+use crate::driver::run::{
+    backoff_at, context as run_context, log_finished, log_not_recorded, log_started, prepare,
+    RunStart,
+};
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::postgres::conn::{PgConn, Session};
 use crate::postgres::controls as pg_controls;
 use crate::postgres::run::{self, ClaimAsk, End, Started, Statements};
 use crate::postgres::store::PgStore;
-use crate::postgres::tx::{PgJobTx, Savepoint, RELEASE_RUN, ROLLBACK_RUN};
+use crate::postgres::tx::{PgJobTx, RELEASE_RUN, ROLLBACK_RUN};
 use crate::postgres::Postgres;
 use crate::postgres::{leases, notify};
 
-use crate::core::lifecycle::failure;
+use crate::core::lifecycle::{
+    failure, released_after_failed_write, DUPLICATE_RUN, RELEASED_AT_SHUTDOWN,
+};
 use crate::driver::leases::{heartbeat, reap};
 use crate::driver::pipeline::{sleep_or_stop, spawn, worker_name, Launched, Pipeline, Shared};
 use crate::driver::Store;
@@ -177,15 +186,6 @@ struct Run {
     t0: Instant,
     /// What the batch's transaction recorded.
     end: Option<RunEnd>,
-}
-
-/// How a run ended, for its log line.
-struct RunEnd {
-    outcome: AttemptOutcome,
-    error: Option<String>,
-    retry_at: Option<Millis>,
-    outbox_added: usize,
-    next: Option<Next>,
 }
 
 struct Worker {
@@ -398,7 +398,7 @@ impl Worker {
         let mut runs = Vec::with_capacity(batch.len());
         for j in batch {
             if self.s.stopping.load(Ordering::SeqCst) {
-                self.give_back_one(j.id, j.attempt_id, "released at shutdown");
+                self.give_back_one(j.id, j.attempt_id, RELEASED_AT_SHUTDOWN);
             } else if let Some(r) = self.begin(j) {
                 runs.push(r);
             }
@@ -418,10 +418,7 @@ impl Worker {
                 log::warn!(target: "litejob", "a batch of {} runs was not recorded ({e}); giving it back", runs.len());
                 self.conn = None;
                 self.unsure = true;
-                self.give_back(
-                    &runs,
-                    &format!("released uncharged: the run's write failed ({e})"),
-                );
+                self.give_back(&runs, &released_after_failed_write(&e.to_string()));
             }
         }
     }
@@ -438,29 +435,25 @@ impl Worker {
             );
             return None;
         };
-        let ctx = JobContext {
+        let ctx = run_context(RunStart {
             id: j.id,
-            kind: j.kind.clone(),
-            key: j.key.clone(),
-            queue: j.queue.clone(),
+            kind: &j.kind,
+            key: &j.key,
+            queue: &j.queue,
             attempt: j.attempt,
             max_attempts: j.max_attempts,
-        };
-        let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
-        log::info!(target: "litejob", job_id = j.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-            attempt = attempt_str.as_str(), worker = self.name.as_str(); "job started");
+        });
+        log_started(&ctx, &self.name);
         fault::point("after-start-commit");
-        let backoff_at = self.s.store.now()
-            + self
-                .s
-                .cfg
-                .backoff
-                .delay(ctx.attempt as u32, self.rng.unit())
-                .as_millis() as i64;
+        let backoff_at = backoff_at(
+            &self.s.cfg.backoff,
+            &ctx,
+            self.rng.unit(),
+            self.s.store.now(),
+        );
         let t0 = Instant::now();
         fault::point("in-handler");
-        let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &j.payload)))
-            .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+        let prepared = prepare(handler.as_ref(), &ctx, &j.payload);
         Some(Run {
             started: j,
             ctx,
@@ -501,20 +494,23 @@ impl Worker {
                 // job over): nothing of this run is recorded.
                 continue;
             };
-            let end = match r.prepared.take().expect("prepared once") {
+            let Some(prepared) = r.prepared.take() else {
+                return Err(Error::Internal(format!(
+                    "job {}: its run was applied twice in one batch",
+                    r.ctx.id
+                )));
+            };
+            let end = match prepared {
                 Err(stop) => {
                     let (outcome, msg, next) = failure(stop, r.backoff_at);
-                    failed(outcome, msg, next, 0)
+                    failed(outcome, msg, next)
                 }
                 Ok(_) if !ledger_new => RunEnd {
                     outcome: AttemptOutcome::Duplicate,
-                    error: Some(
-                        "duplicate: the ledger already holds this key, the work was done before"
-                            .into(),
-                    ),
+                    state: JobState::Succeeded,
+                    error: Some(DUPLICATE_RUN.into()),
                     retry_at: None,
                     outbox_added: 0,
-                    next: None,
                 },
                 Ok(prepared) => {
                     let mut jtx = PgJobTx {
@@ -541,10 +537,10 @@ impl Worker {
                         Verdict::Done if !opened || tx.batch_execute(RELEASE_RUN).is_ok() => {
                             RunEnd {
                                 outcome: AttemptOutcome::Succeeded,
+                                state: JobState::Succeeded,
                                 error: None,
                                 retry_at: None,
                                 outbox_added: added,
-                                next: None,
                             }
                         }
                         verdict => {
@@ -566,7 +562,7 @@ impl Worker {
                                     .map_err(crate::postgres::conn::read_err)?;
                             }
                             failed_keys.push(r.ctx.key.clone());
-                            failed(outcome, msg, next, 0)
+                            failed(outcome, msg, next)
                         }
                     }
                 }
@@ -577,7 +573,7 @@ impl Worker {
                 outcome: end.outcome.as_str(),
                 error: end.error.as_deref().map(cap_error),
                 retry_at: end.retry_at.unwrap_or(now),
-                discard: matches!(end.next, Some(Next::Discard)),
+                discard: end.state == JobState::Dead,
             });
             r.end = Some(end);
         }
@@ -599,11 +595,13 @@ impl Worker {
             });
         }
         tx.commit().map_err(crate::postgres::conn::write_err)?;
-        // Retry times only for the jobs that went back to queued.
+        // The states the commit recorded; retry times only for the jobs
+        // that went back to queued.
         for r in runs.iter_mut() {
             let state = states.iter().find(|(id, _)| *id == r.started.id);
-            if let Some(end) = &mut r.end {
-                if !matches!(state, Some((_, st)) if st == "queued") {
+            if let (Some(end), Some((_, st))) = (&mut r.end, state) {
+                end.state = st.parse()?;
+                if end.state != JobState::Queued {
                     end.retry_at = None;
                 }
             }
@@ -615,27 +613,19 @@ impl Worker {
     fn finish(&self, r: &Run) {
         let s = &self.s;
         let ms = r.t0.elapsed().as_millis() as u64;
-        let attempt_str = format!("{}/{}", r.ctx.attempt, r.ctx.max_attempts);
         match &r.end {
             Some(end) => {
-                let err = end.error.clone().unwrap_or_default();
-                let next = end
-                    .retry_at
-                    .map(crate::core::time::format_millis)
-                    .unwrap_or_default();
-                log::info!(target: "litejob", job_id = r.ctx.id, kind = r.ctx.kind.as_str(), key = r.ctx.key.as_str(),
-                    attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), duration_ms = ms,
-                    retry_at = next.as_str(), error = err.as_str(); "job finished");
+                log_finished(&r.ctx, end, ms);
                 if end.outbox_added > 0 {
                     s.notify_outbox();
                     s.store.notifier.outbox();
                 }
             }
-            None => {
-                log::warn!(target: "litejob", job_id = r.ctx.id, kind = r.ctx.kind.as_str(), key = r.ctx.key.as_str(),
-                    attempt = attempt_str.as_str(), outcome = "not recorded", duration_ms = ms,
-                    error = "lease lost: the run no longer held the job; nothing of it was recorded"; "job run not recorded");
-            }
+            None => log_not_recorded(
+                &r.ctx,
+                ms,
+                "lease lost: the run no longer held the job; nothing of it was recorded",
+            ),
         }
         s.in_flight.run_ended(r.ctx.id, r.started.attempt_id);
     }
@@ -682,16 +672,19 @@ fn sleep_until_stop(stop: &Receiver<()>, d: Duration) -> bool {
     )
 }
 
-fn failed(outcome: AttemptOutcome, msg: String, next: Next, outbox_added: usize) -> RunEnd {
-    let retry_at = match next {
-        Next::RetryAt(at) => Some(at),
-        Next::Discard => None,
+/// How a failed run ends, as far as the batch knows before its commit: a
+/// discarded job is dead, any other goes back to `queued` unless the
+/// commit finds it out of attempts.
+fn failed(outcome: AttemptOutcome, msg: String, next: Next) -> RunEnd {
+    let (state, retry_at) = match next {
+        Next::RetryAt(at) => (JobState::Queued, Some(at)),
+        Next::Discard => (JobState::Dead, None),
     };
     RunEnd {
         outcome,
+        state,
         error: Some(msg),
         retry_at,
-        outbox_added,
-        next: Some(next),
+        outbox_added: 0,
     }
 }

@@ -1,7 +1,6 @@
 //! Starting a run: the start's light commit, the prepare step on the worker
 //! and the apply step handed to the writer.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -9,7 +8,8 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::core::backoff::Rng;
-use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
+use crate::core::handler::{JobContext, Prepared};
+use crate::core::lifecycle::RunEnd;
 use crate::core::time::{now_ms, Millis};
 use crate::driver::handler::ErasedHandler;
 use crate::error::{Error, Result};
@@ -22,24 +22,23 @@ use super::finish::submit_fail;
 use super::pending::{context, Pending, Running};
 use super::Pipe;
 use crate::core::lifecycle::failure;
+use crate::driver::run as lifecycle_run;
 
 /// Once a run's start committed, before any of its user code: counts it in
 /// flight under its attempt (its lease is renewed, a stop gives it back)
-/// and logs "job started". Returns its context and its "N/M" attempt.
+/// and logs "job started". Returns its context.
 fn announce_start(
     s: &Arc<Pipe>,
     id: i64,
     kind: &str,
     st: &claim::Started,
     worker: &str,
-) -> (JobContext, String) {
+) -> JobContext {
     fault::point("after-start-commit");
     s.in_flight.started(id, st.attempt_id);
     let ctx = context(id, kind, st);
-    let attempt_str = format!("{}/{}", ctx.attempt, ctx.max_attempts);
-    log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-        attempt = attempt_str.as_str(), worker = worker; "job started");
-    (ctx, attempt_str)
+    lifecycle_run::log_started(&ctx, worker);
+    ctx
 }
 
 /// The simple case, a handler with no prepare step: no user code runs on
@@ -107,19 +106,12 @@ pub(crate) fn apply_started(
     worker: &str,
     st: claim::Started,
     backoff_unit: f64,
-) -> Result<run::RunEnd> {
-    let (ctx, _) = announce_start(sh, id, kind, &st, worker);
+) -> Result<RunEnd> {
+    let ctx = announce_start(sh, id, kind, &st, worker);
     let now = now_ms();
-    let backoff_at = now
-        + sh.cfg
-            .backoff
-            .delay(ctx.attempt as u32, backoff_unit)
-            .as_millis() as i64;
+    let backoff_at = lifecycle_run::backoff_at(&sh.cfg.backoff, &ctx, backoff_unit, now);
     fault::point("in-handler");
-    // Decoding runs user code too (a Deserialize impl): guard it like
-    // the handler.
-    let decoded = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &st.payload)))
-        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    let decoded = lifecycle_run::prepare(handler, &ctx, &st.payload);
     match decoded {
         Ok(prepared) => {
             let r = run::apply(
@@ -169,19 +161,14 @@ pub(crate) fn begin_job(
     }
     let id = claimed.id;
     let started = start_run(s, id, worker, claimed.rated)?;
-    let (ctx, attempt_str) = announce_start(s, id, &claimed.kind, &started, worker);
+    let ctx = announce_start(s, id, &claimed.kind, &started, worker);
     let t0 = Instant::now();
     fault::point("in-handler");
     s.preparing.fetch_add(1, Ordering::SeqCst);
-    let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(&ctx, &started.payload)))
-        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    let prepared = lifecycle_run::prepare(handler.as_ref(), &ctx, &started.payload);
     s.preparing.fetch_sub(1, Ordering::SeqCst);
     let attempt_id = started.attempt_id;
-    let backoff_at = now_ms()
-        + s.cfg
-            .backoff
-            .delay(ctx.attempt as u32, rng.unit())
-            .as_millis() as i64;
+    let backoff_at = lifecycle_run::backoff_at(&s.cfg.backoff, &ctx, rng.unit(), now_ms());
     let rx = match prepared {
         Ok(prepared) => submit_apply(s, handler, ctx.clone(), attempt_id, prepared, backoff_at),
         Err(stop) => {
@@ -193,7 +180,6 @@ pub(crate) fn begin_job(
         rx,
         ctx,
         attempt_id,
-        attempt_str,
         backoff_at,
         t0,
     }))
@@ -224,7 +210,7 @@ fn submit_apply(
     attempt_id: i64,
     prepared: Prepared,
     backoff_at: Millis,
-) -> Receiver<Result<run::RunEnd>> {
+) -> Receiver<Result<RunEnd>> {
     let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
     let interrupts = s.writer.interrupts().clone();
     s.writer.submit_apply(move |conn| {

@@ -10,6 +10,7 @@ use crossbeam_channel::Receiver;
 use crate::core::backoff::Rng;
 use crate::core::time::{now_ms, Millis};
 use crate::driver::handler::ErasedHandler;
+use crate::driver::run;
 use crate::driver::Store;
 use crate::error::Result;
 use crate::sqlite::claim::{self, Claimed};
@@ -199,7 +200,7 @@ fn queue_run(
     now: Millis,
 ) -> Pending {
     let ctx = context(c.id, &c.kind, &st);
-    let delay = sh.cfg.backoff.delay(ctx.attempt as u32, unit);
+    let backoff_at = run::backoff_at(&sh.cfg.backoff, &ctx, unit, now);
     let attempt_id = st.attempt_id;
     let sh2 = sh.clone();
     let rx = cycle.follow_up(move |conn| {
@@ -217,10 +218,9 @@ fn queue_run(
     });
     Pending::Running(Running {
         rx,
-        attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
         ctx,
         attempt_id,
-        backoff_at: now + delay.as_millis() as i64,
+        backoff_at,
         t0: Instant::now(),
     })
 }

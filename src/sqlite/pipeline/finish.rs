@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::core::attempt::AttemptOutcome;
-use crate::core::lifecycle::Next;
+use crate::core::lifecycle::{released_after_failed_write, Next, RunEnd};
 use crate::core::time::now_ms;
+use crate::driver::run as lifecycle_run;
 use crate::error::{Error, Result};
 use crate::fault;
-use crate::sqlite::claim;
+use crate::sqlite::leases;
 use crate::sqlite::run::{self, Within};
 use crate::sqlite::writer;
 
@@ -34,13 +35,16 @@ pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) {
         } => match writer::wait(start_rx) {
             Ok(Some(st)) => {
                 let ctx = context(id, &kind, &st);
-                let delay = s.cfg.backoff.delay(ctx.attempt as u32, backoff_unit);
                 Running {
                     rx: apply_rx,
-                    attempt_str: format!("{}/{}", ctx.attempt, ctx.max_attempts),
+                    backoff_at: lifecycle_run::backoff_at(
+                        &s.cfg.backoff,
+                        &ctx,
+                        backoff_unit,
+                        now_ms(),
+                    ),
                     ctx,
                     attempt_id: st.attempt_id,
-                    backoff_at: now_ms() + delay.as_millis() as i64,
                     t0,
                 }
             }
@@ -69,7 +73,6 @@ fn finish_running(s: &Arc<Pipe>, r: Running) {
         rx,
         ctx,
         attempt_id,
-        attempt_str,
         backoff_at,
         t0,
     } = r;
@@ -93,24 +96,12 @@ fn finish_running(s: &Arc<Pipe>, r: Running) {
     let ms = t0.elapsed().as_millis() as u64;
     match result {
         Ok(end) => {
-            let err = end.error.clone().unwrap_or_default();
-            let next = end
-                .retry_at
-                .map(crate::core::time::format_millis)
-                .unwrap_or_default();
-            log::info!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-                attempt = attempt_str.as_str(), outcome = end.outcome.as_str(), state = end.state.as_str(),
-                duration_ms = ms, retry_at = next.as_str(), error = err.as_str(); "job finished");
+            lifecycle_run::log_finished(&ctx, &end, ms);
             if end.outbox_added > 0 {
                 s.notify_outbox();
             }
         }
-        Err(e) => {
-            let err = e.to_string();
-            log::warn!(target: "litejob", job_id = id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
-                attempt = attempt_str.as_str(), outcome = "not recorded", duration_ms = ms,
-                error = err.as_str(); "job run not recorded");
-        }
+        Err(e) => lifecycle_run::log_not_recorded(&ctx, ms, &e.to_string()),
     }
     s.in_flight.run_ended(id, attempt_id);
 }
@@ -122,7 +113,7 @@ fn fail_op(
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
-) -> impl FnOnce(&rusqlite::Connection) -> Result<run::RunEnd> + Send + 'static {
+) -> impl FnOnce(&rusqlite::Connection) -> Result<RunEnd> + Send + 'static {
     move |conn| {
         let now = now_ms();
         run::fail(
@@ -146,7 +137,7 @@ pub(crate) fn submit_fail(
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
-) -> Receiver<Result<run::RunEnd>> {
+) -> Receiver<Result<RunEnd>> {
     s.writer.submit(fail_op(id, attempt_id, outcome, msg, next))
 }
 
@@ -158,19 +149,14 @@ fn fail_run(
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
-) -> Result<run::RunEnd> {
+) -> Result<RunEnd> {
     s.writer.run(fail_op(id, attempt_id, outcome, msg, next))
 }
 
 /// The write failed for a reason that is not the job's fault (disk full,
 /// busy past the timeout, a neighbour's rollback): give the job back
 /// uncharged, retrying until the write goes through or the lease is gone.
-fn release_after_transient(
-    s: &Arc<Pipe>,
-    id: i64,
-    attempt_id: i64,
-    e: Error,
-) -> Result<run::RunEnd> {
+fn release_after_transient(s: &Arc<Pipe>, id: i64, attempt_id: i64, e: Error) -> Result<RunEnd> {
     log::warn!(target: "litejob", job_id = id; "run of job {id} not recorded ({e}); releasing it");
     let mut delay = Duration::from_millis(50);
     let give_up = Instant::now() + s.cfg.lease;
@@ -178,12 +164,12 @@ fn release_after_transient(
         let o = s.owner.clone();
         let why = e.to_string();
         match s.writer.run(move |conn| {
-            claim::release(
+            leases::release(
                 conn,
                 id,
                 &o,
                 Some(attempt_id),
-                &format!("released uncharged: the run's write failed ({why})"),
+                &released_after_failed_write(&why),
                 now_ms(),
             )
         }) {

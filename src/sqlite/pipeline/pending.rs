@@ -5,10 +5,11 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::core::handler::JobContext;
+use crate::core::lifecycle::RunEnd;
 use crate::core::time::Millis;
+use crate::driver::run::{self, RunStart};
 use crate::error::Result;
 use crate::sqlite::claim;
-use crate::sqlite::run;
 
 /// A run handed to the writer, waiting for its commit.
 pub(crate) enum Pending {
@@ -20,7 +21,7 @@ pub(crate) enum Pending {
         id: i64,
         kind: String,
         start_rx: Receiver<Result<Option<claim::Started>>>,
-        apply_rx: Receiver<Result<run::RunEnd>>,
+        apply_rx: Receiver<Result<RunEnd>>,
         backoff_unit: f64,
         t0: Instant,
     },
@@ -28,7 +29,7 @@ pub(crate) enum Pending {
 
 impl Pending {
     /// Where the run's final answer arrives.
-    pub(crate) fn answer(&self) -> &Receiver<Result<run::RunEnd>> {
+    pub(crate) fn answer(&self) -> &Receiver<Result<RunEnd>> {
         match self {
             Pending::Running(r) => &r.rx,
             Pending::Starting { apply_rx, .. } => apply_rx,
@@ -43,22 +44,21 @@ impl Pending {
 
 /// A started run: what its end line needs, and where its commit arrives.
 pub(crate) struct Running {
-    pub(crate) rx: Receiver<Result<run::RunEnd>>,
+    pub(crate) rx: Receiver<Result<RunEnd>>,
     pub(crate) ctx: JobContext,
     pub(crate) attempt_id: i64,
-    pub(crate) attempt_str: String,
     pub(crate) backoff_at: Millis,
     pub(crate) t0: Instant,
 }
 
 /// The context a handler receives, from its job and its start.
 pub(crate) fn context(id: i64, kind: &str, st: &claim::Started) -> JobContext {
-    JobContext {
+    run::context(RunStart {
         id,
-        kind: kind.to_string(),
-        key: st.key.clone(),
-        queue: st.queue.clone(),
+        kind,
+        key: &st.key,
+        queue: &st.queue,
         attempt: st.attempt,
         max_attempts: st.max_attempts,
-    }
+    })
 }

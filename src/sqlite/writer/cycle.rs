@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
 use super::group::run_group;
-use super::op::{channel, Durability, Op, Reply};
+use super::op::{channel, Durability, Op, Reply, Status};
 use super::sync::SyncMode;
 use crate::error::{Error, Result};
 use crate::sqlite::checkpoint::Checkpointer;
@@ -73,20 +73,24 @@ impl Cycle {
     pub(super) fn settle(
         self,
         durability: Durability,
-        outcome: std::thread::Result<(bool, Reply)>,
+        outcome: std::thread::Result<(Status, Reply)>,
     ) -> Outcome {
         match outcome {
-            Ok((true, reply)) => Outcome::Done(Ran {
+            Ok((Status::Ok, reply)) => Outcome::Done(Ran {
                 durability,
                 reply,
                 follow_ups: self.queued,
             }),
-            Ok((false, reply)) => {
+            Ok((status, reply)) => {
                 refuse(
                     self.queued,
                     "the operation that started the run failed: nothing of it ran",
                 );
-                Outcome::Failed(reply)
+                if status == Status::LeftOpen {
+                    Outcome::LeftOpen(reply)
+                } else {
+                    Outcome::Failed(reply)
+                }
             }
             Err(_) => {
                 refuse(
@@ -113,6 +117,10 @@ pub(super) enum Outcome {
     /// It returned its own error (its follow-ups were refused); the reply
     /// gives it to the caller.
     Failed(Reply),
+    /// It failed half-way and could not undo itself (its follow-ups were
+    /// refused): the writer must end the transaction; the reply gives the
+    /// caller its error.
+    LeftOpen(Reply),
     /// It panicked (its follow-ups were refused).
     Panicked,
 }

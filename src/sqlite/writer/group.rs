@@ -119,7 +119,7 @@ impl Group<'_> {
         if !self.in_tx {
             if let Err(e) = exec_cached(self.conn, "BEGIN IMMEDIATE") {
                 // Not executed at all: answer with the reason.
-                reject(Error::from_sqlite(e));
+                reject(crate::sqlite::db::from_sqlite(e));
                 return Flow::Next;
             }
             self.in_tx = true;
@@ -138,7 +138,7 @@ impl Group<'_> {
         } else {
             Ok(0)
         } {
-            return self.fail_before_run(reject, Error::from_sqlite(e));
+            return self.fail_before_run(reject, crate::sqlite::db::from_sqlite(e));
         }
         if open_light {
             self.light_from = Some(self.replies.len());
@@ -146,8 +146,9 @@ impl Group<'_> {
         let outcome = self.run(kind, durability);
         let ok = matches!(outcome, Outcome::Done(_));
         // A self-isolated operation that returned its failure undid its own
-        // writes (or ended the transaction, seen below).
-        let clean = self_isolated && !matches!(outcome, Outcome::Panicked);
+        // writes (or ended the transaction, seen below), unless it says it
+        // could not.
+        let clean = self_isolated && !matches!(outcome, Outcome::Panicked | Outcome::LeftOpen(_));
         if !ok && !clean && !self.conn.is_autocommit() {
             match self.undo(savepoint, durability) {
                 Undone::Op | Undone::Transaction => {}
@@ -177,7 +178,9 @@ impl Group<'_> {
         }
         match outcome {
             Outcome::Done(ran) => self.replies.push(ran),
-            Outcome::Failed(reply) => self.replies.push(Ran::failed(durability, reply)),
+            Outcome::Failed(reply) | Outcome::LeftOpen(reply) => {
+                self.replies.push(Ran::failed(durability, reply))
+            }
             Outcome::Panicked => reject_panicked(reject),
         }
         Flow::Next
@@ -251,7 +254,7 @@ impl Group<'_> {
             ));
         }
         match outcome {
-            Outcome::Failed(reply) => reply(Ok(())),
+            Outcome::Failed(reply) | Outcome::LeftOpen(reply) => reply(Ok(())),
             Outcome::Done(ran) => {
                 ran.fail(Error::Aborted("the transaction was rolled back".into()))
             }
@@ -266,7 +269,7 @@ impl Group<'_> {
         }
         match outcome {
             Outcome::Done(ran) => ran.fail(stuck()),
-            Outcome::Failed(reply) => reply(Err(stuck())),
+            Outcome::Failed(reply) | Outcome::LeftOpen(reply) => reply(Err(stuck())),
             Outcome::Panicked => reject(stuck()),
         }
     }
@@ -289,7 +292,7 @@ impl Group<'_> {
                 ran.fail(Error::Aborted("the transaction was rolled back".into()))
             }
             // Its own error.
-            Outcome::Failed(reply) => reply(Ok(())),
+            Outcome::Failed(reply) | Outcome::LeftOpen(reply) => reply(Ok(())),
             Outcome::Panicked => reject_panicked(reject),
         }
     }
@@ -329,7 +332,9 @@ fn stuck() -> Error {
 fn classify_commit_error(e: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode::*;
     match e.sqlite_error_code() {
-        Some(DiskFull) | Some(DatabaseBusy) | Some(DatabaseLocked) => Error::from_sqlite(e),
+        Some(DiskFull) | Some(DatabaseBusy) | Some(DatabaseLocked) => {
+            crate::sqlite::db::from_sqlite(e)
+        }
         _ => Error::OutcomeUnknown(e.to_string()),
     }
 }

@@ -18,15 +18,26 @@ pub(super) type Reply = Box<dyn FnOnce(Result<()>) + Send>;
 /// Answers a caller whose operation could not be run at all.
 pub(super) type Reject = Box<dyn FnOnce(Error) + Send>;
 
+/// How an operation's body ended, as the writer must treat its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Status {
+    /// It succeeded.
+    Ok,
+    /// It failed: the writer undoes it (a self-isolated one undid itself).
+    Failed,
+    /// It failed half-way and could not undo itself: the writer ends the
+    /// whole transaction, never committing half of it.
+    LeftOpen,
+}
+
 /// The body of a durable operation, boxed. It runs inside the writer's
-/// transaction and says whether it succeeded (false undoes it, except for
-/// a self-isolated one, which undid itself) and how to answer its caller
-/// after the commit.
-pub(super) type DurableFn = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+/// transaction and says how it ended and how to answer its caller after
+/// the commit.
+pub(super) type DurableFn = Box<dyn FnOnce(&Connection) -> (Status, Reply) + Send>;
 
 /// The body of a light operation: a durable one's, plus the [`Cycle`] it
 /// runs in, through which it may queue follow-up work.
-pub(super) type LightFn = Box<dyn FnOnce(&Connection, &mut Cycle) -> (bool, Reply) + Send>;
+pub(super) type LightFn = Box<dyn FnOnce(&Connection, &mut Cycle) -> (Status, Reply) + Send>;
 
 /// How the writer runs an operation's body.
 pub(super) enum Kind {
@@ -95,8 +106,12 @@ pub(crate) enum Durability {
 
 /// The body's success, and the reply that gives its caller `result` once
 /// the commit is known.
-fn reply_with<R: Send + 'static, S: Sink<Result<R>>>(result: Result<R>, tx: S) -> (bool, Reply) {
-    let ok = result.is_ok();
+fn reply_with<R: Send + 'static, S: Sink<Result<R>>>(result: Result<R>, tx: S) -> (Status, Reply) {
+    let (status, result) = match result {
+        Ok(v) => (Status::Ok, Ok(v)),
+        Err(Error::HalfWritten(m)) => (Status::LeftOpen, Err(Error::Aborted(m))),
+        Err(e) => (Status::Failed, Err(e)),
+    };
     let reply: Reply = Box::new(move |commit: Result<()>| {
         let answer = match result {
             Err(e) => Err(e),
@@ -104,7 +119,7 @@ fn reply_with<R: Send + 'static, S: Sink<Result<R>>>(result: Result<R>, tx: S) -
         };
         tx.put(answer);
     });
-    (ok, reply)
+    (status, reply)
 }
 
 impl Op {
@@ -200,12 +215,13 @@ where
         unreachable!("Op::light builds a light operation")
     };
     op.kind = Kind::Light(Box::new(move |conn: &Connection, cycle: &mut Cycle| {
-        let (ok, reply) = run(conn, cycle);
+        let (status, reply) = run(conn, cycle);
+        let ok = status == Status::Ok;
         let reply: Reply = Box::new(move |commit: Result<()>| {
             flag.store(ok && commit.is_ok(), Ordering::Release);
             reply(commit)
         });
-        (ok, reply)
+        (status, reply)
     }));
     let (tx, apply_rx) = channel();
     let mut apply_op = Op::apply(apply, tx);
@@ -230,7 +246,7 @@ where
                 ))
             }
         });
-        (false, reply)
+        (Status::Failed, reply)
     }));
     op.pair = Some(Pair {
         apply: Box::new(apply_op),

@@ -218,6 +218,30 @@ fn a_self_isolated_operation_is_trusted_when_it_fails_and_never_half_committed_w
     assert_eq!(rows(&w), ["a", "b", "d", "taken"]);
 }
 
+#[test]
+fn a_self_isolated_operation_that_could_not_undo_its_writes_ends_the_whole_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = writer(&dir);
+    w.run(insert("taken")).unwrap();
+    // It wrote, then says it could not undo that: nothing of its
+    // transaction commits, its neighbour before it included; its caller
+    // learns it was aborted; later operations go on.
+    let (a, half, b) = as_one_group(&w, || {
+        (
+            w.submit(insert("a")),
+            w.submit_apply(|conn: &Connection| -> Result<()> {
+                conn.execute("INSERT INTO t (v) VALUES ('half a run')", [])?;
+                Err(Error::HalfWritten("its rollback failed".into()))
+            }),
+            w.submit(insert("b")),
+        )
+    });
+    assert!(matches!(wait(a), Err(Error::Aborted(_))));
+    assert!(matches!(wait(half), Err(Error::Aborted(_))));
+    assert!(wait(b).is_ok());
+    assert_eq!(rows(&w), ["b", "taken"]);
+}
+
 /// A light operation that looks for 'x', and queues a run writing
 /// `apply` — as a claim starts the jobs it takes.
 fn claim_like(

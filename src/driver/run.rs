@@ -1,0 +1,98 @@
+//! What both engines' pipelines do around a run, written once: the
+//! context a handler gets, when a failed run is tried again, the prepare
+//! step run guarded against panics (decoding the payload runs user code
+//! too), and the run's log lines. Writes no table.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::core::backoff::Backoff;
+use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
+use crate::core::lifecycle::RunEnd;
+use crate::core::time::{format_millis, Millis};
+use crate::driver::handler::ErasedHandler;
+use crate::driver::Engine;
+
+/// A started run as an engine read it: enough for its context.
+pub(crate) struct RunStart<'a> {
+    pub id: i64,
+    pub kind: &'a str,
+    pub key: &'a str,
+    pub queue: &'a str,
+    pub attempt: i64,
+    pub max_attempts: i64,
+}
+
+/// The context a handler receives.
+pub(crate) fn context(s: RunStart<'_>) -> JobContext {
+    JobContext {
+        id: s.id,
+        kind: s.kind.to_string(),
+        key: s.key.to_string(),
+        queue: s.queue.to_string(),
+        attempt: s.attempt,
+        max_attempts: s.max_attempts,
+    }
+}
+
+/// When a failed run of `ctx`'s attempt runs again: the backoff after
+/// `now`, with `unit` the random draw of its jitter.
+pub(crate) fn backoff_at(backoff: &Backoff, ctx: &JobContext, unit: f64, now: Millis) -> Millis {
+    let delay = backoff.delay(ctx.attempt as u32, unit);
+    now.saturating_add(delay.as_millis().min(i64::MAX as u128 / 2) as i64)
+}
+
+/// Decodes the payload and runs the prepare step, a panic in either caught
+/// and said as a [`PrepareStop::Panicked`].
+pub(crate) fn prepare<E: Engine>(
+    handler: &dyn ErasedHandler<E>,
+    ctx: &JobContext,
+    payload: &str,
+) -> Result<Prepared, PrepareStop> {
+    catch_unwind(AssertUnwindSafe(|| handler.prepare(ctx, payload)))
+        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))))
+}
+
+/// `N/M`: the run's attempt of its budget, as the log lines show it.
+pub(crate) fn attempt_of(ctx: &JobContext) -> String {
+    format!("{}/{}", ctx.attempt, ctx.max_attempts)
+}
+
+/// The line a run's start logs, once its start committed.
+pub(crate) fn log_started(ctx: &JobContext, worker: &str) {
+    let attempt = attempt_of(ctx);
+    log::info!(target: "litejob", job_id = ctx.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt.as_str(), worker = worker; "job started");
+}
+
+/// The line a run's end logs, once its end committed.
+pub(crate) fn log_finished(ctx: &JobContext, end: &RunEnd, ms: u64) {
+    let attempt = attempt_of(ctx);
+    let err = end.error.clone().unwrap_or_default();
+    let next = end.retry_at.map(format_millis).unwrap_or_default();
+    log::info!(target: "litejob", job_id = ctx.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt.as_str(), outcome = end.outcome.as_str(), state = end.state.as_str(),
+        duration_ms = ms, retry_at = next.as_str(), error = err.as_str(); "job finished");
+}
+
+/// The line of a run whose end could not be recorded (`why`).
+pub(crate) fn log_not_recorded(ctx: &JobContext, ms: u64, why: &str) {
+    let attempt = attempt_of(ctx);
+    log::warn!(target: "litejob", job_id = ctx.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
+        attempt = attempt.as_str(), outcome = "not recorded", duration_ms = ms,
+        error = why; "job run not recorded");
+}
+
+/// Where a run's savepoint is: the savepoint a handler's writes go
+/// inside, opened the first time the handler reaches its transaction (a
+/// handler that writes nothing costs none), so that a failed run's writes
+/// are undone alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Savepoint {
+    /// The handler has not reached the transaction: it wrote nothing.
+    NotOpened,
+    /// Open: everything the handler wrote is after it.
+    Open,
+    /// Opening it failed: the handler's writes cannot be undone alone, and
+    /// the transaction is aborted with them.
+    Failed,
+}
