@@ -9,6 +9,7 @@
 //! state and running a kind's jobs.
 
 mod bench;
+mod connection;
 mod db_path;
 mod explain;
 mod help;
