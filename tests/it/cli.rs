@@ -15,6 +15,7 @@ mod explain;
 mod help;
 mod init_and_enqueue;
 mod inspect;
+mod queue_names;
 mod repairs;
 mod robustness;
 
