@@ -293,9 +293,14 @@ impl Queue {
     /// older or newer than this library's. Every write through it (an
     /// enqueue, a repair, a runtime) fails with [`Error::ReadOnly`].
     ///
-    /// A WAL file's reader needs the `-shm` and `-wal` files beside it:
-    /// SQLite creates them when they are missing, so the directory must be
-    /// writable unless another process has the file open.
+    /// It creates no file beside it either, so it works on a file in a
+    /// directory it may only read: while another process has the file
+    /// open, it reads through that process's `-wal` and `-shm` files (which
+    /// it must be able to read); while none has, it reads the file itself
+    /// as an immutable snapshot, and each connection read that way is
+    /// replaced by an ordinary one at its first use after a writer opened
+    /// the file (a read under way at that very moment is not protected by
+    /// any lock from the writer's first checkpoint).
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Queue> {
         Queue::open_read_only_with(path, QueueOptions::default())
     }

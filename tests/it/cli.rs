@@ -16,6 +16,7 @@ mod help;
 mod init_and_enqueue;
 mod inspect;
 mod queue_names;
+mod read_only;
 mod repairs;
 mod robustness;
 
