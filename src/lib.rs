@@ -213,6 +213,27 @@ pub use queue::{is_postgres_url, Queue, QueueOptions, WriteTx};
 pub use reply::WriteFuture;
 pub use retry::Backoff;
 pub use runtime::{Runtime, RuntimeBuilder, StopReport};
+/// The SQLite crate litejob uses, at litejob's version: the connection its
+/// transactions hand out, and the macros and traits for the application's
+/// own SQL, with no second copy of the crate to keep in step.
+///
+/// ```
+/// use litejob::rusqlite::{params, OptionalExtension};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let queue = litejob::Queue::open(dir.path().join("app.db"))?;
+/// queue.write(|tx| {
+///     tx.execute_batch("CREATE TABLE notes (k TEXT PRIMARY KEY, n INTEGER)")?;
+///     tx.execute("INSERT INTO notes VALUES (?1, ?2)", params!["a", 1])?;
+///     Ok(())
+/// })?;
+/// let n: Option<i64> = queue.read(|c| {
+///     Ok(c.query_row("SELECT n FROM notes WHERE k = ?1", params!["b"], |r| r.get(0))
+///         .optional()?)
+/// })?;
+/// assert_eq!(n, None);
+/// # Ok::<(), litejob::Error>(())
+/// ```
+pub use rusqlite;
 pub use schedule::{CatchUp, Schedule, ScheduleRow};
 pub use schema::SCHEMA_VERSION;
 
