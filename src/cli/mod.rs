@@ -105,7 +105,12 @@ pub enum Command {
     /// ledger row, outbox row, attempt and schedule, ids and keys kept.
     Copy(copy::CopyArgs),
     /// Measure enqueue and processing rates on this machine's disk.
-    #[command(after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json")]
+    #[command(
+        after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json\n\n\
+        Where it writes: a new file in the temporary directory ($TMPDIR, else /tmp),\n\
+        litejob-bench-<pid>-<n>.db, removed when it ends. With --db it writes that file\n\
+        or PostgreSQL database instead, and keeps it ($LITEJOB_DB is not read)."
+    )]
     Bench(bench::BenchArgs),
 }
 
