@@ -146,6 +146,20 @@
 //!   crates).
 //! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
 //!   Off, the library never aborts the process and never writes to stderr.
+// Without the `postgres` feature the PostgreSQL items named above do not
+// exist: their links lead to the feature instead of nowhere.
+#![cfg_attr(not(feature = "postgres"), doc = "")]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`Queue::open_postgres`]: crate#features"
+)]
+#![cfg_attr(not(feature = "postgres"), doc = "[`PgJobTx`]: crate#features")]
+#![cfg_attr(not(feature = "postgres"), doc = "[`pg::Transaction`]: crate#features")]
+#![cfg_attr(not(feature = "postgres"), doc = "[`Queue::pg_write`]: crate#features")]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`Queue::pg_enqueue_in`]: crate#features"
+)]
 
 mod admin;
 mod backend;

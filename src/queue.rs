@@ -389,6 +389,11 @@ impl Queue {
     /// Opens `location` for reading only: a PostgreSQL URL with
     /// [`Queue::open_postgres_read_only_with`], anything else as a file with
     /// [`Queue::open_read_only_with`].
+    #[cfg_attr(not(feature = "postgres"), doc = "")]
+    #[cfg_attr(
+        not(feature = "postgres"),
+        doc = "[`Queue::open_postgres_read_only_with`]: crate#features"
+    )]
     pub fn open_location_read_only(location: &str, opts: QueueOptions) -> Result<Queue> {
         if is_postgres_url(location) {
             #[cfg(feature = "postgres")]
@@ -404,6 +409,11 @@ impl Queue {
     /// Opens `location`: a PostgreSQL URL (`postgres://` or
     /// `postgresql://`) with [`Queue::open_postgres_with`], anything else as
     /// a file with [`Queue::open_with`].
+    #[cfg_attr(not(feature = "postgres"), doc = "")]
+    #[cfg_attr(
+        not(feature = "postgres"),
+        doc = "[`Queue::open_postgres_with`]: crate#features"
+    )]
     pub fn open_location(location: &str, opts: QueueOptions) -> Result<Queue> {
         if is_postgres_url(location) {
             #[cfg(feature = "postgres")]

@@ -254,6 +254,11 @@ impl RuntimeBuilder {
 
     /// Which backend the queue it runs on has: [`RuntimeBuilder::handler`]
     /// for a file, [`RuntimeBuilder::pg_handler`] for PostgreSQL.
+    #[cfg_attr(not(feature = "postgres"), doc = "")]
+    #[cfg_attr(
+        not(feature = "postgres"),
+        doc = "[`RuntimeBuilder::pg_handler`]: crate#features"
+    )]
     pub fn queue_kind(&self) -> crate::BackendKind {
         self.queue.backend_kind()
     }
