@@ -239,7 +239,13 @@ fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
 /// that is not UTF-8 (it is then opened the usual way).
 fn immutable_uri(path: &Path) -> Option<String> {
     let text = path.to_str()?;
-    let mut uri = String::from("file:");
+    // An absolute path gets an empty authority, so one that starts with
+    // `//` is not read as a host.
+    let mut uri = String::from(if text.starts_with('/') {
+        "file://"
+    } else {
+        "file:"
+    });
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
             uri.push(b as char);
@@ -289,12 +295,13 @@ fn read_only_err(path: &Path, e: Error) -> Error {
 
 /// The reader pool's connection manager: r2d2_sqlite's, plus one rule — a
 /// connection given back inside an open transaction is broken and dropped,
-/// so the pool never hands one out mid-transaction. A read-only queue's
-/// connections come from [`connect_read_only`] instead.
+/// so the pool never hands one out mid-transaction.
 #[derive(Debug)]
-pub(crate) struct Manager {
-    inner: SqliteConnectionManager,
-    read_only: Option<(PathBuf, ConnConfig)>,
+pub(crate) enum Manager {
+    /// A writable file's readers: r2d2_sqlite's manager.
+    Readers(Box<SqliteConnectionManager>),
+    /// A queue opened read-only: connections from [`connect_read_only`].
+    ReadOnly(PathBuf, ConnConfig),
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -302,22 +309,22 @@ impl r2d2::ManageConnection for Manager {
     type Error = rusqlite::Error;
 
     fn connect(&self) -> rusqlite::Result<Connection> {
-        match &self.read_only {
-            Some((path, cfg)) => {
+        match self {
+            Manager::Readers(m) => m.connect(),
+            Manager::ReadOnly(path, cfg) => {
                 let conn = connect_read_only(path)?;
                 configure_read_only(&conn, cfg)?;
                 Ok(conn)
             }
-            None => self.inner.connect(),
         }
     }
 
     fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
         // A snapshot opened just before a writer opened the file would
         // miss the writer's commits.
-        let stale = match &self.read_only {
-            Some((path, _)) => wal_of(path).exists() && is_snapshot(conn),
-            None => false,
+        let stale = match self {
+            Manager::ReadOnly(path, _) => wal_of(path).exists() && is_snapshot(conn),
+            Manager::Readers(_) => false,
         };
         if conn.is_autocommit() && !stale {
             Ok(())
@@ -327,7 +334,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Connection) -> bool {
-        !conn.is_autocommit() || (self.read_only.is_some() && is_snapshot(conn))
+        !conn.is_autocommit() || (matches!(self, Manager::ReadOnly(..)) && is_snapshot(conn))
     }
 }
 
@@ -345,27 +352,22 @@ pub(crate) fn pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
             configure(c, &cfg)?;
             c.pragma_update(None, "query_only", true)
         });
-    build_pool(manager, None, size)
+    build_pool(Manager::Readers(Box::new(manager)), size)
 }
 
 /// A pool of connections opened with `SQLITE_OPEN_READONLY`, for a queue
 /// opened read-only: SQLite itself refuses any write on them.
 pub(crate) fn read_only_pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
-    let manager = SqliteConnectionManager::file(path).with_flags(read_only_flags());
-    build_pool(manager, Some((path.to_path_buf(), cfg.clone())), size)
+    build_pool(Manager::ReadOnly(path.to_path_buf(), cfg.clone()), size)
 }
 
-fn build_pool(
-    inner: SqliteConnectionManager,
-    read_only: Option<(PathBuf, ConnConfig)>,
-    size: u32,
-) -> Result<Pool> {
+fn build_pool(manager: Manager, size: u32) -> Result<Pool> {
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))
         .test_on_check_out(true)
         .connection_timeout(Duration::from_secs(60))
-        .build(Manager { inner, read_only })
+        .build(manager)
         .map_err(|e| Error::Pool(e.to_string()))
 }
 

@@ -247,3 +247,17 @@ fn reading_commands_see_what_a_running_process_committed() {
     assert_eq!(reader.json(db, &["stats"])["jobs"]["total"], 3);
     chmod(&dir, 0o755);
 }
+
+/// A closed file is read through a `file:` URI: a name with the URI's own
+/// characters in it (`?`, `#`, `%`, a space) still names that file.
+#[test]
+fn a_closed_file_with_uri_characters_in_its_name_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a ?b#c%20d.db");
+    crate::support::litejob_ok(&db, &["enqueue", "k", "--key", "odd"], 0);
+    assert_eq!(files(dir.path()), ["a ?b#c%20d.db"]);
+    let out = crate::support::litejob_ok(&db, &["explain", "odd", "--json"], 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["job"]["state"], "queued", "{v}");
+    assert_eq!(files(dir.path()), ["a ?b#c%20d.db"]);
+}
