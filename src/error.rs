@@ -67,7 +67,7 @@ pub enum Error {
     /// file or directory, permissions); the message names the path.
     Open(String),
     /// A write was asked of a queue opened read-only
-    /// ([`crate::queue::Queue::open_read_only`]); nothing was written.
+    /// ([`QueueOptions::with_read_only`](crate::QueueOptions::with_read_only)); nothing was written.
     ReadOnly(String),
     /// An internal failure (a thread died, a channel closed unexpectedly).
     Internal(String),
@@ -106,11 +106,11 @@ pub enum RowId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
-    /// Requeue a dead job ([`crate::queue::Queue::retry_job`]).
+    /// Requeue a dead job ([`Admin::retry_job`](crate::admin::Admin::retry_job)).
     RetryJob(i64),
-    /// Cancel a queued job ([`crate::queue::Queue::cancel_job`]).
+    /// Cancel a queued job ([`Admin::cancel_job`](crate::admin::Admin::cancel_job)).
     CancelJob(i64),
-    /// Requeue a dead outbox row ([`crate::queue::Queue::retry_outbox`]).
+    /// Requeue a dead outbox row ([`Admin::retry_outbox`](crate::admin::Admin::retry_outbox)).
     RetryOutbox(i64),
 }
 

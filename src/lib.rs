@@ -97,7 +97,7 @@
 //! The same queue across machines: `Queue<Postgres>` opens with a URL and
 //! creates or migrates its tables in the database. Everything above works
 //! the same; the handler's SQL gets the job's PostgreSQL transaction
-//! ([`postgres::PgJobTx`], which derefs to [`pg::Transaction`]), and a
+//! (`litejob::postgres::PgJobTx`, which derefs to a `postgres::Transaction`), and a
 //! handler written for the other engine does not compile:
 //!
 //! ```no_run
@@ -148,7 +148,6 @@
 //!   crates).
 //! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
 //!   Off, the library never aborts the process and never writes to stderr.
-
 mod core;
 mod driver;
 pub mod error;
@@ -167,9 +166,26 @@ pub mod sqlite;
 /// transactions hand out (`Transaction`, `types::ToSql`).
 #[cfg(feature = "postgres")]
 pub use ::postgres as pg;
-/// The SQLite library litejob uses, for the types its handlers and
-/// transactions hand out (`Connection`, `params!`, `OptionalExtension`), at
-/// litejob's version.
+/// The SQLite crate litejob uses, at litejob's version: the connection its
+/// transactions hand out, and the macros and traits for the application's
+/// own SQL, with no second copy of the crate to keep in step.
+///
+/// ```
+/// use litejob::rusqlite::{params, OptionalExtension};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let queue = litejob::Queue::open(dir.path().join("app.db"))?;
+/// queue.write(|tx| {
+///     tx.execute_batch("CREATE TABLE notes (k TEXT PRIMARY KEY, n INTEGER)")?;
+///     tx.execute("INSERT INTO notes VALUES (?1, ?2)", params!["a", 1])?;
+///     Ok(())
+/// })?;
+/// let n: Option<i64> = queue.read(|c| {
+///     Ok(c.query_row("SELECT n FROM notes WHERE k = ?1", params!["b"], |r| r.get(0))
+///         .optional()?)
+/// })?;
+/// assert_eq!(n, None);
+/// # Ok::<(), litejob::Error>(())
+/// ```
 pub use ::rusqlite;
 
 pub use core::attempt::{Attempt, AttemptOutcome};

@@ -7,17 +7,42 @@ one run) and then `litejob bench --jobs 20000 --workers 4 --json` right
 after it, and takes the ratios per pair: the machine's speed drifts by up to
 40 % within minutes, a ratio taken in the same minute much less.
 
-    (cd tools/sqlite-limit && CARGO_TARGET_DIR=/tmp/sqlite-limit-target cargo build --release)
     python3 tools/bench-pairs.py 5 litejob=$(command -v litejob)
     python3 tools/bench-pairs.py 5 before=/path/to/old/litejob after=target/release/litejob
 
 Ratios: enq1 and enq8 against mode a's one-insert commits, batch against
 mode c's batched inserts, proc_c and proc_d against modes c and d's batched
 processing (d also writes an attempt row per job, as litejob does).
+
+The raw loop is $SQLITE_LIMIT, else /tmp/sqlite-limit-target/release/sqlite-limit,
+built from tools/sqlite-limit the first time.
 """
 import json, os, re, statistics, subprocess, sys
 
-SL = os.environ.get("SQLITE_LIMIT", "/tmp/sqlite-limit-target/release/sqlite-limit")
+
+def raw_loop(env, crate, target):
+    """The raw loop's binary: ${env} when set, else tools/{crate} built with
+    cargo into {target}, the first time (a minute or two)."""
+    path = os.environ.get(env)
+    if path:
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{env}={path}: no such executable")
+        return path
+    path = os.path.join(target, "release", crate)
+    if not os.access(path, os.X_OK):
+        here = os.path.dirname(os.path.abspath(__file__))
+        print(f"building tools/{crate} into {target} ...", file=sys.stderr, flush=True)
+        built = subprocess.run(["cargo", "build", "--release"], cwd=os.path.join(here, crate),
+                               env=dict(os.environ, CARGO_TARGET_DIR=target))
+        if built.returncode != 0 or not os.access(path, os.X_OK):
+            sys.exit(f"building tools/{crate} failed; by hand: (cd tools/{crate} && "
+                     f"CARGO_TARGET_DIR={target} cargo build --release)")
+    return path
+
+
+if len(sys.argv) < 3 or not sys.argv[1].isdigit() or int(sys.argv[1]) < 1:
+    sys.exit("usage: bench-pairs.py ROUNDS NAME=LITEJOB [NAME=LITEJOB …]")
+SL = raw_loop("SQLITE_LIMIT", "sqlite-limit", "/tmp/sqlite-limit-target")
 rounds = int(sys.argv[1])
 bins = [a.split("=", 1) for a in sys.argv[2:]]
 

@@ -6,7 +6,6 @@ synchronous_commit=on, one run) and then `litejob bench --db URL --json`
 right after it, and takes the ratios per pair: the machine's speed drifts,
 a ratio taken in the same minute much less.
 
-    (cd tools/pg-limit && CARGO_TARGET_DIR=/tmp/pg-limit-target cargo build --release)
     python3 tools/pg-bench-pairs.py 5 target/release/litejob \
         postgres://bench:bench@127.0.0.1:5432/bench_limit \
         postgres://litejob:litejob@127.0.0.1:5432/litejob_bench
@@ -18,10 +17,36 @@ table. Ratios: enq1 against a1's one-insert commits from one
 client, enq8 against a8's from eight, batch against c100's batched
 inserts, proc against c100's processing (claim 100 per transaction and
 complete 100 per transaction, no ledger and no attempt rows).
+
+The raw loop is $PG_LIMIT, else /tmp/pg-limit-target/release/pg-limit, built
+from tools/pg-limit the first time.
 """
 import json, os, re, statistics, subprocess, sys
 
-PL = os.environ.get("PG_LIMIT", "/tmp/pg-limit-target/release/pg-limit")
+
+def raw_loop(env, crate, target):
+    """The raw loop's binary: ${env} when set, else tools/{crate} built with
+    cargo into {target}, the first time (a minute or two)."""
+    path = os.environ.get(env)
+    if path:
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{env}={path}: no such executable")
+        return path
+    path = os.path.join(target, "release", crate)
+    if not os.access(path, os.X_OK):
+        here = os.path.dirname(os.path.abspath(__file__))
+        print(f"building tools/{crate} into {target} ...", file=sys.stderr, flush=True)
+        built = subprocess.run(["cargo", "build", "--release"], cwd=os.path.join(here, crate),
+                               env=dict(os.environ, CARGO_TARGET_DIR=target))
+        if built.returncode != 0 or not os.access(path, os.X_OK):
+            sys.exit(f"building tools/{crate} failed; by hand: (cd tools/{crate} && "
+                     f"CARGO_TARGET_DIR={target} cargo build --release)")
+    return path
+
+
+if len(sys.argv) != 5 or not sys.argv[1].isdigit() or int(sys.argv[1]) < 1:
+    sys.exit("usage: pg-bench-pairs.py ROUNDS LITEJOB RAW_URL LITEJOB_URL")
+PL = raw_loop("PG_LIMIT", "pg-limit", "/tmp/pg-limit-target")
 rounds, litejob, raw_url, lj_url = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 
 

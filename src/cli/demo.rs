@@ -76,15 +76,15 @@ pub struct DemoArgs {
     pub mail_failure_rate: f64,
     /// Lease of a running job or effect; after a crash, another process
     /// takes the work back once it expires.
-    #[arg(long, default_value = "30s", hide = true)]
-    pub lease: String,
+    #[arg(long, default_value = "30s", value_parser = parse_duration, hide = true)]
+    pub lease: Duration,
     /// Effect (receipt sending) threads.
     #[arg(long, default_value_t = 2, hide = true)]
     pub effect_workers: usize,
     /// A slow mail provider: each send takes this long (for tests of a
     /// shutdown that has to wait for running sends).
-    #[arg(long, default_value = "0ms", hide = true)]
-    pub send_delay: String,
+    #[arg(long, default_value = "0ms", value_parser = parse_duration, hide = true)]
+    pub send_delay: Duration,
 }
 
 /// One webhook delivery from the provider: the job's payload.
@@ -224,7 +224,7 @@ fn check_args(args: &DemoArgs) -> Result<Duration, Error> {
             "--effect-workers must be at least 1".into(),
         ));
     }
-    parse_duration(&args.lease).map_err(Error::InvalidInput)
+    Ok(args.lease)
 }
 
 /// Delivers every event in `order` from four producer threads (the
@@ -342,7 +342,7 @@ fn start_runtime(
     receipts: &Path,
 ) -> Result<litejob::Runtime, Error> {
     let failure_rate = args.mail_failure_rate;
-    let send_delay = parse_duration(&args.send_delay).map_err(Error::InvalidInput)?;
+    let send_delay = args.send_delay;
     let mail_rng = Mutex::new(Rng::from_entropy());
     let receipts = receipts.to_path_buf();
     let effect = move |_effect: &litejob::EffectContext, r: Receipt| {

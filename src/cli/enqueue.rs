@@ -123,26 +123,39 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
 }
 
 /// Reads at most `limit + 1` bytes, so a huge file is refused without being
-/// read whole into memory.
+/// read whole into memory. The file is the user's input: one that cannot be
+/// opened is bad input (exit 2), like a payload that is not JSON.
 fn read_payload_file(f: &Path, limit: usize) -> CliResult<String> {
+    let stdin = f == Path::new("-");
+    let name = if stdin {
+        "stdin".to_string()
+    } else {
+        f.display().to_string()
+    };
     let mut buf = Vec::new();
-    let read = if f == Path::new("-") {
+    let read = if stdin {
         std::io::stdin()
             .lock()
             .take(limit as u64 + 1)
             .read_to_end(&mut buf)
     } else {
-        std::fs::File::open(f).and_then(|file| file.take(limit as u64 + 1).read_to_end(&mut buf))
+        if f.is_dir() {
+            return Err(CliError::Input(format!(
+                "--payload-file {name} is a directory, not a file"
+            )));
+        }
+        let file = std::fs::File::open(f)
+            .map_err(|e| CliError::Input(format!("--payload-file: cannot open {name}: {e}")))?;
+        file.take(limit as u64 + 1).read_to_end(&mut buf)
     };
-    read.map_err(|e| CliError::Failed(format!("cannot read {}: {e}", f.display())))?;
+    read.map_err(|e| CliError::Failed(format!("cannot read the payload from {name}: {e}")))?;
     if buf.len() > limit {
         return Err(CliError::Input(format!(
-            "the payload in {} is over the limit of {limit} bytes",
-            f.display()
+            "the payload in {name} is over the limit of {limit} bytes"
         )));
     }
     String::from_utf8(buf)
-        .map_err(|_| CliError::Input(format!("the payload in {} is not UTF-8 text", f.display())))
+        .map_err(|_| CliError::Input(format!("the payload in {name} is not UTF-8 text")))
 }
 
 /// Parses `--run-at`: `YYYY-MM-DD[( |T)HH:MM[:SS[.fff]]][Z|±HH:MM]` (UTC

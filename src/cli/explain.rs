@@ -34,6 +34,9 @@ struct Explained<'a> {
     outbox: &'a [OutboxEntry],
     queue_control: &'a Option<QueueControl>,
     waiting: Option<String>,
+    /// The key's work committed (the ledger has it) but its job row was
+    /// pruned, and with it the delivery count: `deliveries` is 0 then.
+    job_pruned: bool,
 }
 
 /// `litejob explain KEY`. An unknown key is an answer ("no job has this
@@ -59,6 +62,7 @@ pub fn explain(queue: &AnyQueue, a: &ExplainArgs, json: bool, out: &mut Out) -> 
             outbox: &e.outbox,
             queue_control: &e.queue_control,
             waiting,
+            job_pruned: e.job.is_none() && e.ledger.is_some(),
         });
     }
     print(&e, &summary, waiting.as_deref(), out)
@@ -80,7 +84,15 @@ fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -
     }
     out.line("")?;
     let mut t = Table::new(&["key", &cell(&e.key)]);
-    t.row(vec!["deliveries".into(), e.deliveries.to_string()]);
+    match (&e.job, &e.ledger) {
+        // The delivery count went with the job row; only the ledger knows
+        // the key now.
+        (None, Some(l)) => t.row(vec![
+            "job".into(),
+            format!("pruned; its {} (ledger)", committed(l)),
+        ]),
+        _ => t.row(vec!["deliveries".into(), e.deliveries.to_string()]),
+    }
     match &e.job {
         Some(j) => {
             t.row(vec![
@@ -109,19 +121,18 @@ fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -
                 t.row(vec!["last error".into(), cell_cut(err, 200)]);
             }
         }
+        None if e.ledger.is_some() => {}
         None => t.row(vec!["job".into(), "none".into()]),
     }
-    t.row(vec![
-        "ledger".into(),
-        match &e.ledger {
-            Some(l) => format!(
-                "work committed at {}{}",
-                when(Some(l.completed_at)),
-                l.job_id.map_or(String::new(), |id| format!(" by job {id}"))
-            ),
-            None => "no row: the work has not committed".into(),
-        },
-    ]);
+    if e.job.is_some() || e.ledger.is_none() {
+        t.row(vec![
+            "ledger".into(),
+            match &e.ledger {
+                Some(l) => committed(l),
+                None => "no row: the work has not committed".into(),
+            },
+        ]);
+    }
     out.table(&t)?;
     if let Some(j) = &e.job {
         out.line("")?;
@@ -129,6 +140,15 @@ fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -
         print_outbox(&e.outbox, out)?;
     }
     Ok(())
+}
+
+/// `work committed at <time> by job <id>`.
+fn committed(l: &LedgerEntry) -> String {
+    format!(
+        "work committed at {}{}",
+        when(Some(l.completed_at)),
+        l.job_id.map_or(String::new(), |id| format!(" by job {id}"))
+    )
 }
 
 /// "once", "twice", "3 times".

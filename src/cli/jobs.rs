@@ -1,7 +1,9 @@
 //! `litejob jobs` and `litejob show`: list jobs, and one job with its
 //! attempts and outbox rows. Reads only; writes no table.
 
-use litejob::admin::{AnyQueue, JobDetail, OutboxEntry};
+use std::io::Write;
+
+use litejob::admin::{AnyQueue, EngineKind, JobDetail, OutboxEntry};
 use litejob::{Attempt, Job, JobFilter, JobState};
 use serde::Serialize;
 
@@ -11,7 +13,9 @@ use super::{cell, cell_cut, span, when, CliError, CliResult, Out, Table};
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "Examples:\n  \
     litejob jobs --state dead\n  \
-    litejob jobs --kind payment.succeeded --limit 20 --json")]
+    litejob jobs --kind payment.succeeded --limit 20 --json\n  \
+    litejob jobs --limit 20 --after 4711\n\n\
+    A full page says on stderr how many jobs match and the --after of the next page.")]
 pub struct JobsArgs {
     /// Only jobs in this state: queued, running, succeeded, dead, cancelled.
     #[arg(long, value_parser = super::parse_job_state)]
@@ -25,6 +29,10 @@ pub struct JobsArgs {
     /// At most this many, newest first.
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
+    /// Only the jobs listed after job ID (older ones): the next page after
+    /// a page that ends with it.
+    #[arg(long, value_name = "ID")]
+    pub after: Option<i64>,
 }
 
 #[derive(Serialize)]
@@ -41,14 +49,114 @@ pub fn jobs(queue: &AnyQueue, a: &JobsArgs, json: bool, out: &mut Out) -> CliRes
     if let Some(q) = &a.queue {
         filter = filter.with_queue(q);
     }
+    if let Some(id) = a.after {
+        filter = filter.with_before(id);
+    }
     let list = queue.jobs(&filter)?;
     if json {
-        return out.json(&JobList { jobs: &list });
+        out.json(&JobList { jobs: &list })?;
+    } else {
+        print_jobs(&list, out)?;
     }
+    // A full page may hide more: say so, on stderr (stdout stays the list
+    // or the one JSON document), after the list.
+    match list.last() {
+        Some(last) if list.len() == a.limit as usize => {
+            let (total, more) = count(queue, a, last.id)?;
+            if more > 0 {
+                out.flush()?;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{} of {} jobs shown, {} more after these (--limit N, or --after {} for \
+                     the next page)",
+                    thousands(list.len() as i64),
+                    thousands(total),
+                    thousands(more),
+                    last.id
+                );
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// How many jobs the filters match (without `--after`), and how many of
+/// them the list has after job `last`: one statement, so one snapshot.
+fn count(queue: &AnyQueue, a: &JobsArgs, last: i64) -> CliResult<(i64, i64)> {
+    let state = a.state.map(|s| s.as_str());
+    let filters = [
+        ("state", state),
+        ("kind", a.kind.as_deref()),
+        ("queue", a.queue.as_deref()),
+    ];
+    let postgres = queue.engine() == EngineKind::Postgres;
+    // Only the filters given, so the statement is the plainest the
+    // planner can get; `last` is the first parameter.
+    let mut sql = if postgres {
+        "SELECT count(*), count(*) FILTER (WHERE id < $1) FROM jobs WHERE true".to_string()
+    } else {
+        "SELECT count(*), coalesce(sum(id < ?1), 0) FROM jobs WHERE 1".to_string()
+    };
+    let mut values: Vec<&str> = Vec::new();
+    for (column, value) in filters {
+        if let Some(v) = value {
+            values.push(v);
+            let n = values.len() + 1;
+            sql.push_str(&if postgres {
+                format!(" AND {column} = ${n}")
+            } else {
+                format!(" AND {column} = ?{n}")
+            });
+        }
+    }
+    match queue {
+        AnyQueue::Postgres(q) => {
+            let mut params: Vec<&(dyn litejob::pg::types::ToSql + Sync)> = vec![&last];
+            params.extend(
+                values
+                    .iter()
+                    .map(|v| v as &(dyn litejob::pg::types::ToSql + Sync)),
+            );
+            Ok(q.read(|c| {
+                let row = c.query_one(&sql, &params)?;
+                Ok((row.try_get(0)?, row.try_get(1)?))
+            })?)
+        }
+        AnyQueue::Sqlite(q) => {
+            let mut params: Vec<&dyn litejob::rusqlite::ToSql> = vec![&last];
+            params.extend(values.iter().map(|v| v as &dyn litejob::rusqlite::ToSql));
+            Ok(q.read(|c| {
+                Ok(c.query_row(&sql, params.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))?)
+            })?)
+        }
+        _ => Err(CliError::Failed(
+            "an engine this command does not know".into(),
+        )),
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    if n < 0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
+fn print_jobs(list: &[Job], out: &mut Out) -> CliResult {
     let mut t = Table::new(&[
         "ID", "STATE", "KIND", "QUEUE", "PRI", "ATTEMPTS", "DELIV", "CREATED", "RUN_AT", "KEY",
     ]);
-    for j in &list {
+    for j in list {
         t.row(vec![
             j.id.to_string(),
             j.state.to_string(),

@@ -106,7 +106,12 @@ pub enum Command {
     /// ledger row, outbox row, attempt and schedule, ids and keys kept.
     Copy(copy::CopyArgs),
     /// Measure enqueue and processing rates on this machine's disk.
-    #[command(after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json")]
+    #[command(
+        after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json\n\n\
+        Where it writes: a new file in the temporary directory ($TMPDIR, else /tmp),\n\
+        litejob-bench-<pid>-<n>.db, removed when it ends. With --db it writes that file\n\
+        or PostgreSQL database instead, and keeps it ($LITEJOB_DB is not read)."
+    )]
     Bench(bench::BenchArgs),
 }
 
@@ -227,15 +232,21 @@ fn run(cli: &Cli) -> CliResult<i32> {
     match &cli.command {
         Command::Init => enqueue::init(&db, json, &mut out)?,
         Command::Enqueue(a) => enqueue::enqueue(&db, a, json, &mut out)?,
-        Command::Jobs(a) => jobs::jobs(&open_existing(&db)?, a, json, &mut out)?,
-        Command::Show(a) => jobs::show(&open_existing(&db)?, a, json, &mut out)?,
-        Command::Explain(a) => explain::explain(&open_existing(&db)?, a, json, &mut out)?,
+        Command::Jobs(a) => jobs::jobs(&open_for_reading(&db)?, a, json, &mut out)?,
+        Command::Show(a) => jobs::show(&open_for_reading(&db)?, a, json, &mut out)?,
+        Command::Explain(a) => explain::explain(&open_for_reading(&db)?, a, json, &mut out)?,
         Command::Retry(a) => admin_cmds::retry(&open_existing(&db)?, a, json, &mut out)?,
         Command::Cancel(a) => admin_cmds::cancel(&open_existing(&db)?, a, json, &mut out)?,
-        Command::Outbox(a) => outbox_cmd::outbox(&open_existing(&db)?, a, json, &mut out)?,
-        Command::Stats(a) => admin_cmds::stats(&open_existing(&db)?, a, json, &mut out)?,
-        Command::Schedules(a) => schedules::schedules(&open_existing(&db)?, a, json, &mut out)?,
-        Command::Queues(a) => queues::queues(&open_existing(&db)?, a, json, &mut out)?,
+        Command::Outbox(a) => {
+            let queue = match a.action {
+                Some(_) => open_existing(&db)?,
+                None => open_for_reading(&db)?,
+            };
+            outbox_cmd::outbox(&queue, a, json, &mut out)?
+        }
+        Command::Stats(a) => admin_cmds::stats(&open_for_reading(&db)?, a, json, &mut out)?,
+        Command::Schedules(a) => schedules::schedules(&open_for_reading(&db)?, a, json, &mut out)?,
+        Command::Queues(a) => queues::queues(&open_for_reading(&db)?, a, json, &mut out)?,
         Command::QueueCmd(a) => queues::queue_cmd(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
         Command::Copy(a) => copy::copy(&db, a, json, &mut out)?,
@@ -275,14 +286,45 @@ pub fn open_existing(db: &Path) -> CliResult<AnyQueue> {
     if is_url(db) {
         return open(db, litejob::QueueOptions::default());
     }
-    if !db.exists() {
-        return Err(CliError::Failed(format!(
-            "no queue file at {} (create it with `litejob --db {} init`, or set --db / LITEJOB_DB)",
-            db.display(),
-            db.display()
-        )));
-    }
+    must_exist(db)?;
     open(db, litejob::QueueOptions::default())
+}
+
+/// Opens the queue for a command that only reads it. A file is opened
+/// read-only, so the command works for a user who may read the file but
+/// not write it or its directory, and creates nothing there. A file
+/// without the tables (empty) or with an older schema still gets them
+/// from a read-write open, as from every command, when this user may
+/// write the file. A PostgreSQL database opens as for [`open_existing`].
+pub fn open_for_reading(db: &Path) -> CliResult<AnyQueue> {
+    if is_url(db) {
+        return open_existing(db);
+    }
+    must_exist(db)?;
+    match AnyQueue::open_with(db, litejob::QueueOptions::default().with_read_only(true)) {
+        Ok(q) => Ok(q),
+        // What the read-only open refuses for want of tables or of a
+        // migration; a file that is not SQLite's is refused again, in the
+        // same words.
+        Err(Error::Open(_) | Error::NotADatabase(_))
+            if std::fs::OpenOptions::new().write(true).open(db).is_ok() =>
+        {
+            open(db, litejob::QueueOptions::default())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A missing file is an error, not a new queue.
+fn must_exist(db: &Path) -> CliResult {
+    if db.exists() {
+        return Ok(());
+    }
+    Err(CliError::Failed(format!(
+        "no queue file at {} (create it with `litejob --db {} init`, or set --db / LITEJOB_DB)",
+        db.display(),
+        db.display()
+    )))
 }
 
 /// Buffered stdout. Every write goes through `?`, so a closed pipe ends the

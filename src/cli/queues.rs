@@ -2,11 +2,13 @@
 //! controls, listed and changed. Writes `queues` (and forgets a cleared
 //! rate's `queue_starts`) through the `Queue`'s control methods.
 
+use std::collections::BTreeSet;
+
 use clap::{ArgGroup, Subcommand};
 use litejob::admin::{AnyQueue, QueueControl, QueueLimits, Rate};
 use serde::Serialize;
 
-use super::{cell, cell_cut, CliResult, Out, Table};
+use super::{cell, cell_cut, CliError, CliResult, Out, Table};
 
 /// Flags of `litejob queues`.
 #[derive(Debug, Clone, clap::Args)]
@@ -30,16 +32,20 @@ pub struct QueueArgs {
 pub enum QueueAction {
     /// Nothing new of the queue starts, in every process on the file
     /// (running jobs finish; enqueues still succeed).
-    #[command(after_help = "Example:\n  litejob queue pause mail\n\n\
+    #[command(after_help = "Examples:\n  litejob queue pause mail\n  \
+        litejob queue pause newsletters --create\n\n\
         Every process honours it from its next claim, within one poll interval.")]
     Pause {
-        /// The queue (it may have no jobs yet).
+        /// The queue: one that a job, a control or a schedule names, unless --create.
         queue: String,
+        /// Pause a queue nothing names yet (before its first job).
+        #[arg(long)]
+        create: bool,
     },
     /// Lift a pause; a cap and a rate stay in force.
     #[command(after_help = "Example:\n  litejob queue resume mail")]
     Resume {
-        /// The queue.
+        /// The queue: one that a job, a control or a schedule names.
         queue: String,
     },
     /// Cap the queue's running jobs and limit its starts, across every
@@ -49,13 +55,17 @@ pub enum QueueAction {
         after_help = "Examples:\n  \
         litejob queue set mail --concurrency 2\n  \
         litejob queue set api --rate 100/1m\n  \
-        litejob queue set api --concurrency none --rate none\n\n\
+        litejob queue set api --concurrency none --rate none\n  \
+        litejob queue set reports --create --concurrency 1\n\n\
         --concurrency N: at most N of its jobs running at once (claimed-ahead ones included).\n\
         --rate N/DUR: at most N starts in any window of DUR (500ms, 1s, 1m, 1h, 1d)."
     )]
     Set {
-        /// The queue (it may have no jobs yet).
+        /// The queue: one that a job, a control or a schedule names, unless --create.
         queue: String,
+        /// Set limits on a queue nothing names yet (before its first job).
+        #[arg(long)]
+        create: bool,
         /// At most N running at once (N ≥ 1), or `none`.
         #[arg(long, value_name = "N|none", value_parser = parse_concurrency)]
         concurrency: Option<Setting<u32>>,
@@ -147,19 +157,23 @@ pub fn queues(queue: &AnyQueue, _a: &QueuesArgs, json: bool, out: &mut Out) -> C
 /// `litejob queue pause|resume|set`.
 pub fn queue_cmd(queue: &AnyQueue, a: &QueueArgs, json: bool, out: &mut Out) -> CliResult {
     let name = match &a.action {
-        QueueAction::Pause { queue: q } => {
+        QueueAction::Pause { queue: q, create } => {
+            known(queue, q, Some(*create))?;
             queue.admin().pause_queue(q)?;
             q
         }
         QueueAction::Resume { queue: q } => {
+            known(queue, q, None)?;
             queue.admin().resume_queue(q)?;
             q
         }
         QueueAction::Set {
             queue: q,
+            create,
             concurrency,
             rate,
         } => {
+            known(queue, q, Some(*create))?;
             let mut l = QueueLimits::new();
             l = match concurrency {
                 Some(Setting::Set(n)) => l.concurrency(*n),
@@ -204,6 +218,44 @@ pub fn queue_cmd(queue: &AnyQueue, a: &QueueArgs, json: bool, out: &mut Out) -> 
             .as_ref()
             .map_or_else(|| "no controls".to_string(), describe)
     ))
+}
+
+/// Refuses a queue that no job, control or schedule names, unless
+/// `--create` was given (`create` is None for a command without it): a
+/// typo (`queue pause defualt`) would otherwise write a control nobody
+/// reads and answer "paused" while the real queue runs on.
+fn known(queue: &AnyQueue, name: &str, create: Option<bool>) -> CliResult {
+    if create == Some(true) {
+        return Ok(());
+    }
+    let mut names: BTreeSet<String> = queue
+        .admin()
+        .queue_controls()?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    names.extend(queue.admin().schedules()?.into_iter().map(|s| s.queue));
+    if names.contains(name) {
+        return Ok(());
+    }
+    const SHOWN: usize = 20;
+    let mut list: Vec<String> = names.iter().take(SHOWN).map(|n| cell_cut(n, 80)).collect();
+    if names.len() > SHOWN {
+        list.push(format!("and {} more (litejob queues)", names.len() - SHOWN));
+    }
+    let known = if list.is_empty() {
+        "none yet".to_string()
+    } else {
+        list.join(", ")
+    };
+    let hint = if create.is_some() {
+        " (--create sets controls on a queue before its first job)"
+    } else {
+        ""
+    };
+    Err(CliError::Input(format!(
+        "no queue {name:?}: no job, control or schedule names it; known queues: {known}{hint}"
+    )))
 }
 
 /// A queue with no jobs and no controls, as `--json` shows any queue.

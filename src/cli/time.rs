@@ -7,15 +7,15 @@ use std::time::Duration;
 pub(crate) use super::lib_time::{format_duration, format_millis, now_ms};
 
 /// Parses a duration like `500ms`, `30s`, `15m`, `12h`, `7d` (or a sum:
-/// `1h30m`). A bare number is seconds. The error is the message to show.
+/// `1h30m`). The error is the message to show.
+///
+/// A bare number is refused: its unit would be a guess, and a wrong guess
+/// in `prune --older-than 7` deletes history its operator meant to keep.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration {s:?}: use a number with a unit, like 30s, 15m, 12h or 7d");
+    let bad = || format!("bad duration {s:?}: use a number with a unit (30s, 15m, 12h, 7d)");
     let s = s.trim();
-    if s.is_empty() {
+    if s.is_empty() || s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
-    }
-    if let Ok(n) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(n));
     }
     let mut total: u128 = 0;
     let mut rest = s;
@@ -68,8 +68,17 @@ mod tests {
         assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
-        for bad in ["", "d", "7x", "-3d", "1.5h", "h1", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "45",
+            "0",
+            "d",
+            "7x",
+            "-3d",
+            "1.5h",
+            "h1",
+            "99999999999999999999d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
     }

@@ -125,7 +125,7 @@ impl<T: Copy> Change<T> {
     }
 }
 
-/// Changes to a queue's limits for [`crate::queue::Queue::set_queue_limits`]; a
+/// Changes to a queue's limits for [`Admin::set_queue_limits`](crate::admin::Admin::set_queue_limits); a
 /// limit not named is kept. Builder-lite:
 ///
 /// ```
@@ -181,7 +181,7 @@ impl QueueLimits {
     }
 }
 
-/// One queue's controls and load ([`crate::queue::Queue::queue_controls`]): a queue
+/// One queue's controls and load ([`Admin::queue_controls`](crate::admin::Admin::queue_controls)): a queue
 /// that has jobs, a control, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

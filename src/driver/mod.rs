@@ -89,7 +89,7 @@ pub(crate) mod sealed {
 /// error.
 pub(crate) const ABORTED_RETRIES: u32 = 5;
 
-/// What a prune batch deletes (see [`crate::queue::Queue::prune`]).
+/// What a prune batch deletes (see [`Admin::prune`](crate::admin::Admin::prune)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PruneWhat {
     /// Finished jobs (whose outbox rows are all sent) and their attempts.

@@ -102,20 +102,41 @@ pub(crate) struct Manager {
 
 impl r2d2::ManageConnection for Manager {
     type Connection = PgConn;
-    type Error = postgres::Error;
+    type Error = PoolConnectError;
 
-    fn connect(&self) -> std::result::Result<PgConn, postgres::Error> {
-        let mut client = self.inner.connect()?;
-        client.batch_execute(&self.setup)?;
+    fn connect(&self) -> std::result::Result<PgConn, PoolConnectError> {
+        let mut client = self.inner.connect().map_err(PoolConnectError)?;
+        client
+            .batch_execute(&self.setup)
+            .map_err(PoolConnectError)?;
         Ok(PgConn::new(client))
     }
 
-    fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), postgres::Error> {
-        self.inner.is_valid(&mut conn.client)
+    fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), PoolConnectError> {
+        self.inner
+            .is_valid(&mut conn.client)
+            .map_err(PoolConnectError)
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
         conn.client.is_closed()
+    }
+}
+
+/// A connection the pool could not open. r2d2 keeps only the text of the
+/// last failure, so that text carries the causes ([`with_causes`]).
+#[derive(Debug)]
+pub(crate) struct PoolConnectError(postgres::Error);
+
+impl std::fmt::Display for PoolConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&with_causes(&self.0))
+    }
+}
+
+impl std::error::Error for PoolConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.0)
     }
 }
 
@@ -154,6 +175,23 @@ pub(crate) fn redact(url: &str) -> String {
         }
         None => url.to_string(),
     }
+}
+
+/// `e` followed by the errors under it: the client's own words ("error
+/// connecting to server") do not say why, its sources do ("Connection
+/// refused", "failed to lookup address information: …").
+pub(crate) fn with_causes(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// True when `e` says nothing reached the server or the connection broke.
@@ -221,7 +259,10 @@ fn classify(e: postgres::Error) -> Error {
 /// An error of a read (or of a statement that changed nothing yet).
 pub(crate) fn read_err(e: postgres::Error) -> Error {
     if is_connection_error(&e) {
-        return Error::Connection(format!("the connection to the database server broke: {e}"));
+        return Error::Connection(format!(
+            "the connection to the database server broke: {}",
+            with_causes(&e)
+        ));
     }
     classify(e)
 }
@@ -231,7 +272,8 @@ pub(crate) fn read_err(e: postgres::Error) -> Error {
 pub(crate) fn write_err(e: postgres::Error) -> Error {
     if is_connection_error(&e) {
         return Error::OutcomeUnknown(format!(
-            "the connection to the database server broke during the write: {e}"
+            "the connection to the database server broke during the write: {}",
+            with_causes(&e)
         ));
     }
     classify(e)
@@ -253,9 +295,10 @@ pub(crate) fn connect_err(e: postgres::Error) -> Error {
         Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
             Error::Open(format!("no such database on the server: {msg}"))
         }
-        _ if is_connection_error(&e) || e.code().is_none() => {
-            Error::Connection(format!("cannot reach the database server: {e}"))
-        }
+        _ if is_connection_error(&e) || e.code().is_none() => Error::Connection(format!(
+            "cannot reach the database server: {}",
+            with_causes(&e)
+        )),
         _ => classify(e),
     }
 }

@@ -1,23 +1,28 @@
 //! The PostgreSQL engine: a queue in a database that several machines
-//! share. The same tables as the SQLite file (`postgres.sql`), the same
-//! operations behind the backend boundary, the same guarantees: dedup at
-//! the door by the unique key, the ledger row first in a run's
-//! transaction, claims with `FOR UPDATE SKIP LOCKED` fenced on the
-//! attempt, leases on the server's clock, `LISTEN/NOTIFY` wake-ups with
-//! polling as the fallback.
+//! share (`Queue<Postgres>`, opened with a URL). The same tables as the
+//! file (`postgres.sql`), the same guarantees: dedup at the door by the
+//! unique key, the ledger row first in a run's transaction, claims with
+//! `FOR UPDATE SKIP LOCKED` fenced on the attempt, leases on the server's
+//! clock, `LISTEN/NOTIFY` wake-ups with polling as the fallback. A handler
+//! gets a [`PgJobTx`]; `Queue::write` a [`PgWriteTx`].
 //!
-//! The parts: [`conn`] (connections, the pool, errors), [`schema`]
-//! (versions and migration), [`enqueue`], [`reads`], [`admin`], [`leases`],
-//! [`outbox`], [`run`] (a worker's claim and its batch's transaction),
-//! [`tx`] (the transactions user code gets), [`group`] (concurrent
-//! enqueues in one commit), [`notify`] (wake-ups and the
-//! clock), [`controls`] (queue controls: the operator's changes, the cache
-//! claims consult, the claim of a limited queue under its row's lock),
-//! [`copy`] (a queue file's rows moved in), [`store`] (the store: the
-//! pool and the notifier thread), [`tally`] and [`failures`] (the
-//! dashboard's and the metrics' reports), [`pipeline`] (the workers that
-//! claim for themselves). Writes every queue table, only through those
-//! modules.
+//! ```no_run
+//! use litejob::postgres::Postgres;
+//! use litejob::{Queue, QueueOptions};
+//! let queue = Queue::<Postgres>::open_with("postgres://app@db/app", QueueOptions::default())?;
+//! # Ok::<(), litejob::Error>(())
+//! ```
+
+// Inside: `conn` (connections, the pool, errors), `schema` (versions and
+// migration), `enqueue` and `group` (concurrent enqueues in one commit),
+// `reads`, `reports` and `tally` (the operator's reads), `admin`,
+// `leases`, `outbox`, `run` (a worker's claim and its batch's
+// transaction), `tx` (the transactions user code gets), `notify`
+// (wake-ups and the server's clock), `controls` (queue controls: the
+// cache claims consult, the claim of a limited queue under its row's
+// lock), `copy` (a file's rows moved in), `store` (the pool and the
+// notifier thread), `pipeline` (the workers, which claim for themselves).
+// Every queue table is written only through these.
 
 pub(crate) mod admin;
 pub(crate) mod conn;

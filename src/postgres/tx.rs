@@ -105,7 +105,7 @@ impl<'t> DerefMut for PgJobTx<'_, 't> {
 }
 
 /// A write transaction of the application's on PostgreSQL
-/// ([`crate::queue::Queue::pg_write`]): its SQL and the jobs it enqueues commit
+/// ([`Queue::write`](crate::Queue#method.write-1)): its SQL and the jobs it enqueues commit
 /// together, or not at all. Derefs to the client's
 /// [`postgres::Transaction`].
 pub struct PgWriteTx<'a, 't> {

@@ -1,7 +1,7 @@
 //! Connections to the queue file: opening, pragmas, the reader pool, and the
 //! `BEGIN IMMEDIATE` rule. Writes nothing but the pragmas and the schema.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
@@ -61,12 +61,12 @@ pub(crate) fn open_file(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     .map_err(|e| open_err(path, e))?;
     conn.busy_timeout(cfg.busy_timeout)
         .map_err(|e| open_err(path, e))?;
-    // Read the version before any write (WAL switch included), so a newer
-    // file is refused untouched.
-    schema::check_not_newer(&conn).map_err(|e| open_err(path, e))?;
     // SQLite silently falls back to read-only when the file cannot be
     // written (permissions, immutable attribute): refuse now, naming the
     // path, rather than fail at the first write with a bare "readonly".
+    // Before the first read: reading a WAL file creates its -wal and -shm
+    // files, which a connection that may not write the file would leave
+    // behind.
     if conn
         .is_readonly(rusqlite::MAIN_DB)
         .map_err(|e| open_err(path, e))?
@@ -77,6 +77,9 @@ pub(crate) fn open_file(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
             path.display()
         )));
     }
+    // Read the version before any write (WAL switch included), so a newer
+    // file is refused untouched.
+    schema::check_not_newer(&conn).map_err(|e| open_err(path, e))?;
     let mode = switch_to_wal(&conn, cfg.busy_timeout).map_err(|e| open_err(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::Open(format!(
@@ -121,13 +124,10 @@ pub(crate) fn connect(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Opens an existing queue file for reading only ([`crate::queue::Queue::open_read_only`]):
-/// it never creates, migrates or writes the file, and refuses one that is
+/// Opens an existing queue file for reading only
+/// ([`crate::QueueOptions::with_read_only`]): it never creates, migrates or
+/// writes the file (nor a file beside it), and refuses one that is
 /// missing, is not a litejob file, or whose schema is not this binary's.
-///
-/// A reader of a WAL file needs the file's `-shm` (and `-wal`) beside it:
-/// SQLite creates them if the directory is writable, and a read-only
-/// connection writes only its read marks there, never the database.
 pub(crate) fn open_read_only(path: &Path, cfg: &ConnConfig) -> Result<Connection> {
     if !path.is_file() {
         return Err(Error::Open(format!(
@@ -135,8 +135,7 @@ pub(crate) fn open_read_only(path: &Path, cfg: &ConnConfig) -> Result<Connection
             path.display()
         )));
     }
-    let conn =
-        Connection::open_with_flags(path, read_only_flags()).map_err(|e| open_err(path, e))?;
+    let conn = connect_read_only(path).map_err(|e| open_err(path, e))?;
     configure_read_only(&conn, cfg).map_err(|e| open_err(path, e))?;
     let found = schema::check_not_newer(&conn).map_err(|e| read_only_err(path, e))?;
     if found == 0 {
@@ -158,6 +157,66 @@ pub(crate) fn open_read_only(path: &Path, cfg: &ConnConfig) -> Result<Connection
 
 fn read_only_flags() -> OpenFlags {
     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// The `-wal` file beside `path`.
+fn wal_of(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// One read-only connection to the file.
+///
+/// While a process has a WAL file open, its `-wal` and `-shm` files exist,
+/// and a reader uses them, even ones it may not write. When there is no
+/// `-wal` file, nothing has the file open and every commit is in the file
+/// itself; but a reader opened as usual would create the two files, which
+/// fails in a directory it may not write and elsewhere leaves files the
+/// reader owns, which the application's own user may then be unable to
+/// write. So it reads such a file as an immutable snapshot (`immutable=1`:
+/// no lock, no file created). Such a connection serves one read: SQLite
+/// never looks at an immutable file again, so a connection kept would miss
+/// every later commit (the reader pool drops it when it comes back).
+fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    if !wal_of(path).exists() {
+        if let Some(uri) = immutable_uri(path) {
+            return Connection::open_with_flags(
+                uri,
+                read_only_flags() | OpenFlags::SQLITE_OPEN_URI,
+            );
+        }
+    }
+    Connection::open_with_flags(path, read_only_flags())
+}
+
+/// `file:<path>?immutable=1`, the path percent-encoded; None for a path
+/// that is not UTF-8 (it is then opened the usual way).
+fn immutable_uri(path: &Path) -> Option<String> {
+    let text = path.to_str()?;
+    // An absolute path gets an empty authority, so one that starts with
+    // `//` is not read as a host.
+    let mut uri = String::from(if text.starts_with('/') {
+        "file://"
+    } else {
+        "file:"
+    });
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    Some(uri)
+}
+
+/// True for a connection opened as an immutable snapshot: it reports the
+/// rollback journal mode, the file's WAL being ignored.
+fn is_snapshot(conn: &Connection) -> bool {
+    conn.pragma_query_value(None, "journal_mode", |r| r.get::<_, String>(0))
+        .map_or(true, |mode| !mode.eq_ignore_ascii_case("wal"))
 }
 
 /// The pragmas of a read-only connection. Closing it must never checkpoint
@@ -193,18 +252,36 @@ fn read_only_err(path: &Path, e: Error) -> Error {
 /// connection given back inside an open transaction is broken and dropped,
 /// so the pool never hands one out mid-transaction.
 #[derive(Debug)]
-pub(crate) struct Manager(SqliteConnectionManager);
+pub(crate) enum Manager {
+    /// A writable file's readers: r2d2_sqlite's manager.
+    Readers(Box<SqliteConnectionManager>),
+    /// A queue opened read-only: connections from [`connect_read_only`].
+    ReadOnly(PathBuf, ConnConfig),
+}
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Connection;
     type Error = rusqlite::Error;
 
     fn connect(&self) -> rusqlite::Result<Connection> {
-        self.0.connect()
+        match self {
+            Manager::Readers(m) => m.connect(),
+            Manager::ReadOnly(path, cfg) => {
+                let conn = connect_read_only(path)?;
+                configure_read_only(&conn, cfg)?;
+                Ok(conn)
+            }
+        }
     }
 
     fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
-        if conn.is_autocommit() {
+        // A snapshot opened just before a writer opened the file would
+        // miss the writer's commits.
+        let stale = match self {
+            Manager::ReadOnly(path, _) => wal_of(path).exists() && is_snapshot(conn),
+            Manager::Readers(_) => false,
+        };
+        if conn.is_autocommit() && !stale {
             Ok(())
         } else {
             Err(rusqlite::Error::InvalidQuery)
@@ -212,7 +289,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Connection) -> bool {
-        !conn.is_autocommit()
+        !conn.is_autocommit() || (matches!(self, Manager::ReadOnly(..)) && is_snapshot(conn))
     }
 }
 
@@ -230,26 +307,22 @@ pub(crate) fn pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
             configure(c, &cfg)?;
             c.pragma_update(None, "query_only", true)
         });
-    build_pool(manager, size)
+    build_pool(Manager::Readers(Box::new(manager)), size)
 }
 
 /// A pool of connections opened with `SQLITE_OPEN_READONLY`, for a queue
 /// opened read-only: SQLite itself refuses any write on them.
 pub(crate) fn read_only_pool(path: &Path, cfg: &ConnConfig, size: u32) -> Result<Pool> {
-    let cfg = cfg.clone();
-    let manager = SqliteConnectionManager::file(path)
-        .with_flags(read_only_flags())
-        .with_init(move |c| configure_read_only(c, &cfg));
-    build_pool(manager, size)
+    build_pool(Manager::ReadOnly(path.to_path_buf(), cfg.clone()), size)
 }
 
-fn build_pool(manager: SqliteConnectionManager, size: u32) -> Result<Pool> {
+fn build_pool(manager: Manager, size: u32) -> Result<Pool> {
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))
         .test_on_check_out(true)
         .connection_timeout(Duration::from_secs(60))
-        .build(Manager(manager))
+        .build(manager)
         .map_err(|e| Error::Pool(e.to_string()))
 }
 

@@ -1,5 +1,16 @@
-//! The SQLite engine: a queue in one file, its one writer thread and its
-//! reader pool, and its own job pipeline on that writer.
+//! The SQLite engine, the default: a queue in one file (`Queue`, opened
+//! with a path), shared by the processes of one machine. A handler gets a
+//! [`JobTx`], `Queue::write` a [`WriteTx`]; an application's own
+//! connection opens its write transactions with [`immediate`].
+
+// Inside: the file's one writer thread (`writer/`, group commit and the
+// WAL's fsync), the reader pool (`db`), the schema and its migrations,
+// a module per table or concern with its named statements (`enqueue`,
+// `claim`, `leases`, `run`, `ledger`, `history`, `outbox`, `controls`,
+// `admin`, `reads`, `reports`, `tally`, `schedules`, `copy`), the
+// transactions user code gets (`tx`), the store (`store`), and the job
+// pipeline on the writer (`pipeline/`). Every queue table is written only
+// through these, on the writer.
 
 pub use db::immediate;
 pub use tx::{JobTx, WriteTx};

@@ -241,7 +241,7 @@ pub(crate) fn release(
 }
 
 /// Requeues a dead row with a fresh attempt budget, due at `now`: the one
-/// implementation behind [`crate::queue::Queue::retry_outbox`]. `NotFound` when
+/// implementation behind [`Admin::retry_outbox`](crate::admin::Admin::retry_outbox). `NotFound` when
 /// there is no such row, `WrongState` when it is not dead.
 pub(crate) fn retry_dead(conn: &Connection, outbox_id: i64, now: Millis) -> Result<()> {
     const SQL: &str = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?2                        WHERE id = ?1 AND state = 'dead'";

@@ -54,7 +54,7 @@ pub(crate) fn file_sizes(path: &Path) -> (u64, u64) {
     (file_len(path), file_len(Path::new(&wal)))
 }
 
-/// The counts of [`Queue::stats`], from a file (without its sizes).
+/// The counts of [`Admin::stats`](crate::admin::Admin::stats), from a file (without its sizes).
 pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
     let mut s = empty_stats(schema::read_version(conn)?);
     {

@@ -384,6 +384,9 @@ impl TestBuilder {
     ) -> Self {
         each!(self, b => b.schedule(name, cron, kind, payload))
     }
+    pub fn schedule_with(self, s: litejob::Schedule) -> Self {
+        each!(self, b => b.schedule_with(s))
+    }
     pub fn start(self) -> litejob::Result<litejob::Runtime> {
         match self {
             TestBuilder::Sqlite(b) => b.start(),

@@ -9,11 +9,14 @@
 //! state and running a kind's jobs.
 
 mod bench;
+mod connection;
 mod db_path;
 mod explain;
 mod help;
 mod init_and_enqueue;
 mod inspect;
+mod queue_names;
+mod read_only;
 mod repairs;
 mod robustness;
 

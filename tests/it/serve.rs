@@ -37,11 +37,18 @@ impl Server {
 
     /// [`Server::start`] on a queue file's path or a PostgreSQL URL.
     pub fn on(location: &str, args: &[&str]) -> Server {
-        let mut child = Command::new(bin())
-            .arg("--db")
+        let mut cmd = Command::new(bin());
+        cmd.arg("--db")
             .arg(location)
             .args(["serve", "--bind", "127.0.0.1:0"])
-            .args(args)
+            .args(args);
+        Server::spawn(cmd)
+    }
+
+    /// Starts `cmd`, a `litejob serve` command line (run by another user,
+    /// say), and waits for the address it prints.
+    pub fn spawn(mut cmd: Command) -> Server {
+        let mut child = cmd
             .env_remove("LITEJOB_DB")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

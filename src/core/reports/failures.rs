@@ -26,7 +26,7 @@ pub struct FailureGroup {
     pub last_at: Option<Millis>,
 }
 
-/// What [`Queue::failures`] returns.
+/// What [`Admin::failures`](crate::admin::Admin::failures) returns.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Failures {

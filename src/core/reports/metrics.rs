@@ -1,4 +1,4 @@
-//! The queue's metrics in the Prometheus text format ([`Queue::metrics`]),
+//! The queue's metrics in the Prometheus text format ([`Admin::metrics`](crate::admin::Admin::metrics)),
 //! computed from the database when asked, so they cover every process that
 //! works on it: jobs per queue, kind and state; outbox rows per kind and
 //! state; the backlog's age per queue; deliveries and duplicates; runs per

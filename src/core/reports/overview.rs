@@ -1,4 +1,4 @@
-//! The picture of a queue an operator looks at first ([`Queue::overview`]):
+//! The picture of a queue an operator looks at first ([`Admin::overview`](crate::admin::Admin::overview)):
 //! jobs per queue and state with each queue's backlog age, the queues'
 //! controls, the runs that
 //! succeeded and failed minute by minute over the last hour, the outbox's
@@ -55,7 +55,7 @@ pub struct Activity {
     pub truncated: bool,
 }
 
-/// What [`Queue::overview`] returns.
+/// What [`Admin::overview`](crate::admin::Admin::overview) returns.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Overview {

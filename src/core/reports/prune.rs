@@ -9,7 +9,7 @@ use serde::Serialize;
 /// in another process wait only briefly for the write lock.
 pub(crate) const BATCH: usize = 1000;
 
-/// What [`Queue::prune`] removes.
+/// What [`Admin::prune`](crate::admin::Admin::prune) removes.
 ///
 /// ```
 /// # use std::time::Duration;
@@ -60,7 +60,7 @@ impl PruneOptions {
     }
 }
 
-/// What [`Queue::prune`] removed.
+/// What [`Admin::prune`](crate::admin::Admin::prune) removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct PruneReport {

@@ -95,7 +95,7 @@ impl OutboxCounts {
     }
 }
 
-/// A picture of the queue file ([`Queue::stats`]).
+/// A picture of the queue file ([`Admin::stats`](crate::admin::Admin::stats)).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Stats {
@@ -185,7 +185,7 @@ pub struct OutboxEntry {
     pub attempts: Vec<Attempt>,
 }
 
-/// One job with its runs and the outbox rows it wrote ([`Queue::job_detail`]).
+/// One job with its runs and the outbox rows it wrote ([`Admin::job_detail`](crate::admin::Admin::job_detail)).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct JobDetail {
@@ -233,7 +233,7 @@ pub(crate) fn explanation_of(
     }
 }
 
-/// Everything known about one idempotency key ([`Queue::explain`]).
+/// Everything known about one idempotency key ([`Admin::explain`](crate::admin::Admin::explain)).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Explanation {

@@ -1,6 +1,6 @@
 //! Schedules, periodic jobs: [`Schedule`] (what a runtime declares),
 //! [`CatchUp`] (what it does with the slots no process was running for),
-//! the key a slot's job carries, and [`Queue::schedules`]. Each firing is an
+//! the key a slot's job carries, and [`Admin::schedules`](crate::admin::Admin::schedules). Each firing is an
 //! ordinary job whose key names its slot, `schedule:<name>:<slot in UTC>`,
 //! so any number of processes can declare the same schedule: the first to
 //! enqueue a slot creates its job, the others are duplicates. Writes
@@ -231,7 +231,7 @@ impl Declared {
     }
 }
 
-/// One row of `schedules`, as [`crate::queue::Queue::schedules`] reads it.
+/// One row of `schedules`, as [`Admin::schedules`](crate::admin::Admin::schedules) reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ScheduleRow {

@@ -472,8 +472,9 @@ both! {
 both! {
     /// The command refuses a cap of 0, a negative one, garbage, a rate of
     /// no starts or an empty window, and `set` with nothing to set: exit 2,
-    /// nothing written. A queue with no jobs yet takes controls; `queues
-    /// --json` shows them; clearing every one leaves no row.
+    /// nothing written. A queue with no jobs yet takes controls with
+    /// `--create`; `queues --json` shows them; clearing every one leaves no
+    /// row.
     fn the_queue_commands_refuse_bad_values_and_write_nothing(q) {
         litejob(q, &["init"], 0);
         for bad in [
@@ -493,7 +494,7 @@ both! {
             litejob(q, bad, 2);
         }
         assert_eq!(q.count("SELECT count(*) FROM queues"), 0);
-        litejob(q, &["queue", "pause", "mail"], 0);
+        litejob(q, &["queue", "pause", "mail", "--create"], 0);
         litejob(q, &["queue", "set", "mail", "--concurrency", "3", "--rate", "100/1m"], 0);
         litejob(q, &["enqueue", "send", "--key", "k1", "--queue", "other"], 0);
         let v = json(q, &["queues"]);

@@ -1,5 +1,6 @@
 //! `explain`: one event delivered three times and run once, in a sentence
-//! and as JSON (before its run too), and an unknown key said so.
+//! and as JSON (before its run too), an unknown key said so, and a pruned
+//! one told from the ledger.
 
 use serde_json::{json, Value};
 
@@ -47,5 +48,34 @@ both! {
         assert_eq!(v["job"], Value::Null);
         assert_eq!(v["ledger"], Value::Null);
         assert_eq!(v["deliveries"], 0);
+    }
+}
+
+both! {
+    /// After a prune took the job row (and its delivery count), explain
+    /// says what the ledger still knows instead of "deliveries 0".
+    fn explain_after_a_prune_says_what_the_ledger_knows(q) {
+        ok(q, &["enqueue", "k", "--key", "evt_pruned"], 0);
+        ok(q, &["enqueue", "k", "--key", "evt_pruned"], 0);
+        run_jobs(q, "k");
+        let v = json_of(q, &["explain", "evt_pruned"], 0);
+        assert_eq!((v["deliveries"].as_i64(), v["job_pruned"].as_bool()), (Some(2), Some(false)));
+        ok(q, &["prune", "--older-than", "0s"], 0);
+
+        let text = ok(q, &["explain", "evt_pruned"], 0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("its job row was pruned"), "{text}");
+        assert!(!lines.iter().any(|l| l.starts_with("deliveries")), "{text}");
+        let job = lines.iter().find(|l| l.starts_with("job ")).unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            job.contains("pruned; its work committed at") && job.ends_with("by job 1 (ledger)"),
+            "{text}"
+        );
+        let v = json_of(q, &["explain", "evt_pruned"], 0);
+        assert_eq!(v["job"], Value::Null);
+        assert_eq!(v["job_pruned"], true);
+        assert_eq!(v["ledger"]["job_id"], 1);
+        let v = json_of(q, &["explain", "never-seen"], 0);
+        assert_eq!(v["job_pruned"], false);
     }
 }

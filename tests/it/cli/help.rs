@@ -24,6 +24,13 @@ both! {
             let out = ok(q, &[cmd, "--help"], 0);
             assert!(out.contains("Example"), "litejob {cmd} --help:\n{out}");
         }
+        // Where bench writes, since it writes somewhere without --db.
+        let out = ok(q, &["bench", "--help"], 0);
+        assert!(
+            out.contains("temporary directory") && out.contains("removed when it ends")
+                && out.contains("With --db it writes that file"),
+            "{out}"
+        );
         let out = ok(q, &["outbox", "retry", "--help"], 0);
         assert!(out.contains("Example"), "{out}");
         let out = ok(q, &["--help"], 0);

@@ -1,14 +1,17 @@
 //! `init` and `enqueue`: the queue's location and schema version, new or
 //! duplicate with the delivery count, every option stored, and bad input
-//! refused with status 2 before anything is written (a file that cannot be
-//! read is a failure, status 1).
+//! refused with status 2 before anything is written (a payload file that
+//! is not there too).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
 use super::{init, json_of, ok, run, stderr_of};
 use crate::backends::Engine;
 use crate::both;
-use crate::support::show;
+use crate::support::{bin, show};
 
 both! {
     /// The file's canonical path, or the URL without its password.
@@ -195,7 +198,8 @@ both! {
         }
         assert_eq!(q.count("SELECT count(*) FROM jobs"), 0);
 
-        // A payload file that cannot be read is a failure, not bad input.
+        // A payload file that is not there is bad input too: exit 2,
+        // nothing written, the file named.
         let missing = dir.path().join("missing.json");
         let e = stderr_of(
             q,
@@ -207,8 +211,39 @@ both! {
                 "--payload-file",
                 missing.to_str().unwrap(),
             ],
-            1,
+            2,
         );
         assert!(e.contains("missing.json"), "{e}");
+        assert_eq!(q.count("SELECT count(*) FROM jobs"), 0);
+    }
+}
+
+both! {
+    /// `--payload-file -` reads stdin, and a message about it says
+    /// "stdin", not "-".
+    fn a_payload_from_stdin_is_named_stdin(q) {
+        let enqueue = |input: &[u8]| {
+            let mut child = Command::new(bin())
+                .args(["--db", &q.location, "enqueue", "k", "--key", "s"])
+                .args(["--payload-file", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(input).unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let out = enqueue(b"\xff\xfe");
+        assert_eq!(out.status.code(), Some(2), "{}", show(&["enqueue"], &out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("the payload in stdin is not UTF-8"), "{err}");
+        assert!(!q.created(), "bad input created the queue");
+        let out = enqueue(br#"{"from": "stdin"}"#);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&["enqueue"], &out));
+        assert_eq!(
+            q.strings("SELECT payload FROM jobs WHERE idempotency_key = 's'"),
+            [r#"{"from": "stdin"}"#]
+        );
     }
 }

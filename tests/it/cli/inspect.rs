@@ -11,6 +11,72 @@ use crate::both;
 use crate::support::{litejob, show};
 
 both! {
+    /// A full page says on stderr how many jobs the filters match and how
+    /// to get the next page (stdout stays one JSON document); `--after`
+    /// walks every job once, newest first; a list that was not cut says
+    /// nothing.
+    fn jobs_says_when_it_cut_the_list_and_after_pages_through_it(q) {
+        let queue = q.open();
+        let jobs: Vec<NewJob> = (0..1000).map(|i| NewJob::new("k", format!("p{i}"), &i)).collect();
+        queue.enqueue_many(jobs).unwrap();
+        queue.enqueue(NewJob::new("other", "o", &0).with_queue("mail")).unwrap();
+        drop(queue);
+        let page = |args: &[&str]| -> (Vec<i64>, String) {
+            let mut all = args.to_vec();
+            all.push("--json");
+            let out = run(q, &all);
+            assert_eq!(out.status.code(), Some(0), "{}", show(&all, &out));
+            let v: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{}: {e}", show(&all, &out)));
+            let ids = v["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_i64().unwrap());
+            (ids.collect(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (ids, err) = page(&["jobs", "--kind", "k"]);
+        assert_eq!(ids.len(), 100);
+        assert_eq!(
+            err.trim(),
+            format!(
+                "100 of 1,000 jobs shown, 900 more after these (--limit N, or --after {} for \
+                 the next page)",
+                ids[99]
+            )
+        );
+        let mut seen: Vec<i64> = Vec::new();
+        let mut after: Option<i64> = None;
+        loop {
+            let cursor = after.map(|a| a.to_string());
+            let mut args = vec!["jobs", "--limit", "300"];
+            if let Some(c) = &cursor {
+                args.extend(["--after", c.as_str()]);
+            }
+            let (ids, err) = page(&args);
+            seen.extend(&ids);
+            if err.is_empty() {
+                break;
+            }
+            let more = 1001 - seen.len();
+            let expected = format!(
+                "300 of 1,001 jobs shown, {more} more after these (--limit N, or --after {} for the \
+                 next page)",
+                ids[299]
+            );
+            assert_eq!(err.trim(), expected);
+            after = ids.last().copied();
+        }
+        assert_eq!(seen.len(), 1001);
+        assert!(seen.windows(2).all(|w| w[0] > w[1]), "newest first, each once");
+        let (ids, err) = page(&["jobs", "--queue", "mail", "--limit", "1"]);
+        assert_eq!((ids.len(), err.as_str()), (1, ""));
+        let text = run(q, &["jobs", "--state", "queued", "--kind", "k", "--limit", "999"]);
+        assert!(
+            String::from_utf8_lossy(&text.stderr).starts_with("999 of 1,000 jobs shown, 1 more"),
+            "{}",
+            show(&["jobs"], &text)
+        );
+    }
+}
+
+both! {
     fn jobs_lists_with_filters_and_json(q) {
         let queue = q.open();
         for i in 0..6 {

@@ -1,7 +1,7 @@
 //! Repairs: `retry` renews dead jobs, `cancel` takes only queued ones,
 //! `outbox` lists rows and `outbox retry` renews a dead one, and `prune`
 //! deletes old finished jobs and their attempts but keeps the ledger unless
-//! asked.
+//! asked; a duration without its unit is refused.
 
 use crate::backends::Runtimes;
 use std::time::Duration;
@@ -192,5 +192,35 @@ both! {
             q.count("SELECT count(*) FROM jobs WHERE state = 'queued'"),
             1
         );
+    }
+}
+
+both! {
+    /// A duration without a unit is refused by every flag that takes one:
+    /// exit 2, the units named, nothing written (`--older-than 1` pruned
+    /// everything older than one second).
+    fn a_duration_without_a_unit_is_refused_and_nothing_is_written(q) {
+        ok(q, &["enqueue", "k", "--key", "u1"], 0);
+        run_jobs(q, "k");
+        q.exec("UPDATE jobs SET finished_at = finished_at - 60000");
+        let cases = [
+            vec!["prune", "--older-than", "1"],
+            vec!["prune", "--older-than", "0s", "--ledger-older-than", "7"],
+            vec!["enqueue", "k", "--key", "u2", "--delay", "30"],
+            vec!["queue", "set", "default", "--rate", "10/60"],
+            vec!["demo", "--events", "1", "--lease", "30"],
+            // Refused for its bind too, so it never starts a server.
+            vec!["serve", "--timeout", "10", "--bind", "0.0.0.0:0"],
+        ];
+        for args in &cases {
+            let e = stderr_of(q, args, 2);
+            assert!(
+                e.contains("use a number with a unit (30s, 15m, 12h, 7d)"),
+                "{args:?}: {e}"
+            );
+        }
+        assert_eq!(q.count("SELECT count(*) FROM jobs"), 1);
+        assert_eq!(q.count("SELECT count(*) FROM processed_jobs"), 1);
+        assert_eq!(q.count("SELECT count(*) FROM queues"), 0);
     }
 }

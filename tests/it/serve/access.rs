@@ -371,6 +371,13 @@ fn by_default_the_file_is_opened_read_only_and_never_changes() {
             [dead],
         )
         .unwrap();
+    // Another process has the file open, as the application would: the
+    // server's connections then stay open between requests (on a closed
+    // file each read opens its own), so their descriptors can be looked at.
+    let holder = db.sql();
+    holder
+        .query_row("SELECT count(*) FROM jobs", [], |_| Ok(()))
+        .unwrap();
     let before = contents(&db);
     let s = Server::start(&db, &[]);
     for path in [
@@ -422,6 +429,7 @@ fn by_default_the_file_is_opened_read_only_and_never_changes() {
     }
     drop(s);
     assert!(contents(&db) == before, "the file changed");
+    drop(holder);
 }
 
 #[test]
