@@ -162,6 +162,9 @@ mod queue;
 mod runtime;
 pub mod sqlite;
 
+#[cfg(test)]
+mod sql_check;
+
 /// The PostgreSQL client litejob uses, for the types its handlers and
 /// transactions hand out (`Transaction`, `types::ToSql`).
 #[cfg(feature = "postgres")]

@@ -373,7 +373,7 @@ mod tests {
 
     use super::*;
     use crate::core::controls::{check_change, MAX_WINDOW_MS};
-    use crate::sqlite::sql_check::fresh_file;
+    use crate::sql_check::fresh_file;
     use std::time::Duration;
 
     const T0: Millis = 1_000_000;

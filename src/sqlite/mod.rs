@@ -40,8 +40,6 @@ pub(crate) mod reports;
 pub(crate) mod run;
 pub(crate) mod schedules;
 pub(crate) mod schema;
-#[cfg(test)]
-mod sql_check;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;

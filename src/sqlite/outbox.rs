@@ -349,7 +349,7 @@ mod tests {
     /// A fresh migrated file holding one job and its outbox row `mail:1`
     /// (kind `mail`, two attempts) written at T0.
     fn fresh() -> (tempfile::TempDir, Connection, i64) {
-        let (dir, conn) = crate::sqlite::sql_check::fresh_file();
+        let (dir, conn) = crate::sql_check::fresh_file();
         let job = crate::core::validate::into_valid(NewJob::new("k", "evt", &0), T0, 2);
         let Enqueued::New(job_id) = crate::sqlite::enqueue::insert(&conn, &job, T0).unwrap() else {
             panic!("not new")

@@ -8,6 +8,7 @@ mod cli;
 mod demo;
 mod enqueue;
 mod file;
+mod layering;
 mod outbox;
 mod postgres;
 mod reliability;

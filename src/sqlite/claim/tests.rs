@@ -7,7 +7,7 @@ use super::*;
 use crate::core::job::{Enqueued, NewJob};
 use crate::core::lifecycle::poison_message;
 use crate::sqlite::leases::{heartbeat, reap_expired, release};
-use crate::sqlite::sql_check::fresh_file as fresh;
+use crate::sql_check::fresh_file as fresh;
 
 /// A moment in the file's unit; the tests move it by hand.
 const T0: Millis = 1_000_000;
