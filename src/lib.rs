@@ -222,6 +222,7 @@ pub mod admin {
         Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
     };
     pub use crate::core::schedule::ScheduleRow;
+    pub use crate::core::time::{format_duration, format_millis};
     pub use crate::core::SCHEMA_VERSION;
     pub use crate::queue::any::is_postgres_url;
     pub use crate::queue::{Admin, AnyQueue};

@@ -21,17 +21,6 @@ pub mod schedules;
 pub mod serve;
 pub mod time;
 
-// The library's clock, time formatting and random source, compiled into the
-// command from the very same files (the library keeps them private): what
-// the command shows reads exactly as the library stores it, with no second
-// copy to drift. Each crate uses part of them.
-#[allow(dead_code)]
-#[path = "../core/backoff.rs"]
-mod lib_retry;
-#[allow(dead_code)]
-#[path = "../core/time.rs"]
-mod lib_time;
-
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 

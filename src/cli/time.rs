@@ -4,7 +4,14 @@
 
 use std::time::Duration;
 
-pub(crate) use super::lib_time::{format_duration, format_millis, now_ms};
+pub(crate) use litejob::admin::{format_duration, format_millis};
+
+/// Now, in ms since the epoch, as the library stores times.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// Parses a duration like `500ms`, `30s`, `15m`, `12h`, `7d` (or a sum:
 /// `1h30m`). The error is the message to show.

@@ -24,9 +24,10 @@ pub(crate) fn to_millis(t: SystemTime) -> Millis {
     }
 }
 
-/// Formats stored milliseconds as `YYYY-MM-DD HH:MM:SS` UTC, like the views
-/// (for log lines).
-pub(crate) fn format_millis(ms: Millis) -> String {
+/// A stored time (ms since the Unix epoch, as every `*_at` column) as
+/// `YYYY-MM-DD HH:MM:SS` UTC, as the views, the log lines and the command
+/// show it.
+pub fn format_millis(ms: Millis) -> String {
     let secs = ms.div_euclid(1000);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -53,9 +54,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Formats a duration for people: `850ms`, `12s`, `5m`, `3h`, `2d` (for
-/// stored error texts and log lines).
-pub(crate) fn format_duration(d: Duration) -> String {
+/// A duration for people, in its largest whole unit: `850ms`, `12s`, `5m`,
+/// `3h`, `2d`, as stored error texts, log lines and the command show it.
+pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
         0..=999 => format!("{ms}ms"),

@@ -31,9 +31,9 @@ const CLOCK_EVERY: Duration = Duration::from_secs(5);
 /// At most one notification per channel this often: one wakes a listener,
 /// whose workers then claim until the queue is empty, so a burst needs no
 /// more. Under a stream of enqueues a NOTIFY per enqueue was a second
-/// transaction on the server for each one (~25 % of one producer's rate);
-/// the price is that another process's idle worker hears of work up to this
-/// much later.
+/// transaction on the server for each one, a large part of a producer's
+/// rate; the price is that another process's idle worker hears of work up
+/// to this much later.
 const NOTIFY_EVERY: Duration = Duration::from_millis(10);
 
 /// The server's clock: this machine's plus a measured offset. Machines'

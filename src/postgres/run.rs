@@ -55,8 +55,7 @@ FROM taken ORDER BY priority, run_at, id";
 /// `current_attempt` is set only while it runs (a CHECK of the table), so
 /// the fence on it says as much — and that predicate would let the planner
 /// walk the partial index `jobs_lease`, whose dead entries (one per job run
-/// since the last vacuum) made each batch's end cost ~5 ms instead of a
-/// primary-key probe per job.
+/// since the last vacuum) cost far more than a primary-key probe per job.
 ///
 /// The fence and the ledger, first in the batch's transaction: the runs
 /// still held by their attempts (a run whose lease was lost is not among

@@ -215,7 +215,7 @@ impl<E: Engine> RuntimeBuilder<E> {
     /// when no handler has a prepare step, else 32: a batch's prepare steps
     /// run one after another before its commit. Smaller batches start a job
     /// enqueued behind a backlog sooner, larger ones process more per
-    /// second (on a 2-core machine 100 processed about 1.5× as many as 32).
+    /// second.
     pub fn claim_ahead(mut self, n: usize) -> Self {
         self.cfg.claim_ahead = n;
         self.cfg.claim_ahead_set = true;

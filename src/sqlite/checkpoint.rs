@@ -5,10 +5,9 @@
 //!
 //! Why: SQLite checkpoints from the committing connection once the WAL holds
 //! 1000 frames (`wal_autocheckpoint`), inside that commit's call: it reads
-//! and writes ~4 MB and fsyncs the WAL and the database file while every
-//! caller waits. The writer thread is litejob's bottleneck when processing
-//! (one core, busy ~95 % at full rate), and a profile put ~4 % of its time
-//! in those checkpoints, plus the wall time of their two fsyncs.
+//! and writes megabytes and fsyncs the WAL and the database file while
+//! every caller waits, and the writer thread is litejob's bottleneck when
+//! processing.
 //!
 //! How: the write connection gets a WAL hook instead of autocheckpoint (the
 //! hook replaces it). After each commit the writer reads the WAL's frame
@@ -180,7 +179,7 @@ enum Step {
 /// committer checkpoints itself, as SQLite's autocheckpoint does: nobody
 /// waits behind it, and it restarts the WAL at once (with background
 /// checkpoints only, a lone producer enqueueing one job per commit was
-/// 12 % slower, in 7 alternating pairs of 7). When writes wait, the thread
+/// slower). When writes wait, the thread
 /// is nudged instead: once per [`SOFT_FRAMES`] new frames, not once per
 /// commit (each checkpoint costs two fsyncs, and until the WAL
 /// restarts every commit is past the threshold).

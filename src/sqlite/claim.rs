@@ -56,9 +56,24 @@ pub(crate) struct Batch<W> {
 /// abandoned, queue)`; the queue is read only when controls are in force.
 type Candidate = (i64, i64, i64, usize, i64, Option<String>);
 
-/// Claims up to `limit` runnable jobs of `kinds` (and `queues`, if given), in
-/// priority order, for `owner` until `lease_until`; `decide` says what to do
-/// with each (see [`Take`]), knowing whether the batch holds jobs of
+/// What a claim asks for: up to `limit` runnable jobs of `kinds` (in the
+/// queues of `queues_json`, if given), leased to `owner` until
+/// `lease_until`, at `now`. At most `for_workers` jobs of a capped or
+/// rate-limited queue are claimed for the workers to start: the workers
+/// free to start one now (more would wait in the buffer holding their
+/// slots while another process's workers sat idle).
+pub(crate) struct ClaimAsk<'a> {
+    pub kinds: &'a [String],
+    pub queues_json: Option<&'a str>,
+    pub limit: usize,
+    pub for_workers: usize,
+    pub owner: &'a str,
+    pub lease_until: Millis,
+    pub now: Millis,
+}
+
+/// Claims the jobs `ask` asks for, in priority order; `decide` says what to
+/// do with each (see [`Take`]), knowing whether the batch holds jobs of
 /// different priorities (`split`) and whether this one is `ahead` of its
 /// last job (a strictly better priority). A job started here is started as
 /// [`start`] would, in the same statements: its row is updated once, claim
@@ -69,87 +84,17 @@ type Candidate = (i64, i64, i64, usize, i64, Option<String>);
 /// gives at most the room it has left (its claimed-ahead jobs count), and
 /// such a job is never left for a later transaction (`Take::Later`
 /// becomes `Take::Start`), where another process could take the slot
-/// meanwhile. At most `for_workers` such jobs are claimed for the workers
-/// to start (`Take::Claim`): the workers free to start one now. More would
-/// wait in the buffer holding their slots while another process's workers
-/// sat idle.
-#[allow(clippy::too_many_arguments)]
-// Long: one claim transaction, read, decide and write in order, under one lock.
+/// meanwhile.
 pub(crate) fn claim_batch<W>(
     conn: &Connection,
-    kinds: &[String],
-    queues_json: Option<&str>,
-    limit: usize,
-    for_workers: usize,
-    owner: &str,
-    lease_until: Millis,
-    now: Millis,
+    ask: &ClaimAsk<'_>,
     mut decide: impl FnMut(&Claimed, bool, bool) -> Take<W>,
 ) -> Result<Batch<W>> {
-    // One index seek per kind on jobs_claim (kind, priority, run_at, id),
-    // then a merge: O(kinds × (log n + limit)) however many jobs have
-    // finished or wait for other kinds. A single `kind IN (...) ORDER BY
-    // priority` query would have to sort every queued job of those kinds.
-    // The LIMIT is written into the SQL, not bound: SQLite (built with
-    // STAT4) re-prepares a statement every time a bound LIMIT changes, which
-    // cost ~5 % of the writer's time. Rounded up to a power of two, so a
-    // handful of texts stay prepared; the merge below takes `limit`.
-    let cap = limit.max(1).next_power_of_two();
-    let candidates_sql = format!(
-        "SELECT id, priority, run_at, abandoned, queue FROM jobs \
-         WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
-         AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
-         AND (?4 IS NULL OR queue NOT IN (SELECT value FROM json_each(?4))) \
-         ORDER BY priority, run_at, id LIMIT {cap}"
-    );
     const TAKE: &str =
         "UPDATE jobs SET state = 'running', lease_owner = ?2, lease_expires_at = ?3 \
          WHERE id = ?1 AND state = 'queued'";
     let mut gate = controls::Gate::read(conn)?;
-    let candidates = {
-        let mut st = conn.prepare_cached(&candidates_sql)?;
-        let mut find = |skipped: Option<&str>, with_queue: bool| -> Result<Vec<Candidate>> {
-            let mut found: Vec<Candidate> = Vec::new();
-            for (k, kind) in kinds.iter().enumerate() {
-                let rows =
-                    st.query_map(rusqlite::params![kind, now, queues_json, skipped], |r| {
-                        Ok((
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, i64>(2)?,
-                            r.get::<_, i64>(0)?,
-                            k,
-                            r.get::<_, i64>(3)?,
-                            if with_queue {
-                                Some(r.get::<_, String>(4)?)
-                            } else {
-                                None
-                            },
-                        ))
-                    })?;
-                for row in rows {
-                    found.push(row?);
-                }
-            }
-            found.sort_unstable();
-            Ok(found)
-        };
-        if gate.is_open() {
-            let mut found = find(None, false)?;
-            found.truncate(limit);
-            found
-        } else {
-            let mut kept = Vec::new();
-            loop {
-                let mut found = find(gate.skipped_json().as_deref(), true)?;
-                found.append(&mut kept);
-                found.sort_unstable();
-                match gate.choose(conn, found, limit, now, |c| c.5.as_deref().unwrap_or(""))? {
-                    controls::Chosen::Done(chosen) => break chosen,
-                    controls::Chosen::Again(full) => kept = full,
-                }
-            }
-        }
-    };
+    let candidates = candidates(conn, ask, &mut gate)?;
     let worst = candidates.last().map_or(0, |c| c.0);
     let split = candidates.first().is_some_and(|c| c.0 < worst);
     let mut batch = Batch {
@@ -160,13 +105,13 @@ pub(crate) fn claim_batch<W>(
     };
     let mut take = conn.prepare_cached(TAKE)?;
     let mut starter: Option<Starter<'_>> = None;
-    let mut for_workers = for_workers;
+    let mut for_workers = ask.for_workers;
     for (priority, _, id, k, abandoned, queue) in candidates {
         let limits = queue.as_deref().and_then(|q| gate.limits(q));
         let limited = limits.is_some_and(crate::core::controls::Limits::limited);
         let c = Claimed {
             id,
-            kind: kinds[k].clone(),
+            kind: ask.kinds[k].clone(),
             abandoned,
             rated: limits.is_some_and(|l| l.rate.is_some()),
         };
@@ -180,7 +125,8 @@ pub(crate) fn claim_batch<W>(
                     Some(s) => s,
                     None => starter.insert(Starter::new(conn)?),
                 };
-                if let Some(st) = starter.take_and_start(&c, owner, lease_until, &worker, now)? {
+                let (owner, until, now) = (ask.owner, ask.lease_until, ask.now);
+                if let Some(st) = starter.take_and_start(&c, owner, until, &worker, now)? {
                     batch.taken.push((c, Some((st, token))));
                 }
             }
@@ -190,13 +136,82 @@ pub(crate) fn claim_batch<W>(
                 if limited {
                     for_workers -= 1;
                 }
-                if take.execute(rusqlite::params![id, owner, lease_until])? == 1 {
+                if take.execute(rusqlite::params![id, ask.owner, ask.lease_until])? == 1 {
                     batch.taken.push((c, None));
                 }
             }
         }
     }
     Ok(batch)
+}
+
+/// The jobs a claim may take, best first: due, of the asked kinds and
+/// queues, and (with controls in force) through the gate, which leaves a
+/// paused queue's jobs and those past a cap's or a rate's room.
+fn candidates(
+    conn: &Connection,
+    ask: &ClaimAsk<'_>,
+    gate: &mut controls::Gate,
+) -> Result<Vec<Candidate>> {
+    // One index seek per kind on jobs_claim (kind, priority, run_at, id),
+    // then a merge: O(kinds × (log n + limit)) however many jobs have
+    // finished or wait for other kinds; a single `kind IN (...) ORDER BY
+    // priority` query would sort every queued job of those kinds. The
+    // LIMIT is written into the SQL, not bound: SQLite (built with STAT4)
+    // re-prepares a statement whenever a bound LIMIT changes. Rounded up to
+    // a power of two, so a handful of texts stay prepared; the merge takes
+    // `limit`.
+    let cap = ask.limit.max(1).next_power_of_two();
+    let candidates_sql = format!(
+        "SELECT id, priority, run_at, abandoned, queue FROM jobs \
+         WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
+         AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
+         AND (?4 IS NULL OR queue NOT IN (SELECT value FROM json_each(?4))) \
+         ORDER BY priority, run_at, id LIMIT {cap}"
+    );
+    let mut st = conn.prepare_cached(&candidates_sql)?;
+    let mut find = |skipped: Option<&str>, with_queue: bool| -> Result<Vec<Candidate>> {
+        let mut found: Vec<Candidate> = Vec::new();
+        for (k, kind) in ask.kinds.iter().enumerate() {
+            let params = rusqlite::params![kind, ask.now, ask.queues_json, skipped];
+            let rows = st.query_map(params, |r| {
+                Ok((
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(0)?,
+                    k,
+                    r.get::<_, i64>(3)?,
+                    if with_queue {
+                        Some(r.get::<_, String>(4)?)
+                    } else {
+                        None
+                    },
+                ))
+            })?;
+            for row in rows {
+                found.push(row?);
+            }
+        }
+        found.sort_unstable();
+        Ok(found)
+    };
+    if gate.is_open() {
+        let mut found = find(None, false)?;
+        found.truncate(ask.limit);
+        return Ok(found);
+    }
+    let mut kept = Vec::new();
+    loop {
+        let mut found = find(gate.skipped_json().as_deref(), true)?;
+        found.append(&mut kept);
+        found.sort_unstable();
+        match gate.choose(conn, found, ask.limit, ask.now, |c| {
+            c.5.as_deref().unwrap_or("")
+        })? {
+            controls::Chosen::Done(chosen) => return Ok(chosen),
+            controls::Chosen::Again(full) => kept = full,
+        }
+    }
 }
 
 /// Claims queued jobs and starts their runs, each in one go: read it, write

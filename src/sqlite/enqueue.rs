@@ -86,8 +86,7 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
 /// [`insert`] for every job of a batch, in order, inside the writer's
 /// transaction. The statements are taken from the cache once for the
 /// batch, not twice per job: rusqlite's cache hashes the SQL text on each
-/// lookup and again to put the statement back, ~10 % of a batch's
-/// instructions.
+/// lookup and again to put the statement back.
 ///
 /// New keys, the common case, go in by multi-row INSERTs of
 /// [`ROWS_PER_INSERT`] rows ([`insert_new`]): one statement for a hundred

@@ -152,8 +152,8 @@ pub(crate) struct ApplyInput<'h> {
 /// opened the first time the handler reaches the connection, and the ledger
 /// row — written before it — is deleted again when the run fails. A no-op
 /// handler thus costs no savepoint: SQLite copies every page first written
-/// inside a savepoint into its sub-journal, and with the writer's savepoint
-/// around every run that was ~10 % of processing. The rule it keeps: when
+/// inside a savepoint into its sub-journal, a cost every run paid when the
+/// writer's savepoint was around each. The rule it keeps: when
 /// it returns an error, the transaction holds nothing of this run (it
 /// failed before its first write: the fence, or a lost lease), or it was
 /// ended with a ROLLBACK (any step failing from the ledger row on), so that

@@ -16,10 +16,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("driver", &["core", "error", "fault"]),
     ("sqlite", &["core", "driver", "error", "fault"]),
     ("postgres", &["core", "driver", "error", "fault"]),
-    ("queue", &["core", "driver", "error", "fault", "sqlite", "postgres"]),
+    (
+        "queue",
+        &["core", "driver", "error", "fault", "sqlite", "postgres"],
+    ),
     (
         "runtime",
-        &["core", "driver", "error", "fault", "sqlite", "postgres", "queue"],
+        &[
+            "core", "driver", "error", "fault", "sqlite", "postgres", "queue",
+        ],
     ),
 ];
 
@@ -40,7 +45,12 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The part a source file belongs to: its top folder, or its file stem.
 fn part(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 
@@ -110,7 +120,11 @@ fn the_library_s_parts_form_layers_without_a_circle() {
             }
         }
     }
-    assert!(wrong.is_empty(), "uses across the layers:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "uses across the layers:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]

@@ -186,8 +186,8 @@ const KIND: &str = "bench.noop";
 /// probes handled while the backlog runs count (the rate at full load).
 /// Light on purpose: they measure the processing, not a load of their own.
 /// At one a millisecond, urgent jobs handled in among the backlog, they
-/// slowed processing by 11–17 % (10 alternating pairs twice; see README,
-/// "Performance"); at one every 4 ms it is within the noise.
+/// slowed the processing they measure; at one every 4 ms it is within the
+/// noise (docs/performance-notes.md).
 const PROBE_EVERY: Duration = Duration::from_millis(4);
 
 /// Threads enqueueing the probes, so that a probe leaves on time while

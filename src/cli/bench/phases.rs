@@ -299,13 +299,12 @@ fn start_on<E: NoOp>(
 
 /// Open loop: probe i is enqueued at start + i × PROBE_EVERY by whichever
 /// of PROBE_THREADS is free, whatever the earlier probes' enqueues take.
-/// One thread enqueueing its probes in turn (as an earlier form of this
-/// bench did) waited for each enqueue (a writer cycle or two under full
-/// load, ~3.5 ms), so its probes left every ~3.5 ms, each right after the
-/// previous one's answer: always at the same point of the writer's cycle,
-/// just after one began with NORMAL (which answers at once) and an fsync
-/// later with FULL. NORMAL's p50 then read ~0.4 ms above FULL's for no
-/// reason an application would see.
+/// One thread enqueueing its probes in turn waits for each enqueue (a
+/// writer cycle or two under full load), so its probes leave right after
+/// the previous one's answer: always at the same point of the writer's
+/// cycle, which differs between NORMAL (answered at once) and FULL (after
+/// an fsync), and skews the two's latencies for no reason an application
+/// would see.
 fn spawn_probes(
     queue: &AnyQueue,
     keys: &Keys,

@@ -63,11 +63,17 @@ pub fn preload(queue: &Queue, run_id: &str, n: usize) -> Result<(), Error> {
             if done {
                 let base: i64 =
                     tx.query_row("SELECT coalesce(max(id), 0) FROM jobs", [], |r| r.get(0))?;
-                tx.execute(DONE, rusqlite::params![a, b, KIND, prefix, finished_base])?;
+                tx.execute(
+                    DONE,
+                    litejob::rusqlite::params![a, b, KIND, prefix, finished_base],
+                )?;
                 tx.execute(ATTEMPTS, [base])?;
                 tx.execute(LEDGER, [base])?;
             } else {
-                tx.execute(IDLE, rusqlite::params![a, b, IDLE_KIND, prefix, now])?;
+                tx.execute(
+                    IDLE,
+                    litejob::rusqlite::params![a, b, IDLE_KIND, prefix, now],
+                )?;
             }
             Ok(())
         })?;

@@ -1,7 +1,7 @@
 //! The demo's app on PostgreSQL: the same table, handler and queries as
 //! on a file, in PostgreSQL's dialect (`$1` parameters, arrays for the
 //! keys, an identity column), run through the queue's PostgreSQL API
-//! (`pg_write`, `pg_handler`). Writes the app table `invoices`; the outbox
+//! (``write`, `handler`). Writes the app table `invoices`; the outbox
 //! row through the job's transaction.
 
 use litejob::postgres::{PgJobTx, Postgres};

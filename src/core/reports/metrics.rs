@@ -41,10 +41,20 @@ fn seconds(ms: Millis) -> String {
     format!("{:.3}", ms.max(0) as f64 / 1000.0)
 }
 
-pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
+/// The metrics' text: every family in turn, from one tally.
+pub(crate) fn render(t: &Tally, now: Millis, engine: EngineKind) -> String {
     let mut o = String::new();
+    jobs(&mut o, t);
+    outbox(&mut o, t);
+    backlog_and_deliveries(&mut o, t, now);
+    attempts(&mut o, t);
+    storage(&mut o, t, engine);
+    o
+}
+
+fn jobs(o: &mut String, t: &Tally) {
     family(
-        &mut o,
+        o,
         "litejob_jobs",
         "gauge",
         "Jobs in the queue, by queue, kind and state.",
@@ -60,8 +70,11 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
             );
         }
     }
+}
+
+fn outbox(o: &mut String, t: &Tally) {
     family(
-        &mut o,
+        o,
         "litejob_outbox",
         "gauge",
         "Outbox rows in the queue, by kind and state.",
@@ -76,8 +89,12 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
             );
         }
     }
+}
+
+/// Each queue's backlog age, and the deliveries over all job rows.
+fn backlog_and_deliveries(o: &mut String, t: &Tally, now: Millis) {
     family(
-        &mut o,
+        o,
         "litejob_oldest_queued_age_seconds",
         "gauge",
         "How long the longest-waiting runnable job of the queue has been due (0: none is).",
@@ -99,14 +116,14 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
         .flat_map(|s| s.values())
         .fold((0, 0), |(r, d), g| (r + g.count, d + g.deliveries));
     family(
-        &mut o,
+        o,
         "litejob_deliveries_total",
         "counter",
         "Enqueues seen for the job rows in the queue (first deliveries and duplicates).",
     );
     let _ = writeln!(o, "litejob_deliveries_total {deliveries}");
     family(
-        &mut o,
+        o,
         "litejob_duplicate_deliveries_total",
         "counter",
         "Enqueues of a key that already had a job: absorbed, nothing created.",
@@ -116,8 +133,11 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
         "litejob_duplicate_deliveries_total {}",
         deliveries - rows
     );
+}
+
+fn attempts(o: &mut String, t: &Tally) {
     family(
-        &mut o,
+        o,
         "litejob_attempts",
         "gauge",
         "Runs in the attempt history, by the job's or effect's kind and outcome.",
@@ -131,14 +151,18 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
             );
         }
     }
+}
+
+/// The ledger, and the storage's size (what it means differs by engine).
+fn storage(o: &mut String, t: &Tally, engine: EngineKind) {
     family(
-        &mut o,
+        o,
         "litejob_ledger_rows",
         "gauge",
         "Keys in the processed_jobs ledger: work that committed.",
     );
     let _ = writeln!(o, "litejob_ledger_rows {}", t.ledger_rows);
-    let (file_help, wal_help) = match backend {
+    let (file_help, wal_help) = match engine {
         EngineKind::Sqlite => (
             "Size of the queue file in bytes.",
             "Size of the queue file's write-ahead log (<file>-wal) in bytes.",
@@ -148,11 +172,10 @@ pub(crate) fn render(t: &Tally, now: Millis, backend: EngineKind) -> String {
             "0 on PostgreSQL: the server's write-ahead log belongs to the whole cluster.",
         ),
     };
-    family(&mut o, "litejob_file_bytes", "gauge", file_help);
+    family(o, "litejob_file_bytes", "gauge", file_help);
     let _ = writeln!(o, "litejob_file_bytes {}", t.file_bytes);
-    family(&mut o, "litejob_wal_bytes", "gauge", wal_help);
+    family(o, "litejob_wal_bytes", "gauge", wal_help);
     let _ = writeln!(o, "litejob_wal_bytes {}", t.wal_bytes);
-    o
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 use super::*;
 use crate::core::job::{Enqueued, NewJob};
 use crate::core::lifecycle::poison_message;
-use crate::sqlite::leases::{heartbeat, reap_expired, release};
 use crate::sql_check::fresh_file as fresh;
+use crate::sqlite::leases::{heartbeat, reap_expired, release};
 
 /// A moment in the file's unit; the tests move it by hand.
 const T0: Millis = 1_000_000;
@@ -27,13 +27,15 @@ fn enqueue(conn: &Connection, key: &str, run_at: Millis) -> i64 {
 fn claim(conn: &Connection, now: Millis) -> Vec<i64> {
     let batch = claim_batch::<()>(
         conn,
-        &["k".to_string()],
-        None,
-        10,
-        usize::MAX,
-        OWNER,
-        now + LEASE,
-        now,
+        &ClaimAsk {
+            kinds: &["k".to_string()],
+            queues_json: None,
+            limit: 10,
+            for_workers: usize::MAX,
+            owner: OWNER,
+            lease_until: now + LEASE,
+            now,
+        },
         |_, _, _| Take::Claim,
     )
     .unwrap();
@@ -200,13 +202,15 @@ fn claim_as(
 ) -> (Vec<i64>, bool) {
     let batch = claim_batch::<()>(
         conn,
-        &["k".to_string()],
-        None,
-        limit,
-        usize::MAX,
-        owner,
-        now + LEASE,
-        now,
+        &ClaimAsk {
+            kinds: &["k".to_string()],
+            queues_json: None,
+            limit,
+            for_workers: usize::MAX,
+            owner,
+            lease_until: now + LEASE,
+            now,
+        },
         |_, _, _| take(),
     )
     .unwrap();
@@ -351,13 +355,15 @@ fn a_rate_counts_starts_and_claims_to_come_and_frees_them_after_the_window() {
     // Two started in the claim (recorded), one claimed for a worker.
     let batch = claim_batch::<()>(
         &conn,
-        &["k".to_string()],
-        None,
-        2,
-        usize::MAX,
-        OWNER,
-        T0 + LEASE,
-        T0,
+        &ClaimAsk {
+            kinds: &["k".to_string()],
+            queues_json: None,
+            limit: 2,
+            for_workers: usize::MAX,
+            owner: OWNER,
+            lease_until: T0 + LEASE,
+            now: T0,
+        },
         |_, _, _| Take::Start((), "w".into()),
     )
     .unwrap();
@@ -380,13 +386,15 @@ fn a_rate_counts_starts_and_claims_to_come_and_frees_them_after_the_window() {
         .is_empty());
     let batch = claim_batch::<()>(
         &conn,
-        &["k".to_string()],
-        None,
-        10,
-        usize::MAX,
-        OWNER,
-        T0 + 1000 + LEASE,
-        T0 + 1000,
+        &ClaimAsk {
+            kinds: &["k".to_string()],
+            queues_json: None,
+            limit: 10,
+            for_workers: usize::MAX,
+            owner: OWNER,
+            lease_until: T0 + 1000 + LEASE,
+            now: T0 + 1000,
+        },
         |_, _, _| Take::Start((), "w".into()),
     )
     .unwrap();
@@ -413,13 +421,15 @@ fn a_claim_takes_a_capped_queues_jobs_for_its_free_workers_only() {
     let claim = |for_workers: usize| {
         let batch = claim_batch::<()>(
             &conn,
-            &["k".to_string()],
-            None,
-            10,
-            for_workers,
-            OWNER,
-            T0 + LEASE,
-            T0,
+            &ClaimAsk {
+                kinds: &["k".to_string()],
+                queues_json: None,
+                limit: 10,
+                for_workers,
+                owner: OWNER,
+                lease_until: T0 + LEASE,
+                now: T0,
+            },
             |_, _, _| Take::Claim,
         )
         .unwrap();
@@ -464,13 +474,15 @@ fn a_limited_queues_job_is_started_in_the_claim_never_left_for_later() {
     );
     let batch = claim_batch::<()>(
         &conn,
-        &["k".to_string()],
-        None,
-        10,
-        usize::MAX,
-        OWNER,
-        T0 + LEASE,
-        T0,
+        &ClaimAsk {
+            kinds: &["k".to_string()],
+            queues_json: None,
+            limit: 10,
+            for_workers: usize::MAX,
+            owner: OWNER,
+            lease_until: T0 + LEASE,
+            now: T0,
+        },
         |_, _, _| Take::Later((), "w".into()),
     )
     .unwrap();

@@ -82,28 +82,27 @@ pub(crate) fn submit_claim(
         let now = now_ms();
         // Stopping: whatever is claimed goes back through the buffer.
         let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
-        let batch = claim::claim_batch(
-            conn,
-            &sh.kinds,
-            sh.queues_json.as_deref(),
-            n,
-            idle,
-            &sh.owner,
-            now + lease_ms,
+        let ask = claim::ClaimAsk {
+            kinds: &sh.kinds,
+            queues_json: sh.queues_json.as_deref(),
+            limit: n,
+            for_workers: idle,
+            owner: &sh.owner,
+            lease_until: now + lease_ms,
             now,
-            |c, split, ahead| {
-                let Some(handler) = sh.handlers.get(&c.kind) else {
-                    return claim::Take::Claim;
-                };
-                if !start_here || handler.has_prepare() || c.abandoned > 0 {
-                    claim::Take::Claim
-                } else if split && !ahead {
-                    claim::Take::Later(handler.clone(), sh.writer_name.clone())
-                } else {
-                    claim::Take::Start(handler.clone(), sh.writer_name.clone())
-                }
-            },
-        )?;
+        };
+        let batch = claim::claim_batch(conn, &ask, |c, split, ahead| {
+            let Some(handler) = sh.handlers.get(&c.kind) else {
+                return claim::Take::Claim;
+            };
+            if !start_here || handler.has_prepare() || c.abandoned > 0 {
+                claim::Take::Claim
+            } else if split && !ahead {
+                claim::Take::Later(handler.clone(), sh.writer_name.clone())
+            } else {
+                claim::Take::Start(handler.clone(), sh.writer_name.clone())
+            }
+        })?;
         if batch.held_back {
             sh.slot_wanted.store(true, Ordering::SeqCst);
         }

@@ -231,9 +231,8 @@ impl Supervisor {
         // A full batch means more may be waiting: claim again at once. The
         // next claim goes to the writer before this one's runs go to the
         // workers: the writer, the bottleneck, then finds it waiting when it
-        // is done with this batch (handing runs to four workers first, with
-        // their wake-ups, took ~1 ms and left the writer idle a fifth of
-        // the time).
+        // is done with this batch (handing runs to the workers first, with
+        // their wake-ups, left the writer idle meanwhile).
         self.more_known = n == asked && n > 0;
         self.want_claim = n == asked || std::mem::take(&mut self.woken);
         if self.want_claim && taken.claimed.is_empty() {
@@ -250,9 +249,9 @@ impl Supervisor {
 
     /// Claims in whole batches, once the workers took every claimed job
     /// (they hold up to `MAX_PIPELINE` runs each in flight meanwhile): the
-    /// claim and the runs it feeds then fill writer cycles of ~capacity
-    /// runs. Re-claiming at half empty made cycles of half that, and
-    /// processing ~10 % slower (6 alternating runs, same minutes).
+    /// claim and the runs it feeds then fill writer cycles of about
+    /// `capacity` runs; re-claiming at half empty made cycles of half that,
+    /// and processing slower.
     fn claim_if_wanted(&mut self) -> Step {
         if self.outstanding.is_some()
             || !self.has_handlers

@@ -56,8 +56,7 @@ impl Cycle {
     /// took jobs of a better priority than the rest starts only those itself
     /// and leaves the others' starts to one of these: the urgent runs'
     /// handlers then wait for one commit of a few rows, not for the starts
-    /// of the whole batch (~40 % of a cycle), at the price of one more
-    /// commit in such a cycle.
+    /// of the whole batch, at the price of one more commit in such a cycle.
     pub(crate) fn follow_up_light<A, FA>(&mut self, f: FA) -> Receiver<Result<A>>
     where
         A: Send + 'static,

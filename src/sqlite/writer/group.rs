@@ -26,7 +26,7 @@ use crate::error::Error;
 /// at all (see [`crate::sqlite::run::apply`]). A light operation (bookkeeping:
 /// claims, starts, lease renewals, reaping, which fail only when the disk
 /// does) gets no savepoint — two statements and a copy of every page each
-/// operation touches saved, about 5 % of the writer's time per job — and
+/// operation touches saved, on the writer's hottest path — and
 /// when one fails it undoes the light operations before it in the
 /// transaction (they learn `Aborted`): back to one savepoint opened where
 /// they begin, if durable operations came first (those stay), or else the

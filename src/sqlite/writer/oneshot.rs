@@ -7,9 +7,9 @@ use crate::driver::reply::Sink;
 
 /// A one-answer slot for a caller blocked in [`super::Writer::run`]. Its
 /// wait goes straight to the futex: a channel's receive spins and yields
-/// first, and with eight producers waiting for one fsync those yields took
-/// the two cores from the writer and the syncer (eight producers: CPU per
-/// enqueue 86 → 71 µs, and 14 % more enqueues a second).
+/// first, and with many producers waiting for one fsync those yields take
+/// the cores from the writer and the syncer (docs/performance-notes.md has
+/// the figures).
 pub(super) struct OneShot<T> {
     slot: Mutex<Option<T>>,
     ready: Condvar,

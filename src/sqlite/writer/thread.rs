@@ -150,11 +150,10 @@ impl WriterThread {
 
     /// Whether the writer fsyncs and answers this cycle itself: only
     /// blocked callers, in this cycle and the last, and nothing else
-    /// waiting (producers, no worker). Handing the fsync to the syncer put a
-    /// thread wake-up (a round trip measures 50–100 µs on this VM) on every
-    /// caller's path, while the writer had nothing to do meanwhile: these
-    /// callers come back only once answered. Eight producers enqueued 8.5 %
-    /// more a second (16 pairs). Workers' operations (pipelined) keep the
+    /// waiting (producers, no worker). Handing the fsync to the syncer puts
+    /// a thread wake-up on every caller's path while the writer has nothing
+    /// to do meanwhile: these callers come back only once answered.
+    /// Workers' operations (pipelined) keep the
     /// syncer, so the writer goes on applying during the fsync, and so does
     /// NORMAL, whose syncer also syncs the WAL in the background. If
     /// operations arrive during the commit, the syncer takes the fsync after

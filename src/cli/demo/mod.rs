@@ -13,7 +13,6 @@
 //! the handler registered with `pg_handler`: everything else is the same
 //! code.
 
-use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -22,30 +21,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use litejob::admin::AnyQueue;
-use litejob::sqlite::JobTx;
-use litejob::{Backoff, Enqueued, Error, NewJob, Outcome, QueueOptions};
-use rusqlite::OptionalExtension;
+use litejob::{Backoff, Enqueued, Error, NewJob, QueueOptions};
 use serde::{Deserialize, Serialize};
 
 use super::rng::{below, Rng};
 use super::time::parse_duration;
 
+mod file;
 mod postgres;
+mod summary;
+
+use summary::{print_out, print_summary, summarize, ThisRun};
 
 /// The job kind the provider's webhook enqueues.
 const JOB_KIND: &str = "payment.succeeded";
 /// The outbox kind the job writes.
 const EFFECT_KIND: &str = "send_receipt";
-
-/// The app's own table. `provider_event_id` UNIQUE is the app's last line of
-/// defence; litejob's ledger already makes a second insert unreachable.
-const CREATE_INVOICES: &str = "\
-CREATE TABLE IF NOT EXISTS invoices (
-    id                INTEGER PRIMARY KEY,
-    provider_event_id TEXT    NOT NULL UNIQUE,
-    amount_cents      INTEGER NOT NULL,
-    created_at        INTEGER NOT NULL -- ms since the Unix epoch, like litejob's tables
-);";
 
 /// Where the receipts go when `--db` is a PostgreSQL URL (there is no file
 /// to put them beside): the current directory.
@@ -101,54 +92,6 @@ struct PaymentEvent {
 struct Receipt {
     invoice_id: i64,
     event_id: String,
-}
-
-/// What `litejob demo` prints; with `--json`, this object. Counts are for
-/// the demo's event ids and cumulative over runs on the same file, except
-/// `this_run`.
-#[derive(Debug, Clone, Default, Serialize)]
-struct Summary {
-    /// Distinct events (`--events`).
-    events: u64,
-    /// Enqueues seen for the events' keys (`sum(jobs.deliveries)`).
-    deliveries: i64,
-    /// Deliveries that created nothing: `deliveries - jobs`.
-    duplicates_absorbed: i64,
-    /// Job rows for the events' keys.
-    jobs: i64,
-    /// Invoices for the events.
-    invoices: i64,
-    /// Outbox rows `sent`.
-    receipts_sent: i64,
-    /// Lines in the receipts file.
-    receipt_lines: i64,
-    /// Receipt lines beyond the first for the same invoice: a kill landed
-    /// between a send and its acknowledgement.
-    duplicate_receipt_lines: i64,
-    /// Runs beyond the first, of jobs and of receipt sends.
-    retries: i64,
-    /// Receipt sends that failed (the simulated mail outage).
-    failed_sends: i64,
-    /// Jobs and outbox rows `dead`.
-    dead: i64,
-    /// Deliveries made by this run, and what they did.
-    this_run: ThisRun,
-    /// True when a signal cut the run short.
-    interrupted: bool,
-    /// The database file, or the PostgreSQL URL without its password.
-    db: String,
-    /// The receipts file.
-    receipts: String,
-    /// Wall-clock time of this run.
-    elapsed_ms: u64,
-}
-
-/// This process's deliveries.
-#[derive(Debug, Clone, Default, Serialize)]
-struct ThisRun {
-    deliveries: u64,
-    new_jobs: u64,
-    duplicates: u64,
 }
 
 /// Runs the demo on the file or the PostgreSQL database at `db`; returns
@@ -308,7 +251,7 @@ fn show_progress(
 /// the demo that differs between a file and a PostgreSQL database.
 fn create_invoices(queue: &AnyQueue) -> Result<(), Error> {
     match queue {
-        AnyQueue::Sqlite(q) => q.write(|tx| Ok(tx.execute_batch(CREATE_INVOICES)?)),
+        AnyQueue::Sqlite(q) => file::create_invoices(q),
         AnyQueue::Postgres(q) => postgres::create_invoices(q),
         _ => Err(Error::Unsupported(
             "an engine this demo does not know".into(),
@@ -319,14 +262,7 @@ fn create_invoices(queue: &AnyQueue) -> Result<(), Error> {
 /// Invoices, and receipts sent.
 fn progress(queue: &AnyQueue) -> Result<(i64, i64), Error> {
     match queue {
-        AnyQueue::Sqlite(q) => q.read(|c| {
-            Ok(c.query_row(
-                "SELECT (SELECT count(*) FROM invoices), \
-                            (SELECT count(*) FROM outbox WHERE kind = ?1 AND state = 'sent')",
-                [EFFECT_KIND],
-                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-            )?)
-        }),
+        AnyQueue::Sqlite(q) => file::progress(q),
         AnyQueue::Postgres(q) => postgres::progress(q),
         _ => Err(Error::Unsupported(
             "an engine this demo does not know".into(),
@@ -355,11 +291,13 @@ fn start_runtime(
         Ok(())
     };
     match queue {
-        AnyQueue::Sqlite(q) => {
-            configure(q.runtime().handler(JOB_KIND, record_invoice), args, lease)
-                .effect(EFFECT_KIND, effect)
-                .start()
-        }
+        AnyQueue::Sqlite(q) => configure(
+            q.runtime().handler(JOB_KIND, file::record_invoice),
+            args,
+            lease,
+        )
+        .effect(EFFECT_KIND, effect)
+        .start(),
         AnyQueue::Postgres(q) => configure(
             q.runtime().handler(JOB_KIND, postgres::record_invoice),
             args,
@@ -400,33 +338,6 @@ fn configure<E: litejob::Engine>(
                 .with_max(Duration::from_millis(200))
                 .with_jitter(0.25),
         )
-}
-
-/// The job handler: one invoice and one receipt to send, in the job's
-/// transaction. It runs at most once per event id (litejob's ledger), and the
-/// `ON CONFLICT` is what the app would write without litejob.
-fn record_invoice(tx: &mut JobTx<'_>, ev: PaymentEvent) -> Result<Outcome, litejob::HandlerError> {
-    let invoice_id: Option<i64> = tx
-        .query_row(
-            "INSERT INTO invoices (provider_event_id, amount_cents, created_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (provider_event_id) DO NOTHING RETURNING id",
-            (&ev.id, ev.amount_cents, tx.now()),
-            |r| r.get(0),
-        )
-        .optional()?;
-    let Some(invoice_id) = invoice_id else {
-        // Already invoiced: nothing to do, and above all no second receipt.
-        return Ok(Outcome::Done);
-    };
-    tx.outbox(
-        EFFECT_KIND,
-        &format!("receipt:{}", ev.id),
-        &Receipt {
-            invoice_id,
-            event_id: ev.id,
-        },
-    )?;
-    Ok(Outcome::Done)
 }
 
 /// "Mails" a receipt: one line appended in one write, then made durable, so
@@ -506,155 +417,12 @@ impl Counters {
 /// or any other on the same database.
 fn work_left(queue: &AnyQueue) -> Result<i64, Error> {
     match queue {
-        AnyQueue::Sqlite(q) => q.read(|c| {
-            Ok(c.query_row(
-                "SELECT (SELECT count(*) FROM jobs WHERE kind = ?1 AND state IN ('queued', 'running')) \
-                      + (SELECT count(*) FROM outbox WHERE kind = ?2 AND state IN ('pending', 'sending'))",
-                [JOB_KIND, EFFECT_KIND],
-                |r| r.get(0),
-            )?)
-        }),
+        AnyQueue::Sqlite(q) => file::work_left(q),
         AnyQueue::Postgres(q) => postgres::work_left(q),
-        _ => Err(Error::Unsupported("an engine this demo does not know".into())),
+        _ => Err(Error::Unsupported(
+            "an engine this demo does not know".into(),
+        )),
     }
-}
-
-/// The summary's counts, in plain SQL over the demo's keys (the event
-/// ids), and the receipts file read back.
-fn summarize(queue: &AnyQueue, events: &[PaymentEvent], receipts: &Path) -> Result<Summary, Error> {
-    const SQL: &str = "\
-        WITH k(key) AS (SELECT value FROM json_each(?1)),
-             j AS (SELECT id, state, deliveries FROM jobs WHERE idempotency_key IN (SELECT key FROM k)),
-             o AS (SELECT id, state FROM outbox WHERE key IN (SELECT 'receipt:' || key FROM k))
-        SELECT (SELECT count(*) FROM j),
-               (SELECT coalesce(sum(deliveries), 0) FROM j),
-               (SELECT count(*) FROM invoices WHERE provider_event_id IN (SELECT key FROM k)),
-               (SELECT count(*) FROM o WHERE state = 'sent'),
-               (SELECT count(*) FROM j WHERE state = 'dead') + (SELECT count(*) FROM o WHERE state = 'dead'),
-               (SELECT count(*) - count(DISTINCT job_id) FROM attempts WHERE job_id IN (SELECT id FROM j))
-             + (SELECT count(*) - count(DISTINCT outbox_id) FROM attempts WHERE outbox_id IN (SELECT id FROM o)),
-               (SELECT count(*) FROM attempts WHERE outbox_id IN (SELECT id FROM o) AND outcome = 'failed')";
-    let keys: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
-    let counts: [i64; 7] = match queue {
-        AnyQueue::Sqlite(q) => {
-            let keys_json =
-                serde_json::to_string(&keys).map_err(|e| Error::Internal(e.to_string()))?;
-            q.read(|c| {
-                Ok(c.query_row(SQL, [keys_json], |r| {
-                    let mut v = [0i64; 7];
-                    for (i, x) in v.iter_mut().enumerate() {
-                        *x = r.get(i)?;
-                    }
-                    Ok(v)
-                })?)
-            })?
-        }
-        AnyQueue::Postgres(q) => postgres::summary(q, &keys)?,
-        _ => {
-            return Err(Error::Unsupported(
-                "an engine this demo does not know".into(),
-            ))
-        }
-    };
-    let [jobs, deliveries, invoices, receipts_sent, dead, retries, failed_sends] = counts;
-    let mut s = Summary {
-        jobs,
-        deliveries,
-        invoices,
-        receipts_sent,
-        dead,
-        retries,
-        failed_sends,
-        ..Summary::default()
-    };
-    s.duplicates_absorbed = s.deliveries - s.jobs;
-    let text = std::fs::read_to_string(receipts)?;
-    let mut seen: HashMap<&str, i64> = HashMap::new();
-    for line in text.lines() {
-        *seen.entry(line).or_default() += 1;
-    }
-    s.receipt_lines = seen.values().sum();
-    s.duplicate_receipt_lines = seen.values().map(|n| n - 1).sum();
-    Ok(s)
-}
-
-/// Prints the summary for people. A closed pipe (`litejob demo | head`) is
-/// not an error.
-fn print_summary(s: &Summary, args: &DemoArgs) {
-    let mut out = format!(
-        "litejob demo{}: a payment provider delivered {} events {} times each, shuffled; {} workers\n",
-        if s.interrupted {
-            " (interrupted, partial)"
-        } else {
-            ""
-        },
-        s.events,
-        args.redeliver,
-        args.workers
-    );
-    let mut line = |label: &str, value: i64, note: String| {
-        let l = format!("  {label:<20} {value:>8}   {note}");
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line("events", s.events as i64, String::new());
-    line(
-        "deliveries",
-        s.deliveries,
-        format!(
-            "enqueues seen, all runs (this run: {})",
-            s.this_run.deliveries
-        ),
-    );
-    line(
-        "duplicates absorbed",
-        s.duplicates_absorbed,
-        "deliveries that created no job".into(),
-    );
-    line(
-        "invoices",
-        s.invoices,
-        "rows in `invoices`, one per event".into(),
-    );
-    line(
-        "receipts sent",
-        s.receipts_sent,
-        format!("{} lines in {}", s.receipt_lines, s.receipts),
-    );
-    if s.duplicate_receipt_lines > 0 {
-        line(
-            "receipts sent twice",
-            s.duplicate_receipt_lines,
-            "a crash landed between a send and its acknowledgement".into(),
-        );
-    }
-    line(
-        "retries",
-        s.retries,
-        format!("runs beyond the first ({} failed sends)", s.failed_sends),
-    );
-    line("dead", s.dead, "jobs and receipts out of attempts".into());
-    let shell = if litejob::admin::is_postgres_url(&s.db) {
-        // The URL is shown without its password: put it back to run these.
-        format!("psql '{}' -c", s.db)
-    } else {
-        format!("sqlite3 {}", s.db)
-    };
-    out.push_str(&format!(
-        "Run it again: only the delivery counts grow. Then look closer:\n  \
-         litejob --db '{db}' explain evt_000001\n  \
-         litejob --db '{db}' stats\n  \
-         {shell} 'SELECT * FROM key_summary LIMIT 5'\n",
-        db = s.db
-    ));
-    print_out(&out);
-}
-
-fn print_out(text: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush());
 }
 
 /// First Ctrl-C or SIGTERM: stop gracefully (the caller polls the count);
@@ -676,23 +444,4 @@ fn install_signal_handler() -> Arc<AtomicUsize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delivery_order_is_every_event_k_times_and_reproducible() {
-        let a = delivery_order(10, 3, 42);
-        assert_eq!(a, delivery_order(10, 3, 42));
-        assert_ne!(a, delivery_order(10, 3, 43));
-        let mut sorted = a.clone();
-        sorted.sort();
-        let want: Vec<usize> = (0..10).flat_map(|i| [i, i, i]).collect();
-        assert_eq!(sorted, want);
-    }
-
-    #[test]
-    fn events_are_the_same_for_the_same_seed() {
-        assert_eq!(event(42, 7).amount_cents, event(42, 7).amount_cents);
-        assert_eq!(event(42, 7).id, "evt_000007");
-    }
-}
+mod tests;

@@ -1,0 +1,182 @@
+//! Queue controls on a real file, the clock a parameter: the operator's
+//! changes, and what a claim may take under a pause, a cap or a rate.
+
+//! The window and room arithmetic with the clock as a parameter, and
+//! the file's statements on a fresh file.
+
+use super::*;
+use crate::core::controls::{check_change, MAX_WINDOW_MS};
+use crate::sql_check::fresh_file;
+use std::time::Duration;
+
+const T0: Millis = 1_000_000;
+
+fn rate(n: u32, ms: u64) -> Rate {
+    Rate::new(n, Duration::from_millis(ms)).unwrap()
+}
+
+#[test]
+fn a_rate_shows_its_window_in_the_largest_unit_that_divides_it() {
+    assert_eq!(rate(100, 60_000).to_string(), "100/1m");
+    assert_eq!(rate(20, 1000).to_string(), "20/1s");
+    assert_eq!(rate(5, 90_000).to_string(), "5/90s");
+    assert_eq!(rate(1, 250).to_string(), "1/250ms");
+    assert_eq!(rate(3, 7_200_000).to_string(), "3/2h");
+    assert_eq!(rate(9, 86_400_000).to_string(), "9/1d");
+    assert_eq!(serde_json::to_string(&rate(2, 1000)).unwrap(), "\"2/1s\"");
+}
+
+#[test]
+fn a_rate_refuses_no_starts_an_empty_window_and_one_over_a_year() {
+    assert!(Rate::new(0, Duration::from_secs(1)).is_err());
+    assert!(Rate::new(5, Duration::ZERO).is_err());
+    assert!(Rate::new(5, Duration::from_micros(999)).is_err());
+    assert!(Rate::new(5, Duration::from_millis(MAX_WINDOW_MS as u64 + 1)).is_err());
+    assert!(Rate::new(5, Duration::from_millis(MAX_WINDOW_MS as u64)).is_ok());
+}
+
+#[test]
+fn a_start_counts_for_one_window_then_frees_its_place() {
+    let r = rate(2, 1000);
+    let start = T0;
+    // Counted while start > now - window: through now = start + 999.
+    assert!(start > window_floor(T0 + 999, r));
+    assert!(start <= window_floor(T0 + 1000, r));
+    assert_eq!(frees_at(start, r), T0 + 1000);
+    // A start recorded ahead of the clock (another clock) still counts.
+    assert!(T0 + 50 > window_floor(T0, r));
+    // Deleted only a window after it stopped counting.
+    assert_eq!(prune_floor(T0 + 1000, r), T0 - 1000);
+}
+
+#[test]
+fn room_is_the_tightest_of_the_cap_and_the_rate_and_none_when_paused() {
+    let cap = Limits {
+        concurrency: Some(2),
+        ..Limits::default()
+    };
+    let load = |running, started, claimed| Load {
+        running,
+        started,
+        claimed,
+    };
+    assert_eq!(room(&cap, &load(0, 0, 0)), 2);
+    assert_eq!(room(&cap, &load(1, 9, 9)), 1);
+    assert_eq!(room(&cap, &load(2, 0, 0)), 0);
+    // More running than the cap (it was lowered): none, not negative.
+    assert_eq!(room(&cap, &load(5, 0, 0)), 0);
+    let rated = Limits {
+        rate: Some(rate(20, 1000)),
+        ..Limits::default()
+    };
+    assert_eq!(room(&rated, &load(50, 0, 0)), 20);
+    // Claimed jobs are starts to come.
+    assert_eq!(room(&rated, &load(0, 15, 3)), 2);
+    assert_eq!(room(&rated, &load(0, 20, 0)), 0);
+    let both = Limits {
+        concurrency: Some(4),
+        rate: Some(rate(3, 1000)),
+        ..Limits::default()
+    };
+    assert_eq!(room(&both, &load(0, 0, 0)), 3);
+    assert_eq!(room(&both, &load(3, 0, 0)), 1);
+    let paused = Limits {
+        paused: true,
+        ..both
+    };
+    assert_eq!(room(&paused, &load(0, 0, 0)), 0);
+    assert!(room(&Limits::default(), &load(0, 0, 0)) > 1 << 40);
+}
+
+#[test]
+fn a_change_keeps_what_it_does_not_name() {
+    let start = Limits {
+        paused: true,
+        concurrency: Some(3),
+        rate: Some(rate(10, 1000)),
+    };
+    let l = start.changed(None, &QueueLimits::new().no_concurrency());
+    assert_eq!(
+        l,
+        Limits {
+            concurrency: None,
+            ..start
+        }
+    );
+    let l = l.changed(Some(false), &QueueLimits::new().no_rate());
+    assert!(l.is_empty());
+    let l = l.changed(None, &QueueLimits::new().concurrency(7));
+    assert_eq!(l.concurrency, Some(7));
+    assert!(!l.paused && l.limited());
+}
+
+#[test]
+fn a_change_refuses_a_cap_of_zero_and_an_empty_name() {
+    assert!(check_change("q", &QueueLimits::new().concurrency(0)).is_err());
+    assert!(check_change("", &QueueLimits::new().concurrency(1)).is_err());
+    assert!(check_change("q", &QueueLimits::new().concurrency(1)).is_ok());
+}
+
+#[test]
+fn a_queue_keeps_a_row_while_a_control_is_in_force() {
+    let (_dir, conn) = fresh_file();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    change(&conn, "mail", Some(true), &QueueLimits::new(), T0).unwrap();
+    assert_eq!(count("SELECT count(*) FROM queues WHERE paused = 1"), 1);
+    let l = change(
+        &conn,
+        "mail",
+        None,
+        &QueueLimits::new().rate(rate(5, 1000)),
+        T0 + 1,
+    )
+    .unwrap();
+    assert!(l.paused && l.rate.is_some());
+    record_start(&conn, "mail", T0 + 2).unwrap();
+    let l = change(
+        &conn,
+        "mail",
+        Some(false),
+        &QueueLimits::new().no_rate(),
+        T0 + 3,
+    )
+    .unwrap();
+    assert!(l.is_empty());
+    assert_eq!(count("SELECT count(*) FROM queues"), 0);
+    // Its counted starts went with the rate.
+    assert_eq!(count("SELECT count(*) FROM queue_starts"), 0);
+    // Resuming a queue nobody paused changes nothing.
+    change(&conn, "other", Some(false), &QueueLimits::new(), T0).unwrap();
+    assert_eq!(count("SELECT count(*) FROM queues"), 0);
+}
+
+#[test]
+fn the_listing_counts_each_queues_jobs_and_starts_in_the_window() {
+    let (_dir, conn) = fresh_file();
+    for (i, q) in ["a", "a", "b"].iter().enumerate() {
+        conn.execute(
+            "INSERT INTO jobs (queue, kind, idempotency_key, payload, run_at, created_at) \
+             VALUES (?1, 'k', ?2, '{}', 0, 0)",
+            rusqlite::params![q, format!("key{i}")],
+        )
+        .unwrap();
+    }
+    change(
+        &conn,
+        "c",
+        None,
+        &QueueLimits::new().rate(rate(5, 1000)),
+        T0,
+    )
+    .unwrap();
+    for at in [T0 - 1000, T0 - 999, T0 - 1] {
+        record_start(&conn, "c", at).unwrap();
+    }
+    let all = list(&conn, T0).unwrap();
+    let names: Vec<&str> = all.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!((all[0].queued, all[0].updated_at), (2, None));
+    // T0 - 1000 left the window at T0.
+    assert_eq!(all[2].started_in_window, Some(2));
+    assert_eq!(all[2].updated_at, Some(T0));
+}
