@@ -161,6 +161,7 @@ pub mod postgres;
 mod queue;
 mod runtime;
 pub mod sqlite;
+pub mod testing;
 
 #[cfg(test)]
 mod sql_check;
@@ -202,7 +203,7 @@ pub use driver::reply::WriteFuture;
 pub use driver::Engine;
 pub use error::{Error, Result};
 pub use queue::Queue;
-pub use runtime::{Runtime, RuntimeBuilder, StopReport};
+pub use runtime::{Drained, Runtime, RuntimeBuilder, StopReport};
 
 /// What an operator reads and repairs: the [`Admin`](admin::Admin) handle
 /// ([`Queue::admin`]) and the reports it returns (counts, one job's story,

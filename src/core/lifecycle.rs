@@ -18,6 +18,9 @@ pub(crate) struct RunEnd {
     pub outbox_added: usize,
     /// When it runs again, if it was requeued.
     pub retry_at: Option<Millis>,
+    /// The run said the job must not run again (`Outcome::Discard`, or a
+    /// payload that does not decode): dead whatever its attempts left.
+    pub discarded: bool,
 }
 
 /// What to do with a failed run.

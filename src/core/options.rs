@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::core::job::NewJob;
-use crate::core::time::now_ms;
+use crate::core::time::{Clock, ManualClock};
 use crate::core::validate::{self, EnqueueRules};
 use crate::error::{Error, Result};
 
@@ -46,6 +46,9 @@ pub struct QueueOptions {
     /// this library's, is refused; every write fails with
     /// [`crate::error::Error::ReadOnly`] before anything is sent.
     pub read_only: bool,
+    /// The clock every stored time is read from (the system's unless a test
+    /// sets one: [`QueueOptions::with_clock`]).
+    pub(crate) clock: Clock,
 }
 
 impl Default for QueueOptions {
@@ -60,6 +63,7 @@ impl Default for QueueOptions {
             max_group: 512,
             transaction_budget: Some(Duration::from_secs(30)),
             read_only: false,
+            clock: Clock::System,
         }
     }
 }
@@ -106,6 +110,16 @@ impl QueueOptions {
         self
     }
 
+    /// Reads every time the queue stores from `clock`, which the test that
+    /// owns it moves: run times, backoff, leases, schedules' slots, rate
+    /// windows, `created_at`, `finished_at` (on PostgreSQL too, in place of
+    /// the server's clock). A job due in ten minutes runs once the test has
+    /// advanced the clock by ten minutes; see [`crate::testing`].
+    pub fn with_clock(mut self, clock: ManualClock) -> Self {
+        self.clock = clock.clock();
+        self
+    }
+
     /// Opens the queue for reading only (see [`QueueOptions::read_only`]).
     pub fn with_read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
@@ -116,7 +130,7 @@ impl QueueOptions {
     /// (names, JSON, payload size, retries), without opening any file: a
     /// caller can refuse bad input before it creates a queue file.
     pub fn check(&self, job: &NewJob) -> Result<()> {
-        validate::validate_parts(job, &self.rules(), now_ms()).map(|_| ())
+        validate::validate_parts(job, &self.rules(), self.clock.now()).map(|_| ())
     }
 
     pub(crate) fn rules(&self) -> EnqueueRules {

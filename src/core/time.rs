@@ -1,9 +1,96 @@
-//! Time as litejob stores it: integer milliseconds since the Unix epoch.
-//! Only the runtime and the `Queue`'s public entry points read the clock
-//! (`now_ms`), once per call; everything below them takes `now` as an
-//! argument. Writes no table.
+//! Time as litejob stores it: integer milliseconds since the Unix epoch,
+//! and the clock a queue reads it from ([`Clock`]: the system's, or a
+//! test's). Only the runtime and the `Queue`'s public entry points read the
+//! clock, once per call; everything below them takes `now` as an argument.
+//! Writes no table.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A clock a test owns: it stands still until the test moves it, so a job
+/// due in ten minutes runs once the test says ten minutes passed, at once.
+/// Clones share the one time. Give it to a queue with
+/// [`QueueOptions::with_clock`](crate::QueueOptions::with_clock).
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use litejob::testing::ManualClock;
+///
+/// let clock = ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+/// let later = clock.clone();
+/// clock.advance(Duration::from_secs(600));
+/// assert_eq!(later.now(), UNIX_EPOCH + Duration::from_secs(1_800_000_600));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    /// A clock standing at `at` (to the millisecond).
+    pub fn new(at: SystemTime) -> ManualClock {
+        ManualClock(Arc::new(AtomicI64::new(to_millis(at))))
+    }
+
+    /// The time it stands at.
+    pub fn now(&self) -> SystemTime {
+        let ms = self.0.load(Ordering::SeqCst);
+        if ms >= 0 {
+            UNIX_EPOCH + Duration::from_millis(ms as u64)
+        } else {
+            UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+        }
+    }
+
+    /// Moves it forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        let ms = d.as_millis().min(i64::MAX as u128) as i64;
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// Sets it to `at` (forward or back).
+    pub fn set(&self, at: SystemTime) {
+        self.0.store(to_millis(at), Ordering::SeqCst);
+    }
+
+    /// The queue's view of it.
+    pub(crate) fn clock(&self) -> Clock {
+        Clock::Manual(self.0.clone())
+    }
+}
+
+impl Default for ManualClock {
+    /// A clock standing at the system's time when it is made.
+    fn default() -> Self {
+        ManualClock::new(SystemTime::now())
+    }
+}
+
+/// The clock a queue reads every time it stores from: run times, backoff,
+/// leases, schedules' slots, rate windows, `created_at`, `finished_at`.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Clock {
+    /// The system's wall clock.
+    #[default]
+    System,
+    /// A clock a test owns and moves (`litejob::testing::ManualClock`).
+    Manual(Arc<AtomicI64>),
+}
+
+impl Clock {
+    /// Now, on this clock.
+    pub(crate) fn now(&self) -> Millis {
+        match self {
+            Clock::System => now_ms(),
+            Clock::Manual(t) => t.load(Ordering::SeqCst),
+        }
+    }
+
+    /// True for a test's clock, which wins over any other (a database
+    /// server's).
+    pub(crate) fn is_manual(&self) -> bool {
+        matches!(self, Clock::Manual(_))
+    }
+}
 
 /// Milliseconds since the Unix epoch, the unit of every `*_at` column.
 pub type Millis = i64;

@@ -61,6 +61,10 @@ pub trait Engine: sealed::Sealed + Send + Sync + Sized + 'static {
     #[doc(hidden)]
     fn start(shared: std::sync::Arc<pipeline::Shared<Self>>) -> Result<pipeline::Launched>;
     #[doc(hidden)]
+    fn drain(
+        shared: std::sync::Arc<pipeline::Shared<Self>>,
+    ) -> Result<Box<dyn pipeline::DrainJobs>>;
+    #[doc(hidden)]
     fn in_slot_tx<R, F>(
         store: &Self::Store,
         rules: std::sync::Arc<EnqueueRules>,

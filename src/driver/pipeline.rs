@@ -15,6 +15,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use crate::core::backoff::Backoff;
+use crate::core::lifecycle::RunEnd;
 use crate::driver::handler::{ErasedEffect, ErasedHandler};
 use crate::driver::in_flight::InFlight;
 use crate::driver::wake::Wakers;
@@ -114,6 +115,16 @@ impl<E: Engine> Shared<E> {
 }
 
 /// An engine's pipeline as its runtime holds it.
+/// An engine's jobs run in the calling thread, for
+/// [`RuntimeBuilder::drain`](crate::RuntimeBuilder::drain): no thread of its
+/// own, no sleep, the runtime's transactions.
+pub(crate) trait DrainJobs {
+    /// Runs every job due at the clock's now (and those the runs make due),
+    /// until none is; returns how each run ended, in order. An error is a
+    /// run whose end could not be recorded (its job went back, uncharged).
+    fn run_due(&mut self) -> Result<Vec<RunEnd>>;
+}
+
 pub(crate) trait Pipeline: Send {
     /// Once the runtime stopped and its threads had their grace period:
     /// sees through the runs it started that no thread finished, and gives

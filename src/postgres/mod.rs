@@ -86,6 +86,12 @@ impl crate::driver::Engine for Postgres {
         pipeline::start(shared)
     }
 
+    fn drain(
+        shared: std::sync::Arc<Shared<Postgres>>,
+    ) -> Result<Box<dyn crate::driver::pipeline::DrainJobs>> {
+        Ok(Box::new(pipeline::drain(shared)))
+    }
+
     fn in_slot_tx<R, F>(
         store: &store::PgStore,
         rules: std::sync::Arc<EnqueueRules>,

@@ -44,17 +44,33 @@ pub(crate) struct Clock {
     offset_ms: AtomicI64,
     /// When it was last measured, on this machine's clock.
     measured_at: AtomicI64,
+    /// A test's clock, which the server's never overrides.
+    test: Option<crate::core::time::Clock>,
 }
 
 impl Clock {
-    /// Now on the server's clock, in ms since the epoch.
+    /// The server's clock, or `test`'s if it is a test's.
+    pub(crate) fn new(test: &crate::core::time::Clock) -> Clock {
+        Clock {
+            test: test.is_manual().then(|| test.clone()),
+            ..Clock::default()
+        }
+    }
+
+    /// Now on the server's clock (or the test's), in ms since the epoch.
     pub(crate) fn now(&self) -> Millis {
-        now_ms() + self.offset_ms.load(Ordering::Relaxed)
+        match &self.test {
+            Some(test) => test.now(),
+            None => now_ms() + self.offset_ms.load(Ordering::Relaxed),
+        }
     }
 
     /// Measures the offset: the server's time against the middle of the
     /// round trip that read it.
     pub(crate) fn measure(&self, c: &mut PgConn) -> Result<()> {
+        if self.test.is_some() {
+            return Ok(());
+        }
         let t0 = now_ms();
         let server: i64 = c
             .client

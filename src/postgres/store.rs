@@ -224,7 +224,7 @@ impl PgStore {
         let at = located(location.clone());
         let mut first = session.connect().map_err(&at)?;
         let schema_version = schema::migrate(&mut first.client).map_err(&at)?;
-        let clock = Arc::new(Clock::default());
+        let clock = Arc::new(Clock::new(&opts.clock));
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
         let enqueues = Arc::new(group::Enqueuer::new(
@@ -294,7 +294,7 @@ impl PgStore {
                  migrate it"
             )));
         }
-        let clock = Arc::new(Clock::default());
+        let clock = Arc::new(Clock::new(&opts.clock));
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
         // Never used (every write is refused first); its pool opens no

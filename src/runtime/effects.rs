@@ -10,7 +10,7 @@ use crossbeam_channel::select;
 
 use crate::core::backoff::Rng;
 use crate::core::handler::{panic_message, EffectContext};
-use crate::core::outbox::{ClaimedEffect, EffectResult};
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxState};
 use crate::driver::handler::ErasedEffect;
 use crate::error::Result;
 use crate::fault;
@@ -76,7 +76,11 @@ pub(crate) fn effect_loop<E: Engine>(s: Arc<Shared<E>>) {
             let _ = b.release_effect(c.row.id, c.attempt_id, b.now());
             continue;
         };
-        if let Some(attempt) = perform(&s, &worker, &mut rng, c, effect.as_ref()) {
+        let attempt = c.attempt_id;
+        if perform(&s, &worker, &mut rng, c, effect.as_ref())
+            .acked
+            .is_err()
+        {
             // Bounded: only the recent ones can still be under our lease.
             if unacked.len() == 64 {
                 unacked.remove(0);
@@ -87,23 +91,31 @@ pub(crate) fn effect_loop<E: Engine>(s: Arc<Shared<E>>) {
 }
 
 /// Claims the next due outbox row of this runtime's kinds, under a lease.
-fn claim<E: Engine>(s: &Arc<Shared<E>>, worker: &str) -> Result<Option<ClaimedEffect>> {
+pub(crate) fn claim<E: Engine>(s: &Arc<Shared<E>>, worker: &str) -> Result<Option<ClaimedEffect>> {
     let lease_ms = s.cfg.lease.as_millis() as i64;
     let b = s.store.as_ref();
     let now = b.now();
     b.claim_effect(&s.effect_kinds, &s.owner, worker, now + lease_ms, now)
 }
 
+/// How a performed effect's attempt ended.
+pub(crate) struct Performed {
+    /// The effect returned `Ok`.
+    pub(crate) sent: bool,
+    /// The row's state its ack recorded (`None`: the lease was lost), or
+    /// why the ack could not be recorded.
+    pub(crate) acked: Result<Option<OutboxState>>,
+}
+
 /// Performs a claimed row's effect, outside any transaction, and
 /// acknowledges it; counted in flight meanwhile, so its lease is renewed.
-/// Returns the attempt's id when its ack could not be recorded.
-fn perform<E: Engine>(
+pub(crate) fn perform<E: Engine>(
     s: &Arc<Shared<E>>,
     worker: &str,
     rng: &mut Rng,
     c: ClaimedEffect,
     effect: &dyn ErasedEffect,
-) -> Option<i64> {
+) -> Performed {
     s.in_flight.effect_started(c.row.id, c.attempt_id);
     let ctx = EffectContext {
         id: c.row.id,
@@ -156,7 +168,10 @@ fn perform<E: Engine>(
     log::info!(target: "litejob", outbox_id = oid, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
         attempt = attempt_str.as_str(), outcome = outcome, state = state.as_str(), duration_ms = ms,
         error = err.as_str(); "effect finished");
-    acked.is_err().then_some(aid)
+    Performed {
+        sent: outcome == "succeeded",
+        acked,
+    }
 }
 
 /// Acknowledges an effect attempt, retrying transient failures while the
@@ -167,7 +182,7 @@ fn ack_with_retry<E: Engine>(
     oid: i64,
     aid: i64,
     result: EffectResult,
-) -> Result<Option<crate::core::outbox::OutboxState>> {
+) -> Result<Option<OutboxState>> {
     let give_up = Instant::now() + s.cfg.lease;
     let mut delay = Duration::from_millis(50);
     let b = s.store.as_ref();

@@ -28,10 +28,12 @@ use crate::driver::{Engine, Store};
 use crate::error::Result;
 
 mod builder;
+mod drain;
 mod effects;
 mod scheduler;
 
 pub use builder::RuntimeBuilder;
+pub use drain::Drained;
 use effects::effect_loop;
 use scheduler::scheduler_loop;
 
@@ -77,21 +79,7 @@ impl Runtime {
     /// share, then starts the engine's pipeline, the effect threads and the
     /// scheduler.
     fn start<E: Engine>(mut b: RuntimeBuilder<E>) -> Result<Runtime> {
-        let now = b.queue.now();
-        let schedules = std::mem::take(&mut b.schedules);
-        let kinds: HashSet<&str> = b.handlers.keys().map(String::as_str).collect();
-        let declared = scheduler::check(
-            &schedules,
-            &kinds,
-            b.cfg.queues.as_deref(),
-            &b.queue.inner.rules,
-            now,
-        )?;
-        let armed = if declared.is_empty() {
-            Vec::new()
-        } else {
-            scheduler::declare(&b.queue, declared, now)?
-        };
+        let armed = arm(&mut b)?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let queue = b.queue.clone();
         let shared = Arc::new(shared(b, stop_rx.clone()));
@@ -158,6 +146,25 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Checks and declares the builder's schedules (catching up the slots
+/// missed since the last start): the armed schedules to fire from now.
+fn arm<E: Engine>(b: &mut RuntimeBuilder<E>) -> Result<Vec<scheduler::Armed>> {
+    let now = b.queue.now();
+    let schedules = std::mem::take(&mut b.schedules);
+    let kinds: HashSet<&str> = b.handlers.keys().map(String::as_str).collect();
+    let declared = scheduler::check(
+        &schedules,
+        &kinds,
+        b.cfg.queues.as_deref(),
+        &b.queue.inner.rules,
+        now,
+    )?;
+    if declared.is_empty() {
+        return Ok(Vec::new());
+    }
+    scheduler::declare(&b.queue, declared, now)
 }
 
 /// The state a runtime's threads share, from its builder.

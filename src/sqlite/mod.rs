@@ -76,6 +76,12 @@ impl crate::driver::Engine for Sqlite {
         pipeline::start(shared)
     }
 
+    fn drain(
+        shared: std::sync::Arc<Shared<Sqlite>>,
+    ) -> Result<Box<dyn crate::driver::pipeline::DrainJobs>> {
+        Ok(Box::new(pipeline::drain::drain(shared)?))
+    }
+
     fn in_slot_tx<R, F>(
         store: &store::SqliteStore,
         rules: std::sync::Arc<EnqueueRules>,

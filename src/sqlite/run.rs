@@ -124,6 +124,7 @@ pub(crate) fn fail(
         error: Some(capped),
         outbox_added: 0,
         retry_at: (state == JobState::Queued).then_some(retry_at),
+        discarded: discard,
     })
 }
 
@@ -256,6 +257,7 @@ fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -
         error: None,
         outbox_added: 0,
         retry_at: None,
+        discarded: false,
     })
 }
 
@@ -283,6 +285,7 @@ fn finish_done(
         error: None,
         outbox_added,
         retry_at: None,
+        discarded: false,
     })
 }
 

@@ -20,7 +20,7 @@ use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::{Runs, Tally};
 use crate::core::schedule::ScheduleRow;
-use crate::core::time::{now_ms, Millis};
+use crate::core::time::{Clock, Millis};
 use crate::core::validate::ValidJob;
 use crate::driver::reply::{Deliver, Sink};
 use crate::driver::ABORTED_RETRIES;
@@ -50,6 +50,11 @@ pub struct SqliteStore {
     pub(crate) pool: Pool,
     /// `None` for a file opened read-only: no write connection, no thread.
     writer: Option<Arc<Writer>>,
+    /// Where every stored time is read (the system's clock, or a test's).
+    pub(crate) clock: Clock,
+    /// What must live as long as the file and go after it: a test's
+    /// temporary directory (see `litejob::testing::temp_queue`).
+    pub(crate) keep: std::sync::OnceLock<Box<dyn Send + Sync>>,
 }
 
 impl SqliteStore {
@@ -75,6 +80,8 @@ impl SqliteStore {
             conn_cfg,
             pool,
             writer: Some(Arc::new(writer)),
+            clock: opts.clock.clone(),
+            keep: Default::default(),
         })
     }
 
@@ -96,6 +103,8 @@ impl SqliteStore {
             conn_cfg,
             pool,
             writer: None,
+            clock: opts.clock.clone(),
+            keep: Default::default(),
         })
     }
 
@@ -158,7 +167,7 @@ impl Store for SqliteStore {
     }
 
     fn now(&self) -> Millis {
-        now_ms()
+        self.clock.now()
     }
 
     fn schema_version(&self) -> Result<i64> {

@@ -393,6 +393,12 @@ impl TestBuilder {
             TestBuilder::Postgres(b) => b.start(),
         }
     }
+    pub fn drain(self) -> litejob::Result<litejob::Drained> {
+        match self {
+            TestBuilder::Sqlite(b) => b.drain(),
+            TestBuilder::Postgres(b) => b.drain(),
+        }
+    }
     /// Registers the handler of `kind`, written once for both engines.
     pub fn handler<T, F>(self, kind: &str, f: F) -> Self
     where

@@ -26,6 +26,12 @@ const LAYERS: &[(&str, &[&str])] = &[
             "core", "driver", "error", "fault", "sqlite", "postgres", "queue",
         ],
     ),
+    (
+        "testing",
+        &[
+            "core", "driver", "error", "fault", "sqlite", "postgres", "queue", "runtime",
+        ],
+    ),
 ];
 
 /// The parts free to use any other.

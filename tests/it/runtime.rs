@@ -12,6 +12,7 @@
 mod abandoned;
 mod attempts;
 mod claims;
+mod drain;
 mod duplicates;
 mod leases;
 mod ledger;

@@ -114,6 +114,41 @@ pub(crate) fn start(s: Arc<Shared<Postgres>>) -> Result<Launched> {
     })
 }
 
+/// A worker with no thread, for a drain: claims, runs and records batches
+/// in the caller's thread until no job is due.
+pub(crate) fn drain(s: Arc<Shared<Postgres>>) -> Worker {
+    let session = worker_session(&s.store, &s);
+    Worker {
+        name: worker_name(),
+        stop: s.stop.clone(),
+        session,
+        alone: Arc::new(RwLock::new(())),
+        batch: MAX_BATCH,
+        conn: None,
+        unsure: false,
+        rng: Rng::from_entropy(),
+        frees_at: None,
+        s,
+    }
+}
+
+impl crate::driver::pipeline::DrainJobs for Worker {
+    fn run_due(&mut self) -> Result<Vec<RunEnd>> {
+        let mut ends = Vec::new();
+        loop {
+            let mut batch = self.claim(false, self.batch)?;
+            if batch.is_empty() {
+                // Alone by construction: the drain is the only worker.
+                batch = self.claim(true, 1)?;
+            }
+            if batch.is_empty() {
+                return Ok(ends);
+            }
+            ends.extend(self.run_batch(batch)?);
+        }
+    }
+}
+
 /// PostgreSQL's pipeline as the runtime holds it. Its workers claim for
 /// themselves and give back what they hold before they stop: nothing is
 /// left for the stop but the runs still in flight, which the runtime gives
@@ -188,7 +223,7 @@ struct Run {
     end: Option<RunEnd>,
 }
 
-struct Worker {
+pub(crate) struct Worker {
     s: Arc<Shared<Postgres>>,
     session: Session,
     stop: Receiver<()>,
@@ -273,7 +308,8 @@ impl Worker {
             self.s.notify();
         }
         if !batch.is_empty() {
-            self.run_batch(batch);
+            // A batch not recorded was logged and given back.
+            let _ = self.run_batch(batch);
             return Ok(true);
         }
         drop(shared);
@@ -290,7 +326,7 @@ impl Worker {
         if suspect.is_empty() {
             return Ok(false);
         }
-        self.run_batch(suspect);
+        let _ = self.run_batch(suspect);
         Ok(true)
     }
 
@@ -393,8 +429,9 @@ impl Worker {
     /// Prepares, applies and records a batch; a batch whose transaction
     /// failed is given back uncharged. Once the runtime is stopping, the
     /// runs whose user code has not started are given back, and those whose
-    /// prepare step ran finish: the grace period is theirs.
-    fn run_batch(&mut self, batch: Vec<Started>) {
+    /// prepare step ran finish: the grace period is theirs. Returns how the
+    /// recorded runs ended, or why the batch was not recorded.
+    fn run_batch(&mut self, batch: Vec<Started>) -> Result<Vec<RunEnd>> {
         let mut runs = Vec::with_capacity(batch.len());
         for j in batch {
             if self.s.stopping.load(Ordering::SeqCst) {
@@ -404,7 +441,7 @@ impl Worker {
             }
         }
         if runs.is_empty() {
-            return;
+            return Ok(Vec::new());
         }
         match self.apply(&mut runs) {
             Ok(()) => {
@@ -413,12 +450,14 @@ impl Worker {
                     self.finish(r);
                 }
                 self.s.slot_freed();
+                Ok(runs.into_iter().filter_map(|r| r.end).collect())
             }
             Err(e) => {
                 log::warn!(target: "litejob", "a batch of {} runs was not recorded ({e}); giving it back", runs.len());
                 self.conn = None;
                 self.unsure = true;
                 self.give_back(&runs, &released_after_failed_write(&e.to_string()));
+                Err(e)
             }
         }
     }
@@ -511,6 +550,7 @@ impl Worker {
                     error: Some(DUPLICATE_RUN.into()),
                     retry_at: None,
                     outbox_added: 0,
+                    discarded: false,
                 },
                 Ok(prepared) => {
                     let mut jtx = PgJobTx {
@@ -541,6 +581,7 @@ impl Worker {
                                 error: None,
                                 retry_at: None,
                                 outbox_added: added,
+                                discarded: false,
                             }
                         }
                         verdict => {
@@ -686,5 +727,6 @@ fn failed(outcome: AttemptOutcome, msg: String, next: Next) -> RunEnd {
         error: Some(msg),
         retry_at,
         outbox_added: 0,
+        discarded: matches!(next, Next::Discard),
     }
 }

@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use crate::core::backoff::Rng;
 use crate::core::handler::{JobContext, Prepared};
 use crate::core::lifecycle::RunEnd;
-use crate::core::time::{now_ms, Millis};
+use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
 use crate::error::{Error, Result};
 use crate::fault;
@@ -62,8 +62,9 @@ fn begin_apply_only(
         claimed.rated,
     );
     let slot_w = slot.clone();
+    let clock = s.store.clock.clone();
     let start = move |conn: &rusqlite::Connection| {
-        let now = now_ms();
+        let now = clock.now();
         let st = claim::start(conn, id, &owner, &w, rated, now)?;
         slot_w.lock().unwrap().clone_from(&st);
         Ok(st)
@@ -108,7 +109,7 @@ pub(crate) fn apply_started(
     backoff_unit: f64,
 ) -> Result<RunEnd> {
     let ctx = announce_start(sh, id, kind, &st, worker);
-    let now = now_ms();
+    let now = sh.now();
     let backoff_at = lifecycle_run::backoff_at(&sh.cfg.backoff, &ctx, backoff_unit, now);
     fault::point("in-handler");
     let decoded = lifecycle_run::prepare(handler, &ctx, &st.payload);
@@ -168,7 +169,7 @@ pub(crate) fn begin_job(
     let prepared = lifecycle_run::prepare(handler.as_ref(), &ctx, &started.payload);
     s.preparing.fetch_sub(1, Ordering::SeqCst);
     let attempt_id = started.attempt_id;
-    let backoff_at = lifecycle_run::backoff_at(&s.cfg.backoff, &ctx, rng.unit(), now_ms());
+    let backoff_at = lifecycle_run::backoff_at(&s.cfg.backoff, &ctx, rng.unit(), s.now());
     let rx = match prepared {
         Ok(prepared) => submit_apply(s, handler, ctx.clone(), attempt_id, prepared, backoff_at),
         Err(stop) => {
@@ -189,8 +190,9 @@ pub(crate) fn begin_job(
 /// longer ours, or the start failed (then the claim goes back, uncharged).
 fn start_run(s: &Arc<Pipe>, id: i64, worker: &str, rated: bool) -> Option<claim::Started> {
     let (owner, w) = (s.owner.clone(), worker.to_string());
+    let clock = s.store.clock.clone();
     match s.writer.run_light(move |conn| {
-        let now = now_ms();
+        let now = clock.now();
         claim::start(conn, id, &owner, &w, rated, now)
     }) {
         Ok(started) => started,
@@ -213,6 +215,7 @@ fn submit_apply(
 ) -> Receiver<Result<RunEnd>> {
     let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
     let interrupts = s.writer.interrupts().clone();
+    let clock = s.store.clock.clone();
     s.writer.submit_apply(move |conn| {
         let r = run::apply(
             conn,
@@ -225,7 +228,7 @@ fn submit_apply(
                 backoff_at,
                 interrupts: &interrupts,
             },
-            now_ms(),
+            clock.now(),
         );
         fault::point("before-complete-commit");
         r

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::core::backoff::Rng;
-use crate::core::time::{now_ms, Millis};
+use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
 use crate::driver::run;
 use crate::driver::Store;
@@ -79,7 +79,7 @@ pub(crate) fn submit_claim(
     let sh = s.clone();
     let seed = rng.next_u64();
     s.writer.submit_light(move |conn, cycle| {
-        let now = now_ms();
+        let now = sh.now();
         // Stopping: whatever is claimed goes back through the buffer.
         let start_here = !sh.stopping.load(Ordering::SeqCst) && sh.max_in_flight > 0;
         let ask = claim::ClaimAsk {
@@ -175,7 +175,7 @@ fn start_later(
     if sh.stopping.load(Ordering::SeqCst) {
         return Ok(Vec::new());
     }
-    let now = now_ms();
+    let now = sh.now();
     let mut runs = Vec::with_capacity(later.len());
     let mut starter = claim::Starter::new(conn)?;
     for (c, handler, worker) in later {

@@ -9,7 +9,7 @@ use crossbeam_channel::Receiver;
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::lifecycle::{released_after_failed_write, Next, RunEnd};
-use crate::core::time::now_ms;
+use crate::core::time::Clock;
 use crate::driver::run as lifecycle_run;
 use crate::error::{Error, Result};
 use crate::fault;
@@ -22,7 +22,10 @@ use super::Pipe;
 
 /// Waits for a run's commit, handles what the writer could not record, logs
 /// the run's end line and lets go of the job.
-pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) {
+/// Returns how the run ended as recorded; `None` when it never started
+/// (its claim was lost), an error when its start or its end could not be
+/// recorded (the job went back, uncharged).
+pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) -> Option<Result<RunEnd>> {
     let running = match p {
         Pending::Running(r) => r,
         Pending::Starting {
@@ -41,7 +44,7 @@ pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) {
                         &s.cfg.backoff,
                         &ctx,
                         backoff_unit,
-                        now_ms(),
+                        s.now(),
                     ),
                     ctx,
                     attempt_id: st.attempt_id,
@@ -53,22 +56,21 @@ pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) {
                 // committed): nothing ran. Give the claim back if it is
                 // still ours.
                 let _ = writer::wait(apply_rx);
-                if let Err(e) = other {
-                    s.start_failed(id, &e);
-                }
+                let failed = other.err().inspect(|e| s.start_failed(id, e));
                 s.in_flight.forget_job(id);
                 s.slot_freed();
-                return;
+                return failed.map(Err);
             }
         },
     };
-    finish_running(s, running);
+    let end = finish_running(s, running);
     s.slot_freed();
+    Some(end)
 }
 
 /// Waits for a started run's commit; an interrupted write is recorded as a
 /// failed run, a transient one gives the job back uncharged.
-fn finish_running(s: &Arc<Pipe>, r: Running) {
+fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
     let Running {
         rx,
         ctx,
@@ -94,9 +96,9 @@ fn finish_running(s: &Arc<Pipe>, r: Running) {
         other => other,
     };
     let ms = t0.elapsed().as_millis() as u64;
-    match result {
+    match &result {
         Ok(end) => {
-            lifecycle_run::log_finished(&ctx, &end, ms);
+            lifecycle_run::log_finished(&ctx, end, ms);
             if end.outbox_added > 0 {
                 s.notify_outbox();
             }
@@ -104,10 +106,12 @@ fn finish_running(s: &Arc<Pipe>, r: Running) {
         Err(e) => lifecycle_run::log_not_recorded(&ctx, ms, &e.to_string()),
     }
     s.in_flight.run_ended(id, attempt_id);
+    result
 }
 
 /// The write that records a failed run, as its own durable operation.
 fn fail_op(
+    clock: Clock,
     id: i64,
     attempt_id: i64,
     outcome: AttemptOutcome,
@@ -115,7 +119,7 @@ fn fail_op(
     next: Next,
 ) -> impl FnOnce(&rusqlite::Connection) -> Result<RunEnd> + Send + 'static {
     move |conn| {
-        let now = now_ms();
+        let now = clock.now();
         run::fail(
             conn,
             id,
@@ -138,7 +142,14 @@ pub(crate) fn submit_fail(
     msg: String,
     next: Next,
 ) -> Receiver<Result<RunEnd>> {
-    s.writer.submit(fail_op(id, attempt_id, outcome, msg, next))
+    s.writer.submit(fail_op(
+        s.store.clock.clone(),
+        id,
+        attempt_id,
+        outcome,
+        msg,
+        next,
+    ))
 }
 
 /// Records a failed run on the writer and waits for its commit.
@@ -150,7 +161,14 @@ fn fail_run(
     msg: String,
     next: Next,
 ) -> Result<RunEnd> {
-    s.writer.run(fail_op(id, attempt_id, outcome, msg, next))
+    s.writer.run(fail_op(
+        s.store.clock.clone(),
+        id,
+        attempt_id,
+        outcome,
+        msg,
+        next,
+    ))
 }
 
 /// The write failed for a reason that is not the job's fault (disk full,
@@ -163,6 +181,7 @@ fn release_after_transient(s: &Arc<Pipe>, id: i64, attempt_id: i64, e: Error) ->
     loop {
         let o = s.owner.clone();
         let why = e.to_string();
+        let clock = s.store.clock.clone();
         match s.writer.run(move |conn| {
             leases::release(
                 conn,
@@ -170,7 +189,7 @@ fn release_after_transient(s: &Arc<Pipe>, id: i64, attempt_id: i64, e: Error) ->
                 &o,
                 Some(attempt_id),
                 &released_after_failed_write(&why),
-                now_ms(),
+                clock.now(),
             )
         }) {
             Ok(_) => return Err(e),

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::core::time::Millis;
 use crate::driver::pipeline::{spawn, Launched, Pipeline, Shared};
 use crate::error::Result;
 use crate::sqlite::claim::Claimed;
@@ -25,6 +26,7 @@ use crate::sqlite::Sqlite;
 
 pub(crate) mod begin;
 pub(crate) mod claims;
+pub(crate) mod drain;
 pub(crate) mod finish;
 pub(crate) mod pending;
 pub(crate) mod supervisor;
@@ -59,6 +61,13 @@ pub(crate) struct Pipe {
     pub(crate) room_wanted: AtomicBool,
     /// Workers inside a prepare step: not free to start another job.
     pub(crate) preparing: AtomicUsize,
+}
+
+impl Pipe {
+    /// Now, on the queue's clock (the system's, or a test's).
+    pub(crate) fn now(&self) -> Millis {
+        self.store.clock.now()
+    }
 }
 
 impl Deref for Pipe {
@@ -145,7 +154,7 @@ impl Pipeline for FilePipeline {
         // handing some over).
         let _ = self.pipe.writer.run_light(|_| Ok(()));
         while let Ok(p) = self.runs_rx.try_recv() {
-            finish_job(&self.pipe, p);
+            let _ = finish_job(&self.pipe, p);
         }
         // Claimed ahead, never started: back to queued, uncharged.
         let mut released = 0;

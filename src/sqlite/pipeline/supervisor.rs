@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::core::backoff::Rng;
-use crate::core::time::now_ms;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::sqlite::claim::Claimed;
@@ -131,7 +130,7 @@ impl Supervisor {
     fn tend_timers(&mut self) {
         let now_i = Instant::now();
         if now_i >= self.next_heartbeat {
-            heartbeat(&self.s, now_ms() + self.lease_ms);
+            heartbeat(&self.s, self.s.now() + self.lease_ms);
             self.next_heartbeat = now_i + self.heartbeat_every;
         }
         if now_i >= self.next_reap {
@@ -225,7 +224,7 @@ impl Supervisor {
         if let Some(at) = taken.frees_at {
             // A full rate frees a start then: look again at that moment
             // rather than at the next poll.
-            let wait = Duration::from_millis((at - now_ms()).max(0) as u64);
+            let wait = Duration::from_millis((at - self.s.now()).max(0) as u64);
             self.next_poll = self.next_poll.min(Instant::now() + wait);
         }
         // A full batch means more may be waiting: claim again at once. The
@@ -337,7 +336,7 @@ fn dispatch(s: &Arc<Pipe>, buffer: &Sender<Claimed>, taken: Taken) {
     for run in taken.runs {
         if let Err(e) = s.runs_tx.send(run) {
             // Nobody to receive it (never while the runtime runs).
-            finish_job(s, e.0);
+            let _ = finish_job(s, e.0);
         }
     }
     for c in taken.claimed {

@@ -95,7 +95,7 @@ impl Worker {
 
     /// Sees a run through and, if the supervisor waits for room, tells it.
     fn finish(&self, p: Pending) {
-        finish_job(&self.s, p);
+        let _ = finish_job(&self.s, p);
         if self.s.room_wanted.swap(false, Ordering::SeqCst) {
             let _ = self.space.try_send(());
         }
