@@ -190,4 +190,60 @@ mod tests {
             .get(0);
         assert_eq!(rows, 1);
     }
+
+    /// A botched manual migration (a NOT NULL dropped and a NULL written,
+    /// a column's type changed) leaves rows the library cannot read: the
+    /// reads of them answer an error that names the row and the column,
+    /// and the process goes on.
+    #[test]
+    fn a_row_the_library_cannot_read_is_an_error_naming_row_and_column() {
+        use crate::core::job::JobFilter;
+        use crate::driver::Store;
+        let Some(schema) = test_schema() else {
+            return;
+        };
+        let store = PgStore::open(&schema.url, &QueueOptions::default()).unwrap();
+        let mut c = schema.connect();
+        let mut alter = |sql: &str| c.client.batch_execute(sql).unwrap();
+        alter(
+            "INSERT INTO jobs (id, kind, idempotency_key, payload, run_at, created_at) \
+             VALUES (42, 'k', 'a', '{}', 0, 0)",
+        );
+        assert_eq!(store.job(42).unwrap().unwrap().priority, 0);
+
+        alter(
+            "ALTER TABLE jobs ALTER COLUMN priority DROP NOT NULL; \
+             UPDATE jobs SET priority = NULL WHERE id = 42",
+        );
+        let unreadable = |r: Result<()>, words: &[&str]| {
+            let e = r.unwrap_err();
+            let msg = e.to_string();
+            assert!(matches!(e, Error::Internal(_)), "{msg}");
+            for w in words {
+                assert!(msg.contains(w), "{w:?} not in {msg:?}");
+            }
+        };
+        let null = ["jobs row 42", "column 6 (priority)", "NULL"];
+        unreadable(store.job(42).map(drop), &null);
+        unreadable(store.job_by_key("a").map(drop), &null);
+        unreadable(store.jobs(&JobFilter::default()).map(drop), &null);
+        unreadable(store.job_detail(42).map(drop), &null);
+        unreadable(store.explain("a").map(drop), &null);
+
+        alter(
+            "UPDATE jobs SET priority = 0 WHERE id = 42; \
+             ALTER TABLE jobs ALTER COLUMN current_attempt TYPE text",
+        );
+        // A process started after that migration (the connections of one
+        // running through it keep their prepared statements, which the
+        // server refuses once a result type changed).
+        drop(store);
+        let store = PgStore::open(&schema.url, &QueueOptions::default()).unwrap();
+        unreadable(
+            store.job(42).map(drop),
+            &["jobs row 42", "column 17 (current_attempt)", "text"],
+        );
+        // The store still serves what it can read.
+        assert!(store.stats(store.now()).is_ok());
+    }
 }
