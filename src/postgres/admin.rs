@@ -3,7 +3,7 @@
 //! batches. Writes `jobs`, `outbox`, `attempts` and `processed_jobs`
 //! (prune, only when asked).
 
-use super::conn::PgConn;
+use super::conn::{one, Col, PgConn};
 use crate::core::time::Millis;
 use crate::driver::PruneWhat;
 use crate::error::{Action, Error, Result, RowId};
@@ -62,7 +62,7 @@ fn refusal(
         None => Error::NotFound(row),
         Some(r) => Error::WrongState {
             action,
-            state: r.get(0),
+            state: r.col(0)?,
         },
     })
 }
@@ -87,10 +87,10 @@ pub(crate) fn retry_dead_batch(
     limit: i64,
     now: Millis,
 ) -> Result<Vec<i64>> {
-    Ok(c.write(RETRY_DEAD, &[&kind, &after, &now, &limit])?
+    c.write(RETRY_DEAD, &[&kind, &after, &now, &limit])?
         .iter()
-        .map(|r| r.get(0))
-        .collect())
+        .map(|r| r.col(0))
+        .collect()
 }
 
 pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
@@ -130,6 +130,6 @@ pub(crate) fn prune_batch(
         PruneWhat::Outbox => PRUNE_OUTBOX,
         PruneWhat::Ledger => PRUNE_LEDGER,
     };
-    let r = &c.write(sql, &[&before, &limit])?[0];
-    Ok((r.get::<_, i64>(0) as usize, r.get::<_, i64>(1) as usize))
+    let r = one(c.write(sql, &[&before, &limit])?)?;
+    Ok((r.col::<i64>(0)? as usize, r.col::<i64>(1)? as usize))
 }

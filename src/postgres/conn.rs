@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use postgres::types::ToSql;
+use postgres::types::{FromSql, ToSql};
 use postgres::{Client, NoTls, Row, Statement};
 use r2d2_postgres::PostgresConnectionManager;
 
@@ -74,6 +74,63 @@ impl PgConn {
         let st = self.stmt(sql)?;
         self.client.execute(&st, params).map_err(write_err)
     }
+}
+
+/// Reads of a row's columns that answer with an error where `Row::get`
+/// would panic: a row edited by hand, or a column whose type or NOT NULL a
+/// migration gone wrong changed, must cost the call that met it, not the
+/// process.
+pub(crate) trait Col {
+    /// Column `i` as a `T`, or an error that names the column and what it
+    /// holds instead.
+    fn col<'a, T: FromSql<'a>>(&'a self, i: usize) -> Result<T>;
+}
+
+impl Col for Row {
+    fn col<'a, T: FromSql<'a>>(&'a self, i: usize) -> Result<T> {
+        self.try_get(i).map_err(|e| {
+            let Some(c) = self.columns().get(i) else {
+                return Error::Internal(format!(
+                    "a row from the database has no column {i} (it has {})",
+                    self.len()
+                ));
+            };
+            // The client's own words only say "error deserializing column
+            // {i}"; the cause under it says what was found.
+            let why =
+                std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+            Error::Internal(format!(
+                "column {i} ({}) holds a value litejob cannot read: {why}",
+                c.name()
+            ))
+        })
+    }
+}
+
+/// `read`'s error about a row of `table`, prefixed with the row's key (its
+/// first column) so that an operator can find the row.
+pub(crate) fn in_row<T>(table: &str, r: &Row, read: impl FnOnce(&Row) -> Result<T>) -> Result<T> {
+    read(r).map_err(|e| match e {
+        Error::Internal(m) => {
+            let key = r
+                .try_get::<_, i64>(0)
+                .map(|id| id.to_string())
+                .or_else(|_| r.try_get::<_, &str>(0).map(|k| format!("{k:?}")));
+            Error::Internal(match key {
+                Ok(key) => format!("{table} row {key}: {m}"),
+                Err(_) => format!("a row of {table}: {m}"),
+            })
+        }
+        e => e,
+    })
+}
+
+/// The row of a statement that always answers one (an aggregate, a count
+/// over a CTE): an error rather than a panic if it answered none.
+pub(crate) fn one(rows: Vec<Row>) -> Result<Row> {
+    rows.into_iter().next().ok_or_else(|| {
+        Error::Internal("a statement that always answers one row answered none".into())
+    })
 }
 
 /// How every connection of a queue is set up.

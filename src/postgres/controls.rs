@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use postgres::ToStatement;
 use postgres::{GenericClient, Row, Statement};
 
-use super::conn::{read_err, write_err, PgConn};
+use super::conn::{in_row, read_err, write_err, Col, PgConn};
 use super::run::{self, ClaimAsk, Started};
 use crate::core::controls::{Limits, QueueControl, QueueLimits, Rate};
 use crate::core::time::Millis;
@@ -55,19 +55,21 @@ const JOB_COUNTS: &str = "SELECT queue, count(*) FILTER (WHERE state = 'queued')
      count(*) FILTER (WHERE state = 'running') FROM jobs GROUP BY queue";
 
 /// A row of `queues`: its name, limits and time of change.
-fn from_row(r: &Row) -> (String, Limits, Millis) {
-    let concurrency: Option<i64> = r.get(2);
-    (
-        r.get(0),
-        Limits {
-            paused: r.get(1),
-            concurrency: concurrency
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|&n| n >= 1),
-            rate: Rate::from_columns(r.get(3), r.get(4)),
-        },
-        r.get(5),
-    )
+fn from_row(r: &Row) -> Result<(String, Limits, Millis)> {
+    in_row("queues", r, |r| {
+        let concurrency: Option<i64> = r.col(2)?;
+        Ok((
+            r.col(0)?,
+            Limits {
+                paused: r.col(1)?,
+                concurrency: concurrency
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|&n| n >= 1),
+                rate: Rate::from_columns(r.col(3)?, r.col(4)?),
+            },
+            r.col(5)?,
+        ))
+    })
 }
 
 /// A queue's load at `now` (see [`crate::core::controls::Load`]), and its jobs
@@ -81,7 +83,7 @@ fn load<T: ToStatement + ?Sized>(
     now: Millis,
 ) -> Result<(crate::core::controls::Load, i64, Option<Millis>)> {
     let r = client.query_one(sql.0, &[&queue, &now]).map_err(read_err)?;
-    let (running, claimed, all): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+    let (running, claimed, all): (i64, i64, i64) = (r.col(0)?, r.col(1)?, r.col(2)?);
     let (started, oldest) = match limits.rate {
         Some(rate) => {
             let r = client
@@ -90,7 +92,7 @@ fn load<T: ToStatement + ?Sized>(
                     &[&queue, &crate::core::controls::window_floor(now, rate)],
                 )
                 .map_err(read_err)?;
-            (r.get::<_, i64>(0), r.get::<_, Option<i64>>(1))
+            (r.col::<i64>(0)?, r.col::<Option<i64>>(1)?)
         }
         None => (0, None),
     };
@@ -118,7 +120,9 @@ pub(crate) fn change(
     let current = tx
         .query_opt(LOCK_ROW, &[&queue])
         .map_err(read_err)?
-        .map(|r| from_row(&r).1)
+        .map(|r| from_row(&r))
+        .transpose()?
+        .map(|(_, l, _)| l)
         .unwrap_or_default();
     let next = current.changed(paused, limits);
     if next.is_empty() {
@@ -151,10 +155,10 @@ pub(crate) fn list(c: &mut PgConn, now: Millis) -> Result<Vec<QueueControl>> {
     super::reads::in_snapshot(c, |tx| {
         let mut all = std::collections::BTreeMap::new();
         for r in tx.query(JOB_COUNTS, &[]).map_err(read_err)? {
-            let name: String = r.get(0);
+            let name: String = r.col(0)?;
             let mut q = QueueControl::named(&name);
-            q.queued = r.get(1);
-            q.running = r.get(2);
+            q.queued = r.col(1)?;
+            q.running = r.col(2)?;
             all.insert(name, q);
         }
         for mut c in controlled(tx, now)? {
@@ -176,7 +180,7 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
         .map_err(read_err)?
         .iter()
         .map(from_row)
-        .collect();
+        .collect::<Result<_>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for (name, l, updated_at) in rows {
         let (load, _, _) = load(tx, (LOAD, STARTED), &name, &l, now)?;
@@ -199,6 +203,7 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
             .query_opt(ROW, &[&queue])
             .map_err(read_err)?
             .map(|r| from_row(&r))
+            .transpose()?
         else {
             return Ok(None);
         };
@@ -237,11 +242,8 @@ impl Cache {
         let rows: InForce = Arc::new(
             c.query(ROWS, &[])?
                 .iter()
-                .map(|r| {
-                    let (name, l, _) = from_row(r);
-                    (name, l)
-                })
-                .collect(),
+                .map(|r| from_row(r).map(|(name, l, _)| (name, l)))
+                .collect::<Result<_>>()?,
         );
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some((read_at, rows.clone()));
         Ok(rows)
@@ -294,7 +296,9 @@ pub(crate) fn claim_limited(
     let limits = tx
         .query_opt(&lock, &[&queue])
         .map_err(read_err)?
-        .map(|r| from_row(&r).1)
+        .map(|r| from_row(&r))
+        .transpose()?
+        .map(|(_, l, _)| l)
         .unwrap_or_default();
     let now = clock();
     let lease_until = now + (ask.lease_until - ask.now);

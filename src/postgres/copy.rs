@@ -9,7 +9,7 @@
 
 use postgres::Transaction;
 
-use super::conn::{read_err, write_err, PgConn};
+use super::conn::{read_err, write_err, Col, PgConn};
 use super::store::PgStore;
 use crate::core::copy::{
     AttemptRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows, ScheduleRows,
@@ -260,12 +260,12 @@ impl PgStore {
         let mut tx = conn.client.transaction().map_err(read_err)?;
         tx.batch_execute(LOCK_TABLES).map_err(read_err)?;
         let row = tx.query_one(NON_EMPTY, &[]).map_err(read_err)?;
-        let full: Vec<&str> = TABLES
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| row.get::<_, bool>(*i))
-            .map(|(_, t)| *t)
-            .collect();
+        let mut full: Vec<&str> = Vec::new();
+        for (i, t) in TABLES.iter().enumerate() {
+            if row.col::<bool>(i)? {
+                full.push(t);
+            }
+        }
         if !full.is_empty() {
             return Err(Error::NotEmpty(format!(
                 "{} already holds litejob rows (in {}): a queue is copied only into a \

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use postgres::GenericClient;
 
-use super::conn::{write_err, PgConn};
+use super::conn::{write_err, Col, PgConn};
 use crate::core::job::Enqueued;
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
@@ -102,7 +102,7 @@ pub(crate) fn insert<C: GenericClient>(
             ],
         )
         .map_err(write_err)?;
-    Ok(answer(row.get(0), row.get(1)))
+    Ok(answer(row.col(0)?, row.col(1)?))
 }
 
 /// Inserts one job on a pooled connection.
@@ -154,8 +154,8 @@ pub(crate) fn insert_many(
     )?;
     let by_key: HashMap<String, Enqueued> = rows
         .iter()
-        .map(|r| (r.get::<_, String>(0), answer(r.get(1), r.get(2))))
-        .collect();
+        .map(|r| Ok((r.col::<String>(0)?, answer(r.col(1)?, r.col(2)?))))
+        .collect::<Result<_>>()?;
     jobs.iter()
         .map(|j| {
             by_key.get(&j.key).copied().ok_or_else(|| {

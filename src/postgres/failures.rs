@@ -4,7 +4,7 @@
 
 use postgres::{Row, Statement};
 
-use super::conn::{read_err, PgConn};
+use super::conn::{read_err, Col, PgConn};
 use super::reads::in_snapshot;
 use crate::core::reports::failures::{FailureGroup, Failures};
 use crate::error::Result;
@@ -20,15 +20,15 @@ pub(crate) const DEAD_OUTBOX: &str = "SELECT last_error, kind, count(*), max(id)
      min(created_at), max(created_at) FROM outbox WHERE state = 'dead' \
      GROUP BY last_error, kind ORDER BY 3 DESC, 4 DESC LIMIT $1";
 
-fn group(r: &Row) -> FailureGroup {
-    FailureGroup {
-        error: r.get(0),
-        kind: r.get(1),
-        count: r.get(2),
-        newest_id: r.get(3),
-        first_at: r.get(4),
-        last_at: r.get(5),
-    }
+fn group(r: &Row) -> Result<FailureGroup> {
+    Ok(FailureGroup {
+        error: r.col(0)?,
+        kind: r.col(1)?,
+        count: r.col(2)?,
+        newest_id: r.col(3)?,
+        first_at: r.col(4)?,
+        last_at: r.col(5)?,
+    })
 }
 
 /// The failures, in one snapshot.
@@ -37,12 +37,11 @@ pub(crate) fn read(c: &mut PgConn, limit: u32) -> Result<Failures> {
     let limit = i64::from(limit);
     in_snapshot(c, |tx| {
         let mut groups = |st: &Statement| -> Result<Vec<FailureGroup>> {
-            Ok(tx
-                .query(st, &[&limit])
+            tx.query(st, &[&limit])
                 .map_err(read_err)?
                 .iter()
                 .map(group)
-                .collect())
+                .collect()
         };
         Ok(Failures {
             jobs: groups(&jobs)?,

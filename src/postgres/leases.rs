@@ -2,7 +2,7 @@
 //! and giving a job back uncharged. Every lease time is on the server's
 //! clock. Writes `jobs`, `outbox` (lease columns) and `attempts`.
 
-use super::conn::{read_err, write_err, PgConn};
+use super::conn::{one, read_err, write_err, Col, PgConn};
 use crate::core::lifecycle::{self, Expiry, ABANDONED_EFFECT, ABANDONED_JOB, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
@@ -120,17 +120,12 @@ pub(crate) fn renew(
 }
 
 pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
-    let any: bool = c
-        .query_one(ANY_EXPIRED, &[&now])?
-        .try_get(0)
-        .map_err(read_err)?;
+    let any: bool = c.query_one(ANY_EXPIRED, &[&now])?.col(0)?;
     if !any {
         return Ok((0, 0));
     }
     let jobs = reap_jobs(c, now, max_abandoned)?;
-    let outbox: i64 = c.write(REAP_OUTBOX, &[&now, &ABANDONED_EFFECT])?[0]
-        .try_get(0)
-        .map_err(read_err)?;
+    let outbox: i64 = one(c.write(REAP_OUTBOX, &[&now, &ABANDONED_EFFECT])?)?.col(0)?;
     Ok((jobs, outbox as usize))
 }
 
@@ -141,9 +136,9 @@ fn reap_jobs(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
     let mut tx = c.client.transaction().map_err(read_err)?;
     let expired = tx.query(EXPIRED_JOBS, &[&now]).map_err(read_err)?;
     for row in &expired {
-        let id: i64 = row.try_get(0).map_err(read_err)?;
-        let attempt: Option<i64> = row.try_get(1).map_err(read_err)?;
-        let abandoned: i64 = row.try_get(2).map_err(read_err)?;
+        let id: i64 = row.col(0)?;
+        let attempt: Option<i64> = row.col(1)?;
+        let abandoned: i64 = row.col(2)?;
         if let Some(a) = attempt {
             tx.execute(END_ABANDONED, &[&a, &now, &ABANDONED_RUN])
                 .map_err(read_err)?;
@@ -171,7 +166,7 @@ pub(crate) fn release_lost_claims(
     worker: &str,
     now: Millis,
 ) -> Result<i64> {
-    Ok(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &LOST_CLAIM, &now])?[0].get(0))
+    one(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &LOST_CLAIM, &now])?)?.col(0)
 }
 
 pub(crate) fn release(
@@ -184,6 +179,6 @@ pub(crate) fn release(
 ) -> Result<bool> {
     Ok(match attempt {
         None => c.execute(RELEASE_CLAIM, &[&id, &owner])? == 1,
-        Some(a) => c.write(RELEASE_RUN, &[&id, &a, &why, &now])?[0].get::<_, i64>(0) == 1,
+        Some(a) => one(c.write(RELEASE_RUN, &[&id, &a, &why, &now])?)?.col::<i64>(0)? == 1,
     })
 }

@@ -41,8 +41,6 @@ pub(crate) mod schedules;
 pub(crate) mod schema;
 pub(crate) mod store;
 pub(crate) mod tally;
-#[cfg(test)]
-pub(crate) mod testing;
 pub(crate) mod tx;
 
 use crate::core::options::{EngineKind, QueueOptions};
@@ -127,6 +125,76 @@ where
     }
 }
 
+// Inline rather than a file of its own: the SQL check of the sources
+// leaves out only the SQL inside `#[cfg(test)] mod` blocks, and this
+// module's schema statements are built at run time.
+#[cfg(test)]
+mod testing {
+    //! Test support: a fresh schema for the PostgreSQL unit tests, on the
+    //! server `LITEJOB_TEST_PG` names. Writes every table's definition in it.
+
+    use super::conn::PgConn;
+    use super::schema;
+
+    /// A fresh schema with litejob's tables on the server `LITEJOB_TEST_PG`
+    /// names, for unit tests; dropped with the guard. None when the variable is
+    /// not set (outside CI, where it must be).
+    pub(crate) fn test_schema() -> Option<TestSchema> {
+        let Some(base) = std::env::var("LITEJOB_TEST_PG")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL"
+            );
+            eprintln!("LITEJOB_TEST_PG is not set: this PostgreSQL test did not run");
+            return None;
+        };
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "unit_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+            ))
+            .unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{name}");
+        let t = TestSchema { base, name, url };
+        schema::migrate(&mut t.connect().client).unwrap();
+        Some(t)
+    }
+
+    /// See [`test_schema`].
+    pub(crate) struct TestSchema {
+        base: String,
+        name: String,
+        /// A URL whose search path is the schema.
+        pub url: String,
+    }
+
+    impl TestSchema {
+        /// A new connection in the schema.
+        pub(crate) fn connect(&self) -> PgConn {
+            PgConn::new(postgres::Client::connect(&self.url, postgres::NoTls).unwrap())
+        }
+    }
+
+    impl Drop for TestSchema {
+        fn drop(&mut self) {
+            if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
+                let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) use testing::test_schema;
 
@@ -195,5 +263,61 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(rows, 1);
+    }
+
+    /// A botched manual migration (a NOT NULL dropped and a NULL written,
+    /// a column's type changed) leaves rows the library cannot read: the
+    /// reads of them answer an error that names the row and the column,
+    /// and the process goes on.
+    #[test]
+    fn a_row_the_library_cannot_read_is_an_error_naming_row_and_column() {
+        use crate::core::job::JobFilter;
+        use crate::driver::Store;
+        let Some(schema) = test_schema() else {
+            return;
+        };
+        let store = PgStore::open(&schema.url, &QueueOptions::default()).unwrap();
+        let mut c = schema.connect();
+        let mut alter = |sql: &str| c.client.batch_execute(sql).unwrap();
+        alter(
+            "INSERT INTO jobs (id, kind, idempotency_key, payload, run_at, created_at) \
+             VALUES (42, 'k', 'a', '{}', 0, 0)",
+        );
+        assert_eq!(store.job(42).unwrap().unwrap().priority, 0);
+
+        alter(
+            "ALTER TABLE jobs ALTER COLUMN priority DROP NOT NULL; \
+             UPDATE jobs SET priority = NULL WHERE id = 42",
+        );
+        let unreadable = |r: Result<()>, words: &[&str]| {
+            let e = r.unwrap_err();
+            let msg = e.to_string();
+            assert!(matches!(e, Error::Internal(_)), "{msg}");
+            for w in words {
+                assert!(msg.contains(w), "{w:?} not in {msg:?}");
+            }
+        };
+        let null = ["jobs row 42", "column 6 (priority)", "NULL"];
+        unreadable(store.job(42).map(drop), &null);
+        unreadable(store.job_by_key("a").map(drop), &null);
+        unreadable(store.jobs(&JobFilter::default()).map(drop), &null);
+        unreadable(store.job_detail(42).map(drop), &null);
+        unreadable(store.explain("a").map(drop), &null);
+
+        alter(
+            "UPDATE jobs SET priority = 0 WHERE id = 42; \
+             ALTER TABLE jobs ALTER COLUMN current_attempt TYPE text",
+        );
+        // A process started after that migration (the connections of one
+        // running through it keep their prepared statements, which the
+        // server refuses once a result type changed).
+        drop(store);
+        let store = PgStore::open(&schema.url, &QueueOptions::default()).unwrap();
+        unreadable(
+            store.job(42).map(drop),
+            &["jobs row 42", "column 17 (current_attempt)", "text"],
+        );
+        // The store still serves what it can read.
+        assert!(store.stats(store.now()).is_ok());
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 
-use super::conn::{read_err, PgConn, Session};
+use super::conn::{read_err, Col, PgConn, Session};
 use crate::core::time::{now_ms, Millis};
 use crate::error::{Error, Result};
 
@@ -79,7 +79,7 @@ impl Clock {
                 &[],
             )
             .map_err(read_err)?
-            .get(0);
+            .col(0)?;
         let t1 = now_ms();
         self.offset_ms
             .store(server - (t0 + t1) / 2, Ordering::Relaxed);
@@ -249,22 +249,25 @@ pub(crate) fn listen_loop(
         if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
             return;
         }
-        if !matches!(&conn, Some(c) if !c.client.is_closed()) {
-            conn = session.connect().ok().and_then(|mut c| {
-                c.client
-                    .batch_execute(&format!("LISTEN {JOBS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))
-                    .ok()
-                    .map(|_| c)
-            });
-            if conn.is_none() {
-                let _ = stop.recv_timeout(poll.max(Duration::from_millis(200)));
-                continue;
+        let c = match conn.take() {
+            Some(c) if !c.client.is_closed() => conn.insert(c),
+            _ => {
+                let fresh = session.connect().ok().and_then(|mut c| {
+                    c.client
+                        .batch_execute(&format!("LISTEN {JOBS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))
+                        .ok()
+                        .map(|_| c)
+                });
+                let Some(fresh) = fresh else {
+                    let _ = stop.recv_timeout(poll.max(Duration::from_millis(200)));
+                    continue;
+                };
+                // Work may have been announced while nobody listened.
+                wake_jobs();
+                wake_outbox();
+                conn.insert(fresh)
             }
-            // Work may have been announced while nobody listened.
-            wake_jobs();
-            wake_outbox();
-        }
-        let c = conn.as_mut().expect("connected above");
+        };
         // Short waits, so a stop is seen quickly.
         let mut notes = c.client.notifications();
         let first = notes.timeout_iter(Duration::from_millis(100)).next();

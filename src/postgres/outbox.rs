@@ -5,7 +5,7 @@
 
 use postgres::GenericClient;
 
-use super::conn::{write_err, PgConn};
+use super::conn::{one, write_err, Col, PgConn};
 use super::reads::outbox_from_row;
 use crate::core::attempt::cap_error;
 use crate::core::lifecycle::{EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
@@ -115,7 +115,7 @@ pub(crate) fn release_lost_claims(
     performed: &[i64],
     now: Millis,
 ) -> Result<i64> {
-    Ok(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &now, &performed])?[0].get(0))
+    one(c.write(RELEASE_LOST_CLAIMS, &[&owner, &worker, &now, &performed])?)?.col(0)
 }
 
 /// Adds a row inside the job's transaction; `(id, is_new)`.
@@ -136,7 +136,7 @@ pub(crate) fn add<C: GenericClient>(
     let r = tx
         .query_one(stmt, &[&key, &kind, &payload, &max_attempts, &job_id, &now])
         .map_err(write_err)?;
-    Ok((r.get(0), r.get(1)))
+    Ok((r.col(0)?, r.col(1)?))
 }
 
 pub(crate) fn claim(
@@ -156,7 +156,7 @@ pub(crate) fn claim(
     };
     Ok(Some(ClaimedEffect {
         row: outbox_from_row(&r)?,
-        attempt_id: r.get(12),
+        attempt_id: r.col(12)?,
     }))
 }
 
@@ -169,7 +169,7 @@ pub(crate) fn ack(
 ) -> Result<Option<OutboxState>> {
     match result {
         EffectResult::Sent => {
-            let n: i64 = c.write(SENT, &[&outbox_id, &attempt_id, &now])?[0].get(0);
+            let n: i64 = one(c.write(SENT, &[&outbox_id, &attempt_id, &now])?)?.col(0)?;
             Ok((n == 1).then_some(OutboxState::Sent))
         }
         EffectResult::Failed {
@@ -184,7 +184,7 @@ pub(crate) fn ack(
                 &[&outbox_id, &attempt_id, &err, retry_at, &outcome, &now],
             )?;
             rows.first()
-                .map(|r| r.get::<_, String>(0).parse())
+                .map(|r| r.col::<String>(0)?.parse())
                 .transpose()
         }
     }
@@ -197,5 +197,5 @@ pub(crate) fn release(
     now: Millis,
 ) -> Result<bool> {
     let (row, run) = (EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN);
-    Ok(c.write(RELEASE, &[&outbox_id, &attempt_id, &now, &row, &run])?[0].get::<_, i64>(0) == 1)
+    Ok(one(c.write(RELEASE, &[&outbox_id, &attempt_id, &now, &row, &run])?)?.col::<i64>(0)? == 1)
 }

@@ -4,7 +4,7 @@
 
 use postgres::{GenericClient, Row};
 
-use super::conn::{read_err, PgConn};
+use super::conn::{in_row, one, read_err, Col, PgConn};
 use crate::core::attempt::{Attempt, AttemptOutcome};
 use crate::core::job::{Job, JobFilter};
 use crate::core::outbox::{OutboxRow, OutboxState};
@@ -62,61 +62,67 @@ fn bad(what: &str, v: &str) -> Error {
 
 /// A `jobs` row, in the column order of the reads above.
 pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
-    let state: String = r.get(5);
-    Ok(Job {
-        id: r.get(0),
-        queue: r.get(1),
-        kind: r.get(2),
-        idempotency_key: r.get(3),
-        payload: r.get(4),
-        state: state.parse().map_err(|_| bad("job state", &state))?,
-        priority: r.get(6),
-        run_at: r.get(7),
-        attempts: r.get(8),
-        max_attempts: r.get(9),
-        abandoned: r.get(10),
-        deliveries: r.get(11),
-        last_error: r.get(12),
-        created_at: r.get(13),
-        finished_at: r.get(14),
-        lease_owner: r.get(15),
-        lease_expires_at: r.get(16),
-        current_attempt: r.get(17),
+    in_row("jobs", r, |r| {
+        let state: String = r.col(5)?;
+        Ok(Job {
+            id: r.col(0)?,
+            queue: r.col(1)?,
+            kind: r.col(2)?,
+            idempotency_key: r.col(3)?,
+            payload: r.col(4)?,
+            state: state.parse().map_err(|_| bad("job state", &state))?,
+            priority: r.col(6)?,
+            run_at: r.col(7)?,
+            attempts: r.col(8)?,
+            max_attempts: r.col(9)?,
+            abandoned: r.col(10)?,
+            deliveries: r.col(11)?,
+            last_error: r.col(12)?,
+            created_at: r.col(13)?,
+            finished_at: r.col(14)?,
+            lease_owner: r.col(15)?,
+            lease_expires_at: r.col(16)?,
+            current_attempt: r.col(17)?,
+        })
     })
 }
 
 fn attempt_from_row(r: &Row) -> Result<Attempt> {
-    let outcome: String = r.get(8);
-    Ok(Attempt {
-        id: r.get(0),
-        job_id: r.get(1),
-        outbox_id: r.get(2),
-        attempt: r.get(3),
-        key: r.get(4),
-        worker: r.get(5),
-        started_at: r.get(6),
-        finished_at: r.get(7),
-        outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| bad("outcome", &outcome))?,
-        error: r.get(9),
+    in_row("attempts", r, |r| {
+        let outcome: String = r.col(8)?;
+        Ok(Attempt {
+            id: r.col(0)?,
+            job_id: r.col(1)?,
+            outbox_id: r.col(2)?,
+            attempt: r.col(3)?,
+            key: r.col(4)?,
+            worker: r.col(5)?,
+            started_at: r.col(6)?,
+            finished_at: r.col(7)?,
+            outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| bad("outcome", &outcome))?,
+            error: r.col(9)?,
+        })
     })
 }
 
 /// An `outbox` row, in the column order of the reads above.
 pub(crate) fn outbox_from_row(r: &Row) -> Result<OutboxRow> {
-    let state: String = r.get(4);
-    Ok(OutboxRow {
-        id: r.get(0),
-        key: r.get(1),
-        kind: r.get(2),
-        payload: r.get(3),
-        state: state.parse().map_err(|_| bad("outbox state", &state))?,
-        attempts: r.get(5),
-        max_attempts: r.get(6),
-        job_id: r.get(7),
-        next_attempt_at: r.get(8),
-        last_error: r.get(9),
-        created_at: r.get(10),
-        sent_at: r.get(11),
+    in_row("outbox", r, |r| {
+        let state: String = r.col(4)?;
+        Ok(OutboxRow {
+            id: r.col(0)?,
+            key: r.col(1)?,
+            kind: r.col(2)?,
+            payload: r.col(3)?,
+            state: state.parse().map_err(|_| bad("outbox state", &state))?,
+            attempts: r.col(5)?,
+            max_attempts: r.col(6)?,
+            job_id: r.col(7)?,
+            next_attempt_at: r.col(8)?,
+            last_error: r.col(9)?,
+            created_at: r.col(10)?,
+            sent_at: r.col(11)?,
+        })
     })
 }
 
@@ -230,7 +236,7 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
             &[],
         )? {
             let (kind, queue, state, n): (String, String, String, i64) =
-                (r.get(0), r.get(1), r.get(2), r.get(3));
+                (r.col(0)?, r.col(1)?, r.col(2)?, r.col(3)?);
             s.jobs.add(&state, n);
             s.by_kind.entry(kind).or_default().add(&state, n);
             s.by_queue.entry(queue).or_default().add(&state, n);
@@ -240,28 +246,29 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
             "SELECT kind, state, count(*) FROM outbox GROUP BY kind, state",
             &[],
         )? {
-            let (kind, state, n): (String, String, i64) = (r.get(0), r.get(1), r.get(2));
+            let (kind, state, n): (String, String, i64) = (r.col(0)?, r.col(1)?, r.col(2)?);
             s.outbox.add(&state, n);
             s.outbox_by_kind.entry(kind).or_default().add(&state, n);
         }
-        let r = &q(
+        let r = one(q(
             tx,
             "SELECT min(created_at), min(CASE WHEN run_at <= $1 THEN run_at END), \
                     count(*) FILTER (WHERE run_at <= $1) \
              FROM jobs WHERE state = 'queued'",
             &[&now],
-        )?[0];
+        )?)?;
         let (oldest_created, oldest_due, due): (Option<i64>, Option<i64>, i64) =
-            (r.get(0), r.get(1), r.get(2));
-        s.oldest_queued_age_ms = oldest_created.map(|t| (now - t).max(0));
-        s.oldest_due_wait_ms = oldest_due.map(|t| (now - t).max(0));
+            (r.col(0)?, r.col(1)?, r.col(2)?);
+        // Saturating: a time set by hand far in the past must not overflow.
+        s.oldest_queued_age_ms = oldest_created.map(|t| now.saturating_sub(t).max(0));
+        s.oldest_due_wait_ms = oldest_due.map(|t| now.saturating_sub(t).max(0));
         s.queued_due = due;
-        s.ledger_rows = q(tx, "SELECT count(*) FROM processed_jobs", &[])?[0].get(0);
+        s.ledger_rows = one(q(tx, "SELECT count(*) FROM processed_jobs", &[])?)?.col(0)?;
         s.queue_controls = super::controls::controlled(tx, now)?;
         crate::core::reports::stats::fill_job_counts(&mut s);
         // The tables' size on disk stands for the file's.
-        s.file_bytes = q(tx, super::tally::TABLE_BYTES, &[])?[0]
-            .get::<_, i64>(0)
+        s.file_bytes = one(q(tx, super::tally::TABLE_BYTES, &[])?)?
+            .col::<i64>(0)?
             .max(0) as u64;
         Ok(s)
     })
@@ -279,6 +286,15 @@ fn outbox_entries<C: GenericClient>(tx: &mut C, job_id: i64) -> Result<Vec<Outbo
         .collect()
 }
 
+/// A row of [`LEDGER`], whose key is asked for rather than read.
+fn ledger_entry(r: &Row, key: String) -> Result<LedgerEntry> {
+    Ok(LedgerEntry {
+        completed_at: r.col(0)?,
+        job_id: r.col(1)?,
+        key,
+    })
+}
+
 pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
     in_snapshot(c, |tx| {
         let Some(job) = q(tx, JOB_BY_ID, &[&id])?
@@ -291,11 +307,10 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
         let attempts = all(q(tx, ATTEMPTS_OF_JOB, &[&id])?, attempt_from_row)?;
         let outbox = outbox_entries(tx, id)?;
         let key = job.idempotency_key.clone();
-        let ledger = q(tx, LEDGER, &[&key])?.first().map(|r| LedgerEntry {
-            key,
-            completed_at: r.get(0),
-            job_id: r.get(1),
-        });
+        let ledger = q(tx, LEDGER, &[&key])?
+            .first()
+            .map(|r| ledger_entry(r, key))
+            .transpose()?;
         Ok(Some(crate::core::reports::stats::job_detail_of(
             job, attempts, outbox, ledger,
         )))
@@ -308,11 +323,10 @@ pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
             .first()
             .map(job_from_row)
             .transpose()?;
-        let ledger = q(tx, LEDGER, &[&key])?.first().map(|r| LedgerEntry {
-            key: key.to_string(),
-            completed_at: r.get(0),
-            job_id: r.get(1),
-        });
+        let ledger = q(tx, LEDGER, &[&key])?
+            .first()
+            .map(|r| ledger_entry(r, key.to_string()))
+            .transpose()?;
         let (attempts, outbox) = match &job {
             Some(j) => (
                 all(q(tx, ATTEMPTS_OF_JOB, &[&j.id])?, attempt_from_row)?,

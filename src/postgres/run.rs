@@ -7,7 +7,7 @@
 
 use postgres::{GenericClient, Statement, Transaction};
 
-use super::conn::{read_err, write_err, PgConn};
+use super::conn::{in_row, read_err, write_err, Col, PgConn};
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -158,7 +158,7 @@ pub(crate) fn any_due(
     now: Millis,
 ) -> Result<bool> {
     let queues: Option<Vec<String>> = queues.map(<[String]>::to_vec);
-    Ok(c.query_one(ANY_DUE, &[&kinds, &now, &queues])?.get(0))
+    c.query_one(ANY_DUE, &[&kinds, &now, &queues])?.col(0)
 }
 
 /// What a claim asks for.
@@ -208,19 +208,22 @@ pub(crate) fn claim_with(
             ],
         )
         .map_err(write_err)?;
-    Ok(rows
-        .iter()
-        .map(|r| Started {
-            id: r.get(0),
-            kind: r.get(1),
-            key: r.get(2),
-            queue: r.get(3),
-            payload: r.get(4),
-            attempt: r.get(5),
-            max_attempts: r.get(6),
-            attempt_id: r.get(7),
+    rows.iter()
+        .map(|r| {
+            in_row("jobs", r, |r| {
+                Ok(Started {
+                    id: r.col(0)?,
+                    kind: r.col(1)?,
+                    key: r.col(2)?,
+                    queue: r.col(3)?,
+                    payload: r.col(4)?,
+                    attempt: r.col(5)?,
+                    max_attempts: r.col(6)?,
+                    attempt_id: r.col(7)?,
+                })
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Locks the runs still held and inserts their ledger rows: for each held
@@ -235,12 +238,11 @@ pub(crate) fn fence_and_ledger(
     let ids: Vec<i64> = runs.iter().map(|r| r.0).collect();
     let attempts: Vec<i64> = runs.iter().map(|r| r.1).collect();
     let ledger: Vec<bool> = runs.iter().map(|r| r.2).collect();
-    Ok(tx
-        .query(&st.fence, &[&ids, &attempts, &ledger, &now])
+    tx.query(&st.fence, &[&ids, &attempts, &ledger, &now])
         .map_err(read_err)?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect())
+        .map(|r| Ok((r.col(0)?, r.col(1)?)))
+        .collect()
 }
 
 /// Deletes the ledger rows of `keys` (their runs failed).
@@ -280,24 +282,23 @@ pub(crate) fn end(
     let errors: Vec<Option<String>> = ends.iter().map(|e| e.error.clone()).collect();
     let retry: Vec<i64> = ends.iter().map(|e| e.retry_at).collect();
     let discard: Vec<bool> = ends.iter().map(|e| e.discard).collect();
-    Ok(tx
-        .query(
-            &st.end,
-            &[
-                &ids,
-                &attempts,
-                &outcomes,
-                &errors,
-                &retry,
-                &discard,
-                &now,
-                &if durable { "on" } else { "off" },
-            ],
-        )
-        .map_err(read_err)?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect())
+    tx.query(
+        &st.end,
+        &[
+            &ids,
+            &attempts,
+            &outcomes,
+            &errors,
+            &retry,
+            &discard,
+            &now,
+            &if durable { "on" } else { "off" },
+        ],
+    )
+    .map_err(read_err)?
+    .iter()
+    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .collect()
 }
 
 #[cfg(test)]

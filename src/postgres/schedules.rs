@@ -4,7 +4,7 @@
 
 use postgres::{GenericClient, Row};
 
-use super::conn::read_err;
+use super::conn::{in_row, read_err, Col};
 use crate::core::job::Enqueued;
 use crate::core::job::NewJob;
 use crate::core::schedule::Declared;
@@ -35,41 +35,44 @@ const FIRED: &str = "UPDATE schedules SET last_slot_at = $2, next_slot_at = $3 \
 const SET_NEXT: &str = "UPDATE schedules SET next_slot_at = $2 \
      WHERE name = $1 AND next_slot_at IS DISTINCT FROM $2";
 
-fn from_row(r: &Row) -> ScheduleRow {
-    ScheduleRow {
-        name: r.get(0),
-        cron: r.get(1),
-        tz: r.get(2),
-        kind: r.get(3),
-        payload: r.get(4),
-        queue: r.get(5),
-        priority: r.get(6),
-        max_retries: r.get(7),
-        catch_up: r.get(8),
-        catch_up_window_ms: r.get(9),
-        last_slot_at: r.get(10),
-        next_slot_at: r.get(11),
-        updated_at: r.get(12),
-    }
+fn from_row(r: &Row) -> Result<ScheduleRow> {
+    in_row("schedules", r, |r| {
+        Ok(ScheduleRow {
+            name: r.col(0)?,
+            cron: r.col(1)?,
+            tz: r.col(2)?,
+            kind: r.col(3)?,
+            payload: r.col(4)?,
+            queue: r.col(5)?,
+            priority: r.col(6)?,
+            max_retries: r.col(7)?,
+            catch_up: r.col(8)?,
+            catch_up_window_ms: r.col(9)?,
+            last_slot_at: r.col(10)?,
+            next_slot_at: r.col(11)?,
+            updated_at: r.col(12)?,
+        })
+    })
 }
 
 pub(crate) fn get<C: GenericClient>(c: &mut C, name: &str) -> Result<Option<ScheduleRow>> {
-    Ok(c.query_opt(GET, &[&name])
+    c.query_opt(GET, &[&name])
         .map_err(read_err)?
         .as_ref()
-        .map(from_row))
+        .map(from_row)
+        .transpose()
 }
 
 pub(crate) fn list<C: GenericClient>(c: &mut C) -> Result<Vec<ScheduleRow>> {
-    Ok(c.query(LIST, &[])
+    c.query(LIST, &[])
         .map_err(read_err)?
         .iter()
         .map(from_row)
-        .collect())
+        .collect()
 }
 
 pub(crate) fn count<C: GenericClient>(c: &mut C) -> Result<i64> {
-    Ok(c.query_one(COUNT, &[]).map_err(read_err)?.get(0))
+    c.query_one(COUNT, &[]).map_err(read_err)?.col(0)
 }
 
 /// Writes `d` to its row inside the caller's transaction, and says what

@@ -5,7 +5,7 @@
 
 use postgres::Client;
 
-use super::conn::read_err;
+use super::conn::{read_err, Col};
 use crate::core::SCHEMA_VERSION;
 use crate::error::{Error, Result};
 
@@ -110,14 +110,18 @@ pub(crate) fn read_version(client: &mut Client) -> Result<i64> {
     let exists: bool = client
         .query_one("SELECT to_regclass('litejob_schema') IS NOT NULL", &[])
         .map_err(read_err)?
-        .get(0);
+        .col(0)?;
     if !exists {
         return Ok(0);
     }
     let row = client
         .query_opt("SELECT max(version) FROM litejob_schema", &[])
         .map_err(read_err)?;
-    Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
+    Ok(row
+        .map(|r| r.col::<Option<i64>>(0))
+        .transpose()?
+        .flatten()
+        .unwrap_or(0))
 }
 
 /// Refuses a database whose schema is newer than this binary, before
@@ -149,11 +153,11 @@ pub(crate) fn migrate(client: &mut Client) -> Result<i64> {
         let exists: bool = tx
             .query_one("SELECT to_regclass('litejob_schema') IS NOT NULL", &[])
             .map_err(read_err)?
-            .get(0);
+            .col(0)?;
         if exists {
             tx.query_one("SELECT coalesce(max(version), 0) FROM litejob_schema", &[])
                 .map_err(read_err)?
-                .get::<_, i64>(0)
+                .col::<i64>(0)?
         } else {
             0
         }
@@ -170,7 +174,17 @@ pub(crate) fn migrate(client: &mut Client) -> Result<i64> {
     if found == 0 {
         tx.batch_execute(SCHEMA_SQL).map_err(read_err)?;
     } else {
-        for step in &MIGRATIONS[(found - 1) as usize..] {
+        // A version below 1 was written by no litejob (the table's CHECK
+        // forbids it): refused rather than a step guessed for it.
+        let steps = usize::try_from(found - 1)
+            .ok()
+            .and_then(|from| MIGRATIONS.get(from..))
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "bad schema version {found} in litejob_schema: no litejob writes it"
+                ))
+            })?;
+        for step in steps {
             tx.batch_execute(step).map_err(read_err)?;
         }
     }

@@ -7,7 +7,7 @@
 
 use postgres::{Row, Statement, Transaction};
 
-use super::conn::{read_err, PgConn};
+use super::conn::{one, read_err, Col, PgConn};
 use super::reads::in_snapshot;
 use crate::core::attempt::AttemptOutcome;
 use crate::core::job::JobState;
@@ -110,34 +110,34 @@ fn count(tx: &mut Transaction<'_>, st: &Prepared, now: Millis, runs: Runs) -> Re
     for r in q(tx, &st.jobs, &[&now])? {
         let state = job_state(&r, 2)?;
         let g = Group {
-            count: r.get(3),
-            deliveries: r.get::<_, Option<i64>>(4).unwrap_or(0),
-            oldest_due_run_at: r.get(5),
+            count: r.col(3)?,
+            deliveries: r.col::<Option<i64>>(4)?.unwrap_or(0),
+            oldest_due_run_at: r.col(5)?,
         };
-        t.add_jobs(r.get(0), r.get(1), state, g);
+        t.add_jobs(r.col(0)?, r.col(1)?, state, g);
     }
     for r in q(tx, &st.outbox, &[])? {
-        let state: &str = r.get(1);
+        let state: &str = r.col(1)?;
         let state: OutboxState = state.parse().map_err(|_| bad("outbox state", state))?;
-        t.add_outbox(r.get(0), state, r.get(2));
+        t.add_outbox(r.col(0)?, state, r.col(2)?);
     }
     if runs == Runs::Counted {
         for sql in [&st.job_runs, &st.effect_runs] {
             for r in q(tx, sql, &[])? {
-                let outcome: &str = r.get(1);
+                let outcome: &str = r.col(1)?;
                 let o = AttemptOutcome::parse(outcome).ok_or_else(|| bad("outcome", outcome))?;
-                t.add_runs(r.get(0), o, r.get(2));
+                t.add_runs(r.col(0)?, o, r.col(2)?);
             }
         }
     }
-    t.ledger_rows = q(tx, &st.ledger, &[])?[0].get(0);
-    t.file_bytes = q(tx, &st.bytes, &[])?[0].get::<_, i64>(0).max(0) as u64;
+    t.ledger_rows = one(q(tx, &st.ledger, &[])?)?.col(0)?;
+    t.file_bytes = one(q(tx, &st.bytes, &[])?)?.col::<i64>(0)?.max(0) as u64;
     t.wal_bytes = 0;
     Ok(t)
 }
 
 fn job_state(r: &Row, i: usize) -> Result<JobState> {
-    let s: &str = r.get(i);
+    let s: &str = r.col(i)?;
     s.parse().map_err(|_| bad("job state", s))
 }
 
@@ -149,7 +149,7 @@ fn activity(tx: &mut Transaction<'_>, recent: &Statement, now: Millis) -> Result
     'walk: loop {
         let rows = tx.query_portal(&portal, FETCH_ROWS).map_err(read_err)?;
         for r in &rows {
-            if !a.add(r.get(0), r.get(1), r.get(2)) {
+            if !a.add(r.col(0)?, r.col(1)?, r.col(2)?) {
                 break 'walk;
             }
         }

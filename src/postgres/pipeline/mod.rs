@@ -281,19 +281,15 @@ impl Worker {
 
     /// The worker's connection and its statements, opened if need be.
     fn connection(&mut self) -> Result<&mut (PgConn, Statements)> {
-        if self
-            .conn
-            .as_ref()
-            .is_some_and(|(c, _)| c.client.is_closed())
-        {
-            self.conn = None;
-        }
-        if self.conn.is_none() {
-            let mut c = self.session.connect()?;
-            let st = Statements::prepare(&mut c)?;
-            self.conn = Some((c, st));
-        }
-        Ok(self.conn.as_mut().expect("just opened"))
+        let open = match self.conn.take() {
+            Some((c, st)) if !c.client.is_closed() => (c, st),
+            _ => {
+                let mut c = self.session.connect()?;
+                let st = Statements::prepare(&mut c)?;
+                (c, st)
+            }
+        };
+        Ok(self.conn.insert(open))
     }
 
     /// One claim and its batch; true when it took a full batch (more is
