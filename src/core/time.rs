@@ -87,6 +87,7 @@ impl Clock {
 
     /// True for a test's clock, which wins over any other (a database
     /// server's).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn is_manual(&self) -> bool {
         matches!(self, Clock::Manual(_))
     }

@@ -33,6 +33,7 @@ pub(crate) mod failures;
 pub(crate) mod group;
 pub(crate) mod leases;
 pub(crate) mod notify;
+pub(crate) mod operations;
 pub(crate) mod outbox;
 pub(crate) mod pipeline;
 pub(crate) mod reads;
