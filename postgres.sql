@@ -1,4 +1,4 @@
--- litejob schema for PostgreSQL, version 3 (the row in litejob_schema).
+-- litejob schema for PostgreSQL, version 4 (the row in litejob_schema).
 --
 -- The same tables, columns, states and views as schema.sql, the SQLite file's
 -- schema, so a queue moves from a file to PostgreSQL (`litejob copy`) row for
@@ -39,11 +39,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     idempotency_key  text    NOT NULL UNIQUE CHECK (length(idempotency_key) > 0),
     -- JSON text, kept as written (a cast to json checks it without reordering it)
     payload          text    NOT NULL CHECK (payload::json IS NOT NULL),
+    -- waiting: its dependencies (job_dependencies) have not all succeeded yet
     -- queued: waiting (includes scheduled and waiting-for-retry, see run_at)
     -- running: claimed by a worker that holds the lease below
     -- succeeded / dead / cancelled: finished, see finished_at
     state            text    NOT NULL DEFAULT 'queued'
-                     CHECK (state IN ('queued', 'running', 'succeeded', 'dead', 'cancelled')),
+                     CONSTRAINT jobs_state_check
+                     CHECK (state IN ('waiting', 'queued', 'running', 'succeeded', 'dead', 'cancelled')),
     priority         bigint  NOT NULL DEFAULT 0,        -- smaller runs first
     run_at           bigint  NOT NULL,                  -- not claimed before this time
     -- runs charged against max_attempts (failed, panicked, and the run in
@@ -64,6 +66,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_owner      text,
     lease_expires_at bigint,
     current_attempt  bigint,
+    -- What the handler finished with (JSON), committed with its success;
+    -- NULL when it returned no value.
+    output           text    CHECK (output IS NULL OR output::json IS NOT NULL),
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
     CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL))
@@ -266,3 +271,18 @@ SELECT name, paused, concurrency,
         WHERE s.queue = q.name AND s.started_at > litejob_now_ms() - q.rate_window_ms) AS started_in_window,
        litejob_time(updated_at) AS updated_at
 FROM queues q;
+
+-- job_dependencies: the edges of workflows. A row says job_id runs only
+-- after depends_on succeeded; it is written with job_id's enqueue (the keys
+-- it named, resolved to their jobs) and kept after both finish, so a
+-- workflow's graph stays readable (`litejob workflow KEY`). The commit that
+-- finishes a job moves its waiting dependents to 'queued' (all their
+-- dependencies succeeded) or 'cancelled' (it ended dead or cancelled).
+-- Pruning keeps a finished job while a dependent of it is unfinished.
+CREATE TABLE IF NOT EXISTS job_dependencies (
+    job_id     bigint  NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    depends_on bigint  NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    PRIMARY KEY (job_id, depends_on),
+    CHECK (job_id <> depends_on)
+);
+CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);

@@ -1,4 +1,4 @@
--- litejob schema, version 3 (PRAGMA user_version = 3).
+-- litejob schema, version 4 (PRAGMA user_version = 4).
 --
 -- This file is the whole current schema. The litejob binary embeds it and runs
 -- it on a new file; an older file is migrated step by step (src/schema.rs).
@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     kind             TEXT    NOT NULL CHECK (length(kind) > 0),
     idempotency_key  TEXT    NOT NULL UNIQUE CHECK (length(idempotency_key) > 0),
     payload          TEXT    NOT NULL CHECK (json_valid(payload)),
+    -- waiting: its dependencies (job_dependencies) have not all succeeded yet
     -- queued: waiting (includes scheduled and waiting-for-retry, see run_at)
     -- running: claimed by a worker that holds the lease below
     -- succeeded / dead / cancelled: finished, see finished_at
@@ -30,7 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
                      -- (OR chains, not IN lists: SQLite builds a temporary table for an
                      -- IN list each time a CHECK runs, on every insert and update.)
                      CHECK (state = 'queued' OR state = 'running' OR state = 'succeeded'
-                            OR state = 'dead' OR state = 'cancelled'),
+                            OR state = 'dead' OR state = 'cancelled' OR state = 'waiting'),
     priority         INTEGER NOT NULL DEFAULT 0,        -- smaller runs first
     run_at           INTEGER NOT NULL,                  -- not claimed before this time
     -- runs charged against max_attempts (failed, panicked, and the run in
@@ -50,6 +51,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_owner      TEXT,
     lease_expires_at INTEGER,
     current_attempt  INTEGER,
+    -- What the handler finished with (JSON), committed with its success;
+    -- NULL when it returned no value.
+    output           TEXT    CHECK (output IS NULL OR json_valid(output)),
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
     CHECK ((state = 'succeeded' OR state = 'dead' OR state = 'cancelled') = (finished_at IS NOT NULL))
@@ -249,3 +253,18 @@ SELECT name, paused, concurrency,
         WHERE s.queue = q.name AND s.started_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000 - q.rate_window_ms) AS started_in_window,
        strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at
 FROM queues q;
+
+-- job_dependencies: the edges of workflows. A row says job_id runs only
+-- after depends_on succeeded; it is written with job_id's enqueue (the keys
+-- it named, resolved to their jobs) and kept after both finish, so a
+-- workflow's graph stays readable (`litejob workflow KEY`). The commit that
+-- finishes a job moves its waiting dependents to 'queued' (all their
+-- dependencies succeeded) or 'cancelled' (it ended dead or cancelled).
+-- Pruning keeps a finished job while a dependent of it is unfinished.
+CREATE TABLE IF NOT EXISTS job_dependencies (
+    job_id     INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    depends_on INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    PRIMARY KEY (job_id, depends_on),
+    CHECK (job_id <> depends_on)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);

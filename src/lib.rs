@@ -194,7 +194,7 @@ pub use ::rusqlite;
 
 pub use core::attempt::{Attempt, AttemptOutcome};
 pub use core::backoff::Backoff;
-pub use core::handler::{EffectContext, HandlerError, JobContext, Outcome};
+pub use core::handler::{EffectContext, HandlerError, JobContext, Outcome, Output};
 pub use core::job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use core::options::{QueueOptions, Synchronous};
 pub use core::outbox::{OutboxRow, OutboxState};
@@ -222,9 +222,11 @@ pub mod admin {
     pub use crate::core::reports::stats::{
         Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
     };
+    pub use crate::core::reports::workflow::{Linked, Workflow};
     pub use crate::core::schedule::ScheduleRow;
     pub use crate::core::time::{format_duration, format_millis};
     pub use crate::core::SCHEMA_VERSION;
+    pub use crate::queue::admin::WORKFLOW_LIMIT;
     pub use crate::queue::any::is_postgres_url;
     pub use crate::queue::{Admin, AnyQueue};
 }

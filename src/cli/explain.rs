@@ -209,6 +209,7 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
                 format_duration(std::time::Duration::from_millis((job.run_at - now) as u64))
             ),
             JobState::Queued => "not run yet".into(),
+            JobState::Waiting => "waiting for its dependencies".into(),
             JobState::Running => "claimed, about to run".into(),
             JobState::Succeeded => "succeeded".into(),
             JobState::Dead => "dead without a run".into(),
@@ -244,6 +245,7 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
         JobState::Succeeded if committed => ", work committed once",
         JobState::Succeeded => ", succeeded",
         JobState::Queued => ", waiting to retry",
+        JobState::Waiting => ", waiting for its dependencies",
         JobState::Running => ", running now",
         JobState::Dead => ", dead",
         JobState::Cancelled => ", cancelled",
@@ -290,6 +292,7 @@ mod tests {
             lease_owner: None,
             lease_expires_at: None,
             current_attempt: None,
+            output: None,
         }
     }
 

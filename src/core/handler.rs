@@ -18,6 +18,9 @@ pub enum Outcome {
     /// The work is done: commit it (ledger row, handler SQL, outbox rows) and
     /// mark the job `succeeded`.
     Done,
+    /// [`Outcome::Done`] with a value, stored in `jobs.output` in the same
+    /// commit: made by [`Outcome::done_with`].
+    DoneWith(Output),
     /// Roll the work back and try again after the usual backoff (charged
     /// against `max_retries`).
     Retry(String),
@@ -27,6 +30,37 @@ pub enum Outcome {
     /// Roll the work back and stop: the job is `dead` with this reason, no
     /// retry.
     Discard(String),
+}
+
+impl Outcome {
+    /// The work is done, and this is its result: committed with the job
+    /// (`jobs.output`, as JSON), read by [`Queue::wait`](crate::Queue::wait),
+    /// a dependent's `tx.dependency_output(key)`, `litejob show` and the
+    /// dashboard. An error if the value cannot be serialized to JSON. A
+    /// value larger than the queue's payload limit (1 MiB by default) fails
+    /// the run without retry, its job `dead` with the reason.
+    ///
+    /// ```
+    /// # use litejob::Outcome;
+    /// let done = Outcome::done_with(&serde_json::json!({"rows": 42}))?;
+    /// # Ok::<(), litejob::HandlerError>(())
+    /// ```
+    pub fn done_with(value: &impl serde::Serialize) -> Result<Outcome, HandlerError> {
+        let json = serde_json::to_string(value)
+            .map_err(|e| format!("the job's output cannot be serialized to JSON: {e}"))?;
+        Ok(Outcome::DoneWith(Output(json)))
+    }
+}
+
+/// A job's result as JSON text ([`Outcome::done_with`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output(pub(crate) String);
+
+impl Output {
+    /// The JSON text.
+    pub fn as_json(&self) -> &str {
+        &self.0
+    }
 }
 
 /// What a run knows about its job.

@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
+    /// Enqueued with dependencies ([`NewJob::with_depends_on`]) not all
+    /// succeeded yet: it becomes `queued` in the commit that records the
+    /// last one's success, or `cancelled` if one ends dead or cancelled.
+    Waiting,
     /// Waiting to run (scheduled, or waiting for a retry: see `run_at`).
     Queued,
     /// Claimed by a worker holding its lease.
@@ -21,7 +25,8 @@ pub enum JobState {
     Succeeded,
     /// Finished without success: out of attempts, discarded, or a poison pill.
     Dead,
-    /// Cancelled by an operator before it ran.
+    /// Cancelled before it ran: by an operator, or because a job it
+    /// depends on ended dead or cancelled (`last_error` names which).
     Cancelled,
 }
 
@@ -29,6 +34,7 @@ impl JobState {
     /// The word stored in `jobs.state`.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Waiting => "waiting",
             JobState::Queued => "queued",
             JobState::Running => "running",
             JobState::Succeeded => "succeeded",
@@ -38,7 +44,8 @@ impl JobState {
     }
 
     /// All states, in lifecycle order.
-    pub const ALL: [JobState; 5] = [
+    pub const ALL: [JobState; 6] = [
+        JobState::Waiting,
         JobState::Queued,
         JobState::Running,
         JobState::Succeeded,
@@ -55,7 +62,7 @@ impl std::str::FromStr for JobState {
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "unknown job state {s:?}: one of queued, running, succeeded, dead, cancelled"
+                    "unknown job state {s:?}: one of waiting, queued, running, succeeded, dead, cancelled"
                 ))
             })
     }
@@ -90,6 +97,8 @@ pub struct NewJob {
     pub(crate) run_at: Option<Millis>,
     pub(crate) delay: Option<Duration>,
     pub(crate) max_retries: Option<u32>,
+    /// Keys of the jobs that must succeed before this one runs.
+    pub(crate) depends_on: Vec<String>,
 }
 
 impl NewJob {
@@ -131,6 +140,7 @@ impl NewJob {
             run_at: None,
             delay: None,
             max_retries: None,
+            depends_on: Vec::new(),
         }
     }
 
@@ -164,6 +174,35 @@ impl NewJob {
     pub fn with_max_retries(mut self, max_retries: u32) -> Self {
         self.max_retries = Some(max_retries);
         self
+    }
+
+    /// Runs only after every job of these idempotency keys succeeded: until
+    /// then the job is [`JobState::Waiting`], and it becomes `queued` in
+    /// the commit that records the last one's success. A dependency that
+    /// ends dead or cancelled cancels this job (and what depends on it).
+    /// Each key must be a job's already, or be enqueued in the same
+    /// [`enqueue_many`](crate::Queue::enqueue_many) batch (a fan-out and
+    /// its fan-in go in one batch); a missing key or a cycle is refused
+    /// with nothing written. The handler reads its dependencies' results
+    /// with `tx.dependency_output(key)`. An empty list is no dependency.
+    ///
+    /// ```
+    /// # use litejob::NewJob;
+    /// let merge = NewJob::new("merge", "report-7:merge", &7)
+    ///     .with_depends_on(["report-7:part-1", "report-7:part-2"]);
+    /// ```
+    pub fn with_depends_on<I, K>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        self.depends_on = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The keys it depends on, as given.
+    pub fn depends_on(&self) -> &[String] {
+        &self.depends_on
     }
 
     /// The kind, as given.
@@ -240,6 +279,9 @@ pub struct Job {
     pub lease_expires_at: Option<Millis>,
     /// The attempt in progress.
     pub current_attempt: Option<i64>,
+    /// What the handler finished with ([`Outcome::done_with`](crate::Outcome::done_with)),
+    /// as JSON text; `None` otherwise.
+    pub output: Option<String>,
 }
 
 /// Which jobs [`crate::queue::Queue::jobs`] lists.

@@ -21,6 +21,8 @@ pub(crate) struct RunEnd {
     /// The run said the job must not run again (`Outcome::Discard`, or a
     /// payload that does not decode): dead whatever its attempts left.
     pub discarded: bool,
+    /// Dependents its end made `queued` (their last dependency succeeded).
+    pub unblocked: usize,
 }
 
 /// What to do with a failed run.
@@ -38,8 +40,8 @@ pub(crate) type HandlerResult =
 
 /// How a run that ran to its end (or panicked) turned out.
 pub(crate) enum Verdict {
-    /// The handler said `Done`.
-    Done,
+    /// The handler said `Done`, with this output (JSON) if it gave one.
+    Done(Option<String>),
     /// Anything else: the attempt's outcome, its error text and what comes
     /// next for the job.
     Failed(AttemptOutcome, String, Next),
@@ -47,9 +49,27 @@ pub(crate) enum Verdict {
 
 /// What a handler's result means for its run: done, or failed with an
 /// outcome, an error and what comes next for the job.
-pub(crate) fn judge(result: HandlerResult, now: Millis, backoff_at: Millis) -> Verdict {
+/// An output over `max_output` bytes fails the run for good: the same
+/// value would be too large again.
+pub(crate) fn judge(
+    result: HandlerResult,
+    now: Millis,
+    backoff_at: Millis,
+    max_output: usize,
+) -> Verdict {
     let (outcome, error, next) = match result {
-        Ok(Ok(Outcome::Done)) => return Verdict::Done,
+        Ok(Ok(Outcome::Done)) => return Verdict::Done(None),
+        Ok(Ok(Outcome::DoneWith(out))) if out.0.len() <= max_output => {
+            return Verdict::Done(Some(out.0))
+        }
+        Ok(Ok(Outcome::DoneWith(out))) => (
+            AttemptOutcome::Failed,
+            format!(
+                "discarded: the job's output is {} bytes, over the limit of {max_output} bytes",
+                out.0.len()
+            ),
+            Next::Discard,
+        ),
         Ok(Ok(Outcome::Retry(msg))) => (
             AttemptOutcome::Failed,
             format!("retry: {msg}"),

@@ -15,9 +15,10 @@ pub(crate) mod reports;
 pub(crate) mod schedule;
 pub(crate) mod time;
 pub(crate) mod validate;
+pub(crate) mod workflow;
 
 /// The version of the queue's schema this library writes, the same on
 /// both engines: `PRAGMA user_version` in a file, the row of
 /// `litejob_schema` in PostgreSQL. An older one is migrated on open, a
 /// newer one refused untouched.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;

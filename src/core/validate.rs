@@ -29,6 +29,8 @@ pub(crate) struct ValidJob {
     pub priority: i64,
     pub run_at: Millis,
     pub max_attempts: i64,
+    /// The keys it waits for (distinct, none its own).
+    pub depends_on: Vec<String>,
 }
 
 /// Refuses an empty name, one over the length limit, or one holding a NUL.
@@ -67,8 +69,21 @@ pub(crate) fn into_valid(job: NewJob, run_at: Millis, max_attempts: i64) -> Vali
         priority: job.priority,
         run_at,
         max_attempts,
+        depends_on: distinct(job.depends_on),
     }
 }
+
+/// The keys in their first order, each once.
+fn distinct(keys: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.into_iter()
+        .filter(|k| seen.insert(k.clone()))
+        .collect()
+}
+
+/// Most dependencies one job may name: a fan-in wider than this is a
+/// sign of a mistake (and each dependency is a row its enqueue writes).
+pub(crate) const MAX_DEPENDENCIES: usize = 10_000;
 
 /// Checks everything that can be checked before touching the file.
 pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
@@ -81,6 +96,7 @@ pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Resul
         priority: job.priority,
         run_at,
         max_attempts,
+        depends_on: distinct(job.depends_on.clone()),
     })
 }
 
@@ -121,6 +137,22 @@ pub(crate) fn validate_parts(
         return Err(Error::invalid(format!(
             "max_retries {retries} is over the limit of {MAX_RETRIES_LIMIT}"
         )));
+    }
+    if job.depends_on.len() > MAX_DEPENDENCIES {
+        return Err(Error::invalid(format!(
+            "job {:?} depends on {} jobs, over the limit of {MAX_DEPENDENCIES}",
+            job.key,
+            job.depends_on.len()
+        )));
+    }
+    for k in &job.depends_on {
+        check_name("dependency key", k)?;
+        if *k == job.key {
+            return Err(Error::invalid(format!(
+                "job {:?} depends on itself",
+                job.key
+            )));
+        }
     }
     let run_at = match (job.run_at, job.delay) {
         (Some(at), _) => at,

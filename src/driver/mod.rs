@@ -31,6 +31,7 @@ use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
+use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
 use crate::core::validate::{EnqueueRules, ValidJob};
@@ -169,6 +170,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn job_detail(&self, id: i64) -> Result<Option<JobDetail>>;
     /// Everything known about a key, in one snapshot.
     fn explain(&self, key: &str) -> Result<Explanation>;
+    /// The workflow around the job of `key` (at most `limit` jobs), in one
+    /// snapshot; `None` when no job has the key.
+    fn workflow(&self, key: &str, limit: usize) -> Result<Option<Workflow>>;
     /// Every schedule's row, by name.
     fn schedules(&self) -> Result<Vec<ScheduleRow>>;
 

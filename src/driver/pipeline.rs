@@ -54,6 +54,9 @@ pub(crate) struct Shared<E: Engine> {
     pub(crate) effect_kinds: Vec<String>,
     pub(crate) queues_json: Option<String>,
     pub(crate) cfg: RuntimeConfig,
+    /// The largest output a job may finish with (the queue's payload
+    /// limit).
+    pub(crate) max_output: usize,
     /// Set first by a stop: no thread starts new work after it.
     pub(crate) stopping: AtomicBool,
     /// Ready (disconnected) once the runtime stops: every thread selects on
@@ -68,6 +71,8 @@ pub(crate) struct Shared<E: Engine> {
     /// The queue's wake-ups, to wake every runtime on it.
     pub(crate) job_wakers: Arc<Wakers>,
     pub(crate) outbox_wakers: Arc<Wakers>,
+    /// Told when runs ended jobs ([`crate::Queue::wait`]).
+    pub(crate) done_wakers: Arc<crate::driver::wake::Waiters>,
     /// This runtime's own wake-up channels (see [`Wakers`]).
     pub(crate) job_wake: Receiver<()>,
     pub(crate) outbox_wake: Receiver<()>,

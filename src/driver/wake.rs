@@ -34,3 +34,52 @@ impl Wakers {
             });
     }
 }
+
+/// The callers of [`Queue::wait`](crate::Queue::wait) in this process, told
+/// when a run of a runtime on the queue (or a repair) ended jobs: each
+/// looks again at once, instead of at its next poll. A waiter leaves the
+/// list when its [`Waiting`] is dropped, so a process that waits often
+/// and never runs a job keeps no dead entries.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    next: std::sync::atomic::AtomicU64,
+    list: std::sync::Mutex<Vec<(u64, Sender<()>)>>,
+}
+
+/// One waiter's place in [`Waiters`]: its wake-ups, until dropped.
+pub(crate) struct Waiting<'w> {
+    waiters: &'w Waiters,
+    id: u64,
+    pub(crate) rx: Receiver<()>,
+}
+
+impl Waiters {
+    /// A place in the list.
+    pub(crate) fn join(&self) -> Waiting<'_> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.lock().push((id, tx));
+        Waiting {
+            waiters: self,
+            id,
+            rx,
+        }
+    }
+
+    /// Wakes every waiter; costs a lock and nothing else when none waits.
+    pub(crate) fn wake(&self) {
+        for (_, tx) in self.lock().iter() {
+            let _ = tx.try_send(());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Sender<()>)>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.waiters.lock().retain(|(id, _)| *id != self.id);
+    }
+}

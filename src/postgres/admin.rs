@@ -3,7 +3,8 @@
 //! batches. Writes `jobs`, `outbox`, `attempts` and `processed_jobs`
 //! (prune, only when asked).
 
-use super::conn::{one, Col, PgConn};
+use super::conn::{one, write_err, Col, PgConn};
+use crate::core::job::JobState;
 use crate::core::time::Millis;
 use crate::driver::PruneWhat;
 use crate::error::{Action, Error, Result, RowId};
@@ -17,18 +18,21 @@ const RETRY_DEAD: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abando
      WHERE id IN (SELECT id FROM jobs WHERE state = 'dead' AND ($1::text IS NULL OR kind = $1) \
                   AND id > $2 ORDER BY id LIMIT $4 FOR UPDATE) \
      RETURNING id";
-const CANCEL: &str =
-    "UPDATE jobs SET state = 'cancelled', finished_at = $2 WHERE id = $1 AND state = 'queued'";
+const CANCEL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = $2 \
+     WHERE id = $1 AND state IN ('queued', 'waiting') RETURNING idempotency_key";
 const JOB_STATE: &str = "SELECT state FROM jobs WHERE id = $1";
 const RETRY_OUTBOX: &str = "UPDATE outbox SET state = 'pending', attempts = 0, \
      next_attempt_at = $2 WHERE id = $1 AND state = 'dead'";
 const OUTBOX_STATE: &str = "SELECT state FROM outbox WHERE id = $1";
 /// A finished job whose outbox rows are not all sent is kept, so explain
-/// can still link the pending effect to its job.
+/// can still link the pending effect to its job; so is one an unfinished
+/// job depends on (it reads its state and output).
 const PRUNE_JOBS: &str = "\
 WITH picked AS (
     SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= $1
     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent')
+    AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs w ON w.id = d.job_id
+                    WHERE d.depends_on = jobs.id AND w.finished_at IS NULL)
     ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ),
 gone_attempts AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM picked) RETURNING 1),
@@ -93,10 +97,21 @@ pub(crate) fn retry_dead_batch(
         .collect()
 }
 
+/// Cancels job `id` if it is queued or waiting, and every waiting job
+/// that depends on it, in one transaction.
 pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
-    if c.execute(CANCEL, &[&id, &now])? == 1 {
+    let mut tx = c.client.transaction().map_err(write_err)?;
+    let key: Option<String> = tx
+        .query_opt(CANCEL, &[&id, &now])
+        .map_err(write_err)?
+        .map(|r| r.col(0))
+        .transpose()?;
+    if let Some(key) = key {
+        super::workflow::ended(&mut tx, &[(id, &key, JobState::Cancelled)], now)?;
+        tx.commit().map_err(write_err)?;
         return Ok(());
     }
+    drop(tx);
     Err(refusal(
         c,
         JOB_STATE,

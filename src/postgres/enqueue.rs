@@ -87,6 +87,9 @@ pub(crate) fn insert<C: GenericClient>(
     job: &ValidJob,
     now: Millis,
 ) -> Result<Enqueued> {
+    if !job.depends_on.is_empty() {
+        return super::workflow::insert(client, job, now);
+    }
     let row = client
         .query_one(
             stmt,
@@ -107,6 +110,9 @@ pub(crate) fn insert<C: GenericClient>(
 
 /// Inserts one job on a pooled connection.
 pub(crate) fn insert_one(conn: &mut PgConn, job: &ValidJob, now: Millis) -> Result<Enqueued> {
+    if !job.depends_on.is_empty() {
+        return super::workflow::insert_one(conn, job, now);
+    }
     let st = conn.stmt(INSERT_ONE)?;
     insert(&mut conn.client, &st, job, now)
 }
@@ -119,6 +125,9 @@ pub(crate) fn insert_many(
     jobs: &[ValidJob],
     now: Millis,
 ) -> Result<Vec<Enqueued>> {
+    if jobs.iter().any(|j| !j.depends_on.is_empty()) {
+        return super::workflow::insert_batch(conn, jobs, now);
+    }
     let mut keys = std::collections::HashSet::with_capacity(jobs.len());
     let distinct = jobs.iter().all(|j| keys.insert(j.key.as_str()));
     if !distinct {

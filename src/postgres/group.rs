@@ -68,6 +68,10 @@ impl Enqueuer {
 
     /// Enqueues `job` with the producers calling at the same moment.
     pub(crate) fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {
+        if !job.depends_on.is_empty() {
+            // Its own transaction: a refused dependency is its answer alone.
+            return with_conn(&self.alone, true, |c| enqueue::insert_one(c, &job, now));
+        }
         self.group.enqueue(
             job,
             |jobs| {
@@ -228,6 +232,7 @@ mod tests {
             priority: 0,
             run_at: 0,
             max_attempts: 2,
+            depends_on: Vec::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! clock. Writes `jobs`, `outbox` (lease columns) and `attempts`.
 
 use super::conn::{one, read_err, write_err, Col, PgConn};
+use crate::core::job::JobState;
 use crate::core::lifecycle::{self, Expiry, ABANDONED_EFFECT, ABANDONED_JOB, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
@@ -154,6 +155,15 @@ fn reap_jobs(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
             }
         }
         .map_err(read_err)?;
+        if let Expiry::Poisoned { .. } =
+            lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned)
+        {
+            let key: String = tx
+                .query_one("SELECT idempotency_key FROM jobs WHERE id = $1", &[&id])
+                .map_err(read_err)?
+                .col(0)?;
+            super::workflow::ended(&mut tx, &[(id, &key, JobState::Dead)], now)?;
+        }
     }
     tx.commit().map_err(write_err)?;
     Ok(expired.len())

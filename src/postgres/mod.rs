@@ -43,6 +43,7 @@ pub(crate) mod schema;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;
+pub(crate) mod workflow;
 
 use crate::core::options::{EngineKind, QueueOptions};
 use crate::core::time::Millis;

@@ -11,6 +11,7 @@ use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
+use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
@@ -135,6 +136,10 @@ impl Store for PgStore {
 
     fn explain(&self, key: &str) -> Result<Explanation> {
         self.with_conn(true, |c| reads::explain(c, key))
+    }
+
+    fn workflow(&self, key: &str, limit: usize) -> Result<Option<Workflow>> {
+        self.with_conn(true, |c| reads::workflow(c, key, limit))
     }
 
     fn schedules(&self) -> Result<Vec<ScheduleRow>> {

@@ -14,15 +14,15 @@ use crate::error::{Error, Result};
 
 const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt FROM jobs WHERE id = $1";
+     lease_owner, lease_expires_at, current_attempt, output FROM jobs WHERE id = $1";
 const JOB_BY_KEY: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt FROM jobs WHERE idempotency_key = $1";
+     lease_owner, lease_expires_at, current_attempt, output FROM jobs WHERE idempotency_key = $1";
 /// A page of jobs below a cursor (ids under `$6`), newest first: a walk
 /// down the primary key that stops at the limit, filtered on the way.
 const JOBS_BEFORE: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt FROM jobs \
+     lease_owner, lease_expires_at, current_attempt, output FROM jobs \
      WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
      AND ($3::text IS NULL OR queue = $3) \
      AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id < $6 \
@@ -31,7 +31,7 @@ const JOBS_BEFORE: &str = "SELECT id, queue, kind, idempotency_key, payload, sta
 /// first.
 const JOBS_AFTER: &str = "SELECT * FROM (SELECT id, queue, kind, idempotency_key, payload, \
      state, priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, \
-     created_at, finished_at, lease_owner, lease_expires_at, current_attempt FROM jobs \
+     created_at, finished_at, lease_owner, lease_expires_at, current_attempt, output FROM jobs \
      WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
      AND ($3::text IS NULL OR queue = $3) \
      AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id > $6 \
@@ -83,6 +83,7 @@ pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
             lease_owner: r.col(15)?,
             lease_expires_at: r.col(16)?,
             current_attempt: r.col(17)?,
+            output: r.col(18)?,
         })
     })
 }
@@ -311,8 +312,9 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
             .first()
             .map(|r| ledger_entry(r, key))
             .transpose()?;
+        let links = crate::postgres::workflow::links(tx, id)?;
         Ok(Some(crate::core::reports::stats::job_detail_of(
-            job, attempts, outbox, ledger,
+            job, attempts, outbox, ledger, links,
         )))
     })
 }
@@ -327,15 +329,34 @@ pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
             .first()
             .map(|r| ledger_entry(r, key.to_string()))
             .transpose()?;
-        let (attempts, outbox) = match &job {
+        let (attempts, outbox, links) = match &job {
             Some(j) => (
                 all(q(tx, ATTEMPTS_OF_JOB, &[&j.id])?, attempt_from_row)?,
                 outbox_entries(tx, j.id)?,
+                crate::postgres::workflow::links(tx, j.id)?,
             ),
-            None => (Vec::new(), Vec::new()),
+            None => (Vec::new(), Vec::new(), (Vec::new(), Vec::new())),
         };
         Ok(crate::core::reports::stats::explanation_of(
-            key, job, attempts, ledger, outbox,
+            key, job, attempts, ledger, outbox, links,
         ))
+    })
+}
+
+/// The workflow around the job of `key`, in one snapshot.
+pub(crate) fn workflow(
+    c: &mut PgConn,
+    key: &str,
+    limit: usize,
+) -> Result<Option<crate::core::reports::workflow::Workflow>> {
+    in_snapshot(c, |tx| {
+        let Some(job) = q(tx, JOB_BY_KEY, &[&key])?
+            .first()
+            .map(job_from_row)
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        crate::postgres::workflow::graph(tx, job.id, limit).map(Some)
     })
 }

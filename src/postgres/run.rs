@@ -92,8 +92,8 @@ const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
 const END: &str = "\
 WITH ends AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
-                         $6::boolean[])
-        AS e(job_id, attempt_id, outcome, error, retry_at, discard)
+                         $6::boolean[], $9::text[])
+        AS e(job_id, attempt_id, outcome, error, retry_at, discard, output)
 ),
 j AS (
     UPDATE jobs SET
@@ -105,6 +105,7 @@ j AS (
         run_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN jobs.run_at
                       ELSE e.retry_at END,
         last_error = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN NULL ELSE e.error END,
+        output = e.output,
         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
     FROM ends e
     WHERE jobs.id = e.job_id AND jobs.current_attempt = e.attempt_id
@@ -261,6 +262,8 @@ pub(crate) struct End {
     pub error: Option<String>,
     pub retry_at: Millis,
     pub discard: bool,
+    /// What a succeeded run finished with (JSON).
+    pub output: Option<String>,
 }
 
 /// Records every run's end; returns each job's new state, for every job
@@ -282,6 +285,7 @@ pub(crate) fn end(
     let errors: Vec<Option<String>> = ends.iter().map(|e| e.error.clone()).collect();
     let retry: Vec<i64> = ends.iter().map(|e| e.retry_at).collect();
     let discard: Vec<bool> = ends.iter().map(|e| e.discard).collect();
+    let outputs: Vec<Option<&str>> = ends.iter().map(|e| e.output.as_deref()).collect();
     tx.query(
         &st.end,
         &[
@@ -293,6 +297,7 @@ pub(crate) fn end(
             &discard,
             &now,
             &if durable { "on" } else { "off" },
+            &outputs,
         ],
     )
     .map_err(read_err)?
@@ -333,6 +338,7 @@ mod tests {
                 error: None,
                 retry_at: 0,
                 discard: false,
+                output: None,
             };
             let states = super::end(&mut tx, &st, &[end], 5, durable).unwrap();
             assert_eq!(states, [(1, "succeeded".to_string())]);

@@ -14,14 +14,43 @@ use crate::error::{Error, Result};
 pub(crate) const SCHEMA_SQL: &str = include_str!("../../postgres.sql");
 
 /// Steps from an older version: `MIGRATIONS[i]` takes version `i + 1` to
-/// `i + 2` (the same numbering as the SQLite file's). A database without
-/// the tables gets `SCHEMA_SQL` in one go instead.
-const MIGRATIONS: &[&str] = &[
-    // 1 → 2: schedules (periodic jobs), as in `postgres.sql`.
-    SCHEDULES_SQL,
-    // 2 → 3: queue controls, as at the end of `postgres.sql`.
-    QUEUES_SQL,
+/// `i + 2` (the same numbering as the SQLite file's), statement lists run
+/// in order; each step's last list reads as in `postgres.sql`. A database
+/// without the tables gets `SCHEMA_SQL` in one go instead.
+const MIGRATIONS: &[&[&str]] = &[
+    // 1 → 2: schedules (periodic jobs).
+    &[SCHEDULES_SQL],
+    // 2 → 3: queue controls.
+    &[QUEUES_SQL],
+    // 3 → 4: workflows: the `waiting` state and `output` on `jobs`, then
+    // the edges' table, as `postgres.sql` ends.
+    &[JOBS_V4_SQL, DEPENDENCIES_SQL],
 ];
+
+/// `jobs` as `postgres.sql` defines it from version 4.
+const JOBS_V4_SQL: &str = "ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
+ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
+    CHECK (state IN ('waiting', 'queued', 'running', 'succeeded', 'dead', 'cancelled'));
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS output text
+    CHECK (output IS NULL OR output::json IS NOT NULL);
+";
+
+/// The workflows' edges, the end of `postgres.sql`.
+const DEPENDENCIES_SQL: &str = r#"-- job_dependencies: the edges of workflows. A row says job_id runs only
+-- after depends_on succeeded; it is written with job_id's enqueue (the keys
+-- it named, resolved to their jobs) and kept after both finish, so a
+-- workflow's graph stays readable (`litejob workflow KEY`). The commit that
+-- finishes a job moves its waiting dependents to 'queued' (all their
+-- dependencies succeeded) or 'cancelled' (it ended dead or cancelled).
+-- Pruning keeps a finished job while a dependent of it is unfinished.
+CREATE TABLE IF NOT EXISTS job_dependencies (
+    job_id     bigint  NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    depends_on bigint  NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    PRIMARY KEY (job_id, depends_on),
+    CHECK (job_id <> depends_on)
+);
+CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);
+"#;
 
 /// The queue controls' tables and view, as `postgres.sql` ends (a test
 /// checks the two agree).
@@ -184,8 +213,8 @@ pub(crate) fn migrate(client: &mut Client) -> Result<i64> {
                     "bad schema version {found} in litejob_schema: no litejob writes it"
                 ))
             })?;
-        for step in steps {
-            tx.batch_execute(step).map_err(read_err)?;
+        for sql in steps.iter().flat_map(|s| s.iter()) {
+            tx.batch_execute(sql).map_err(read_err)?;
         }
     }
     tx.execute("DELETE FROM litejob_schema", &[])
@@ -207,10 +236,12 @@ mod tests {
     fn every_migration_step_has_a_version_and_reads_as_postgres_sql() {
         assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION - 1);
         for step in MIGRATIONS {
+            let last = step.last().unwrap();
             assert!(
-                SCHEMA_SQL.contains(step),
-                "a step differs from postgres.sql:\n{step}"
+                SCHEMA_SQL.contains(last),
+                "a step differs from postgres.sql:\n{last}"
             );
         }
+        assert!(SCHEMA_SQL.ends_with(DEPENDENCIES_SQL));
     }
 }

@@ -89,6 +89,22 @@ impl<'t> PgJobTx<'_, 't> {
         }
         Ok(added)
     }
+
+    /// The result of `key`, one of this job's dependencies
+    /// ([`NewJob::with_depends_on`](crate::NewJob::with_depends_on)), as it
+    /// committed ([`Outcome::done_with`](crate::Outcome::done_with)): read in
+    /// this transaction. `None` when it finished without a value; an error
+    /// when `key` is not one of its dependencies, or its value does not
+    /// decode as `T`.
+    pub fn dependency_output<T: serde::de::DeserializeOwned>(
+        &mut self,
+        key: &str,
+    ) -> Result<Option<T>> {
+        let id = self.job.id;
+        let json = crate::postgres::workflow::dependency_output(self.transaction(), id, key)?;
+        json.map(|j| crate::core::workflow::decode_output(key, &j))
+            .transpose()
+    }
 }
 
 impl<'t> Deref for PgJobTx<'_, 't> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::core::attempt::Attempt;
 use crate::core::outbox::{OutboxRow, OutboxState};
 use crate::core::time::Millis;
-use crate::driver::wake::Wakers;
+use crate::driver::wake::{Waiters, Wakers};
 use crate::driver::Store;
 use crate::error::Result;
 
@@ -23,6 +23,7 @@ use crate::core::reports::prune::PruneReport;
 use crate::core::reports::stats::Explanation;
 use crate::core::reports::stats::JobDetail;
 use crate::core::reports::stats::Stats;
+use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::driver::PruneWhat;
 
@@ -36,6 +37,7 @@ pub struct Admin {
     store: Arc<dyn Store>,
     job_wake: Arc<Wakers>,
     outbox_wake: Arc<Wakers>,
+    done_wake: Arc<Waiters>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -46,16 +48,21 @@ impl std::fmt::Debug for Admin {
     }
 }
 
+/// Most jobs [`Admin::workflow`] reads around one job.
+pub const WORKFLOW_LIMIT: usize = 500;
+
 impl Admin {
     pub(crate) fn new(
         store: Arc<dyn Store>,
         job_wake: Arc<Wakers>,
         outbox_wake: Arc<Wakers>,
+        done_wake: Arc<Waiters>,
     ) -> Admin {
         Admin {
             store,
             job_wake,
             outbox_wake,
+            done_wake,
         }
     }
 
@@ -137,10 +144,19 @@ impl Admin {
         self.store.job_detail(id)
     }
 
+    /// The workflow around the job of `key`: every job linked to it
+    /// through dependencies, either way, transitively, with their states
+    /// and the edges between them (at most [`WORKFLOW_LIMIT`] jobs, the
+    /// nearest; `truncated` says when there were more). `None` when no job
+    /// has the key (a job with no dependency is a workflow of one).
+    pub fn workflow(&self, key: &str) -> Result<Option<Workflow>> {
+        self.store.workflow(key, WORKFLOW_LIMIT)
+    }
+
     /// Everything known about one idempotency key: its deliveries, its job
     /// (unless none was enqueued or it was pruned), every run, the ledger
-    /// row, the outbox rows with their attempts, and the controls in force
-    /// on the job's queue.
+    /// row, the outbox rows with their attempts, the controls in force on
+    /// the job's queue, and the jobs it depends on and that depend on it.
     pub fn explain(&self, key: &str) -> Result<Explanation> {
         let mut e = self.store.explain(key)?;
         if let Some(job) = &e.job {
@@ -232,13 +248,18 @@ impl Admin {
         }
     }
 
-    /// Cancels a queued job: it will not run. [`crate::error::Error::NotFound`] when there
-    /// is no such job; [`crate::error::Error::WrongState`] when it is not queued (a running
+    /// Cancels a queued or waiting job: it will not run, nor will any job
+    /// that depends on it, directly or through others (each cancelled with
+    /// `last_error` naming this one), in the same transaction.
+    /// [`crate::error::Error::NotFound`] when there is no such job;
+    /// [`crate::error::Error::WrongState`] when it is neither (a running
     /// job's transaction is already under way; a finished one has nothing
     /// left to cancel).
     pub fn cancel_job(&self, id: i64) -> Result<()> {
         let now = self.now();
-        self.store.cancel_job(id, now)
+        self.store.cancel_job(id, now)?;
+        self.done_wake.wake();
+        Ok(())
     }
 
     /// Requeues a dead outbox row with a fresh attempt budget, due now.

@@ -126,6 +126,11 @@ impl AnyQueue {
         on_either!(self, q => q.job_by_key(key))
     }
 
+    /// [`Queue::wait`].
+    pub fn wait(&self, key: &str, timeout: std::time::Duration) -> Result<Option<Job>> {
+        on_either!(self, q => q.wait(key, timeout))
+    }
+
     /// [`Queue::jobs`].
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
         on_either!(self, q => q.jobs(filter))

@@ -14,7 +14,7 @@ use crate::core::options::{EngineKind, QueueOptions};
 use crate::core::outbox::{OutboxRow, OutboxState};
 use crate::core::time::Millis;
 use crate::core::validate::{self, EnqueueRules, ValidJob};
-use crate::driver::wake::Wakers;
+use crate::driver::wake::{Waiters, Wakers};
 use crate::driver::{Engine, Store};
 use crate::error::{Error, Result};
 use crate::sqlite::Sqlite;
@@ -27,6 +27,7 @@ mod copy;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
+mod wait;
 
 pub use admin::Admin;
 pub use any::AnyQueue;
@@ -61,6 +62,8 @@ pub(crate) struct Inner<E: Engine> {
     pub(crate) job_wake: Arc<Wakers>,
     /// Wakes effect threads after a run wrote outbox rows.
     pub(crate) outbox_wake: Arc<Wakers>,
+    /// Wakes [`Queue::wait`] callers after runs (or a repair) ended jobs.
+    pub(crate) done_wake: Arc<Waiters>,
 }
 
 impl<E: Engine> std::fmt::Debug for Queue<E> {
@@ -115,6 +118,7 @@ impl<E: Engine> Queue<E> {
                 rules,
                 job_wake: Arc::default(),
                 outbox_wake: Arc::default(),
+                done_wake: Arc::default(),
             }),
         }
     }
@@ -247,6 +251,7 @@ impl<E: Engine> Queue<E> {
             self.inner.store.clone(),
             self.inner.job_wake.clone(),
             self.inner.outbox_wake.clone(),
+            self.inner.done_wake.clone(),
         )
     }
 }

@@ -192,12 +192,14 @@ fn shared<E: Engine>(b: RuntimeBuilder<E>, stop: crossbeam_channel::Receiver<()>
             .as_ref()
             .map(|q| serde_json::to_string(q).unwrap_or_default()),
         cfg: b.cfg,
+        max_output: inner.rules.max_payload_bytes,
         stopping: AtomicBool::new(false),
         stop,
         in_flight: InFlight::default(),
         slot_wanted: AtomicBool::new(false),
         job_wakers: inner.job_wake.clone(),
         outbox_wakers: inner.outbox_wake.clone(),
+        done_wakers: inner.done_wake.clone(),
         job_wake: inner.job_wake.subscribe(),
         outbox_wake: inner.outbox_wake.subscribe(),
     }

@@ -7,6 +7,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::core::job::JobState;
 use crate::core::time::Millis;
 use crate::error::{Action, Error, Result, RowId};
 
@@ -45,22 +46,28 @@ pub(crate) fn retry_dead_batch(
     Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
 }
 
-/// Cancels job `id` if it is queued.
+/// Cancels job `id` if it is queued or waiting, and every waiting job
+/// that depends on it, directly or through others.
 pub(crate) fn cancel_job(conn: &Connection, id: i64, now: Millis) -> Result<()> {
     const SQL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = ?2 \
-                       WHERE id = ?1 AND state = 'queued'";
+                       WHERE id = ?1 AND (state = 'queued' OR state = 'waiting')";
     if conn.prepare_cached(SQL)?.execute((id, now))? == 1 {
+        crate::sqlite::workflow::cancel_dependents(conn, id, JobState::Cancelled, now)?;
         return Ok(());
     }
     Err(refusal(conn, id, Action::CancelJob(id))?)
 }
 
 /// Deletes up to `limit` jobs finished before `before` whose outbox rows
-/// are all sent, with their attempts. Returns `(jobs, attempts)`.
+/// are all sent and no unfinished job depends on, with their attempts (a
+/// waiting or running dependent still reads a dependency's state and
+/// output). Returns `(jobs, attempts)`.
 pub(crate) fn prune_jobs(conn: &Connection, before: Millis, limit: i64) -> Result<(usize, usize)> {
     const PICK_JOBS: &str =
         "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= ?1 \
          AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent') \
+         AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs w ON w.id = d.job_id \
+                         WHERE d.depends_on = jobs.id AND w.finished_at IS NULL) \
          ORDER BY finished_at LIMIT ?2";
     const JOB_ATTEMPTS: &str =
         "DELETE FROM attempts WHERE job_id IN (SELECT value FROM json_each(?1))";

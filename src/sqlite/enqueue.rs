@@ -18,6 +18,9 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
     // processes) never see a constraint error. A key that is there inserts
     // no row, so it spends no AUTOINCREMENT id (an upsert that turns into an
     // update, or an INSERT … DO NOTHING that conflicts, would).
+    if !job.depends_on.is_empty() {
+        return crate::sqlite::workflow::insert(conn, job, now);
+    }
     if !conn.is_autocommit() {
         return insert_in_tx(conn, job, now);
     }
@@ -50,7 +53,7 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
 
 /// A key whose work already committed is a duplicate even when its job row
 /// was pruned: the answer is the job id the ledger recorded.
-fn ledger_duplicate(conn: &Connection, key: &str) -> Result<Enqueued> {
+pub(crate) fn ledger_duplicate(conn: &Connection, key: &str) -> Result<Enqueued> {
     let ledger_job = ledger::lookup(conn, key)?.and_then(|(_, j)| j);
     Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)))
 }
@@ -100,6 +103,9 @@ pub(crate) fn insert_many(
     jobs: &[ValidJob],
     now: Millis,
 ) -> Result<Vec<Enqueued>> {
+    if jobs.iter().any(|j| !j.depends_on.is_empty()) {
+        return crate::sqlite::workflow::insert_batch(conn, jobs, now);
+    }
     let mut st = Statements::new(conn)?;
     let mut out = Vec::with_capacity(jobs.len());
     let mut keys = std::collections::HashSet::with_capacity(jobs.len());
@@ -268,7 +274,7 @@ fn may_be_key_taken(e: &rusqlite::Error) -> bool {
     )
 }
 
-fn constraint(e: rusqlite::Error) -> Error {
+pub(crate) fn constraint(e: rusqlite::Error) -> Error {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::ConstraintViolation) => {
             Error::invalid(format!("refused by the schema's constraints: {e}"))

@@ -6,6 +6,7 @@
 use rusqlite::Connection;
 
 use crate::core::attempt::AttemptOutcome;
+use crate::core::job::JobState;
 use crate::core::lifecycle::{self, Expiry, ABANDONED_JOB, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
@@ -74,6 +75,7 @@ pub(crate) fn reap_expired(conn: &Connection, now: Millis, max_abandoned: i64) -
             Expiry::Poisoned { abandoned, error } => {
                 conn.prepare_cached(KILL)?
                     .execute(rusqlite::params![id, abandoned, error, now])?;
+                crate::sqlite::workflow::cancel_dependents(conn, id, JobState::Dead, now)?;
                 log::warn!(target: "litejob", job_id = id, abandoned = abandoned; "job is dead: {error}");
             }
         }

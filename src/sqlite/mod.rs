@@ -43,6 +43,7 @@ pub(crate) mod schema;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;
+pub(crate) mod workflow;
 pub(crate) mod writer;
 
 /// The SQLite engine: a queue in one file ([`crate::queue::Queue::open`]). Its

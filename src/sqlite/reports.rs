@@ -118,7 +118,8 @@ pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>
     let attempts = history::for_job(conn, id)?;
     let outbox = outbox_entries(conn, id)?;
     let ledger = ledger_entry(conn, &job.idempotency_key)?;
-    Ok(Some(job_detail_of(job, attempts, outbox, ledger)))
+    let links = crate::sqlite::workflow::links(conn, id)?;
+    Ok(Some(job_detail_of(job, attempts, outbox, ledger, links)))
 }
 
 fn ledger_entry(conn: &Connection, key: &str) -> Result<Option<LedgerEntry>> {
@@ -146,11 +147,15 @@ fn outbox_entries(conn: &Connection, job_id: i64) -> Result<Vec<OutboxEntry>> {
 pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
     let job = crate::sqlite::reads::get_job_by_key(conn, key)?;
     let ledger = ledger_entry(conn, key)?;
-    let (attempts, outbox) = match &job {
-        Some(j) => (history::for_job(conn, j.id)?, outbox_entries(conn, j.id)?),
-        None => (Vec::new(), Vec::new()),
+    let (attempts, outbox, links) = match &job {
+        Some(j) => (
+            history::for_job(conn, j.id)?,
+            outbox_entries(conn, j.id)?,
+            crate::sqlite::workflow::links(conn, j.id)?,
+        ),
+        None => (Vec::new(), Vec::new(), (Vec::new(), Vec::new())),
     };
-    Ok(explanation_of(key, job, attempts, ledger, outbox))
+    Ok(explanation_of(key, job, attempts, ledger, outbox, links))
 }
 
 // Failures: dead jobs and dead outbox rows by last error and kind.

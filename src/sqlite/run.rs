@@ -24,6 +24,7 @@ use crate::sqlite::history::{self};
 use crate::sqlite::ledger;
 use crate::sqlite::tx::JobTx;
 use crate::sqlite::tx::{RELEASE_RUN, ROLLBACK_RUN};
+use crate::sqlite::workflow;
 use crate::sqlite::writer::exec_cached;
 use crate::sqlite::Sqlite;
 
@@ -46,13 +47,21 @@ fn lease_lost(job_id: i64, attempt_id: i64) -> Error {
     }
 }
 
-fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Result<()> {
+/// Completes the job with its output, and queues the dependents whose
+/// last dependency it was (returns how many).
+fn complete(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    output: Option<&str>,
+    now: Millis,
+) -> Result<usize> {
     const SQL: &str = "UPDATE jobs SET state = 'succeeded', finished_at = ?3, last_error = NULL, \
-         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL, output = ?4 \
          WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
     if conn
         .prepare_cached(SQL)?
-        .execute(rusqlite::params![job_id, attempt_id, now])?
+        .execute(rusqlite::params![job_id, attempt_id, now, output])?
         != 1
     {
         return Err(Error::LeaseLost {
@@ -60,7 +69,7 @@ fn complete(conn: &Connection, job_id: i64, attempt_id: i64, now: Millis) -> Res
             detail: "completion refused".into(),
         });
     }
-    Ok(())
+    workflow::promote(conn, job_id)
 }
 
 /// Where a write runs, which decides how a step failing half-way is undone.
@@ -117,7 +126,8 @@ pub(crate) fn fail(
         });
     };
     let state: JobState = state.parse().map_err(&half_done)?;
-    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(half_done)?;
+    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(&half_done)?;
+    workflow::ended(conn, job_id, state, now).map_err(half_done)?;
     Ok(RunEnd {
         outcome,
         state,
@@ -125,6 +135,7 @@ pub(crate) fn fail(
         outbox_added: 0,
         retry_at: (state == JobState::Queued).then_some(retry_at),
         discarded: discard,
+        unblocked: 0,
     })
 }
 
@@ -141,6 +152,8 @@ pub(crate) struct ApplyInput<'h> {
     /// ([`crate::sqlite::writer::Writer::interrupts`]): read around the handler, it
     /// says whether the time budget stopped this run.
     pub interrupts: &'h AtomicU64,
+    /// The largest output the job may finish with, in bytes.
+    pub max_output: usize,
 }
 
 /// The run's transaction: ledger row first, fenced on the attempt, the
@@ -168,6 +181,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         outbox_max_attempts,
         backoff_at,
         interrupts,
+        max_output,
     } = input;
     // The fence, then the ledger row: written only while this attempt still
     // holds the job (both in this transaction, nothing between them). From
@@ -212,9 +226,17 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             )),
         ));
     }
-    let (outcome, error, next) = match judge(result, now, backoff_at) {
-        Verdict::Done => {
-            return finish_done(conn, ctx.id, attempt_id, savepoint, outbox_added, now)
+    let (outcome, error, next) = match judge(result, now, backoff_at, max_output) {
+        Verdict::Done(output) => {
+            return finish_done(
+                conn,
+                ctx.id,
+                attempt_id,
+                savepoint,
+                outbox_added,
+                output,
+                now,
+            )
         }
         Verdict::Failed(outcome, error, next) => (outcome, error, next),
     };
@@ -249,8 +271,8 @@ fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -
         Some(DUPLICATE_RUN),
         now,
     )
-    .and_then(|_| complete(conn, job, attempt_id, now));
-    finished.map_err(|e| abort(conn, e))?;
+    .and_then(|_| complete(conn, job, attempt_id, None, now));
+    let unblocked = finished.map_err(|e| abort(conn, e))?;
     Ok(RunEnd {
         outcome: AttemptOutcome::Duplicate,
         state: JobState::Succeeded,
@@ -258,6 +280,7 @@ fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -
         outbox_added: 0,
         retry_at: None,
         discarded: false,
+        unblocked,
     })
 }
 
@@ -269,16 +292,18 @@ fn finish_done(
     attempt_id: i64,
     savepoint: Savepoint,
     outbox_added: usize,
+    output: Option<String>,
     now: Millis,
 ) -> Result<RunEnd> {
     let done = (|| {
         if savepoint == Savepoint::Open {
             exec_cached(conn, RELEASE_RUN)?;
         }
-        complete(conn, job, attempt_id, now)?;
-        history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)
+        let unblocked = complete(conn, job, attempt_id, output.as_deref(), now)?;
+        history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
+        Ok(unblocked)
     })();
-    done.map_err(|e| abort(conn, e))?;
+    let unblocked = done.map_err(|e| abort(conn, e))?;
     Ok(RunEnd {
         outcome: AttemptOutcome::Succeeded,
         state: JobState::Succeeded,
@@ -286,6 +311,7 @@ fn finish_done(
         outbox_added,
         retry_at: None,
         discarded: false,
+        unblocked,
     })
 }
 

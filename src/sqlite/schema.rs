@@ -45,9 +45,96 @@ SELECT name, cron, tz, kind, queue, catch_up,
        strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch')   AS updated_at
 FROM schedules;
 "#,
-    // 2 → 3: queue controls, as `schema.sql` ends.
+    // 2 → 3: queue controls.
     QUEUES_SQL,
+    // 3 → 4: workflows. `jobs` gains the `waiting` state (a CHECK SQLite
+    // cannot alter) and `output`: it is rebuilt by `rebuild_jobs` first,
+    // then this creates the edges' table, as `schema.sql` ends.
+    WORKFLOW_SQL,
 ];
+
+/// The workflows' table, the end of `schema.sql` (a test checks the two
+/// agree).
+const WORKFLOW_SQL: &str = r#"-- job_dependencies: the edges of workflows. A row says job_id runs only
+-- after depends_on succeeded; it is written with job_id's enqueue (the keys
+-- it named, resolved to their jobs) and kept after both finish, so a
+-- workflow's graph stays readable (`litejob workflow KEY`). The commit that
+-- finishes a job moves its waiting dependents to 'queued' (all their
+-- dependencies succeeded) or 'cancelled' (it ended dead or cancelled).
+-- Pruning keeps a finished job while a dependent of it is unfinished.
+CREATE TABLE IF NOT EXISTS job_dependencies (
+    job_id     INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    depends_on INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    PRIMARY KEY (job_id, depends_on),
+    CHECK (job_id <> depends_on)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);
+"#;
+
+/// The views of `schema.sql`: dropped while `jobs` is rebuilt (SQLite
+/// refuses to rename a table while a view names one that is missing), and
+/// created again from `schema.sql`.
+const VIEWS: [&str; 7] = [
+    "job_overview",
+    "attempt_history",
+    "recent_failures",
+    "outbox_overview",
+    "key_summary",
+    "schedule_overview",
+    "queue_overview",
+];
+
+/// The columns of `jobs` before version 4, copied into the new table.
+const JOBS_V3_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt";
+
+/// Rebuilds `jobs` as `schema.sql` defines it now (SQLite's way to change a
+/// CHECK): a new table, every row copied, the old one dropped, the new one
+/// renamed, its indexes and the views created again. The AUTOINCREMENT
+/// counter is carried over, so an id is never reused. Runs inside the
+/// migration's transaction, with foreign keys off (dropping `jobs` would
+/// otherwise delete every attempt through their cascade).
+fn rebuild_jobs(tx: &Connection) -> Result<()> {
+    let start = SCHEMA_SQL
+        .find("CREATE TABLE IF NOT EXISTS jobs (")
+        .ok_or_else(|| Error::Internal("schema.sql defines no jobs table".into()))?;
+    let len = SCHEMA_SQL[start..]
+        .find(
+            "
+);",
+        )
+        .ok_or_else(|| Error::Internal("schema.sql's jobs table has no end".into()))?;
+    let create = SCHEMA_SQL[start..start + len + 3].replacen(
+        "CREATE TABLE IF NOT EXISTS jobs (",
+        "CREATE TABLE jobs_v4 (",
+        1,
+    );
+    let drop_views: String = VIEWS
+        .iter()
+        .map(|v| format!("DROP VIEW IF EXISTS {v};\n"))
+        .collect();
+    tx.execute_batch(&format!(
+        "{drop_views}{create}\n\
+         INSERT INTO jobs_v4 ({JOBS_V3_COLUMNS}) SELECT {JOBS_V3_COLUMNS} FROM jobs;\n\
+         CREATE TEMP TABLE litejob_seq AS SELECT seq FROM sqlite_sequence WHERE name = 'jobs';\n\
+         DROP TABLE jobs;\n\
+         ALTER TABLE jobs_v4 RENAME TO jobs;\n\
+         DELETE FROM sqlite_sequence WHERE name = 'jobs';\n\
+         INSERT INTO sqlite_sequence (name, seq) \
+           SELECT 'jobs', max(coalesce((SELECT seq FROM temp.litejob_seq), 0), \
+                              coalesce((SELECT max(id) FROM jobs), 0));\n\
+         DROP TABLE temp.litejob_seq;\n\
+         {SCHEMA_SQL}"
+    ))?;
+    let broken: i64 = tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+        r.get(0)
+    })?;
+    if broken > 0 {
+        return Err(Error::Internal(format!(
+            "migrating jobs to version 4 left {broken} rows whose reference is broken;              nothing was changed"
+        )));
+    }
+    Ok(())
+}
 
 /// The queue controls' tables and view, the end of `schema.sql` (a test
 /// checks the two agree).
@@ -119,12 +206,24 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<i64> {
     if read_version(conn)? == SCHEMA_VERSION {
         return Ok(SCHEMA_VERSION);
     }
+    // Foreign keys cannot be switched inside a transaction: off for the
+    // migration (see `rebuild_jobs`), on again whatever it did.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let migrated = migrate_in_tx(conn);
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    migrated
+}
+
+fn migrate_in_tx(conn: &mut Connection) -> Result<i64> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let found = check_not_newer(&tx)?;
     if found == 0 {
         tx.execute_batch(SCHEMA_SQL)?;
     } else {
-        for step in &MIGRATIONS[(found - 1) as usize..] {
+        for (i, step) in MIGRATIONS.iter().enumerate().skip((found - 1) as usize) {
+            if i + 2 == 4 {
+                rebuild_jobs(&tx)?;
+            }
             tx.execute_batch(step)?;
         }
     }
@@ -148,8 +247,12 @@ mod tests {
         // The last step reads as `schema.sql` ends, so a migrated file's
         // schema is a new file's.
         assert!(
-            SCHEMA_SQL.ends_with(QUEUES_SQL),
+            SCHEMA_SQL.ends_with(WORKFLOW_SQL),
             "the step differs from schema.sql"
+        );
+        assert!(
+            SCHEMA_SQL.contains(QUEUES_SQL),
+            "the queue controls' step differs from schema.sql"
         );
     }
 }

@@ -19,6 +19,7 @@ use crate::core::reports::overview;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::{Runs, Tally};
+use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::{Clock, Millis};
 use crate::core::validate::ValidJob;
@@ -39,6 +40,7 @@ use crate::sqlite::reports::{self};
 use crate::sqlite::schema;
 use crate::sqlite::tally::{self};
 use crate::sqlite::writer::{Writer, WriterConfig};
+use crate::sqlite::{reads, workflow};
 
 /// A queue file: the write connection (inside its [`Writer`]) and the
 /// reader pool.
@@ -259,6 +261,15 @@ impl Store for SqliteStore {
 
     fn explain(&self, key: &str) -> Result<Explanation> {
         self.read(|c| reports::in_snapshot(c, |c| reports::explain(c, key)))
+    }
+
+    fn workflow(&self, key: &str, limit: usize) -> Result<Option<Workflow>> {
+        self.read(|c| {
+            reports::in_snapshot(c, |c| match reads::get_job_by_key(c, key)? {
+                Some(j) => workflow::graph(c, j.id, limit).map(Some),
+                None => Ok(None),
+            })
+        })
     }
 
     fn schedules(&self) -> Result<Vec<ScheduleRow>> {

@@ -88,6 +88,21 @@ impl<'a> JobTx<'a> {
         }
         Ok(added)
     }
+
+    /// The result of `key`, one of this job's dependencies
+    /// ([`NewJob::with_depends_on`](crate::NewJob::with_depends_on)), as it
+    /// committed ([`Outcome::done_with`](crate::Outcome::done_with)): read in
+    /// this transaction. `None` when it finished without a value; an error
+    /// when `key` is not one of its dependencies, or its value does not
+    /// decode as `T`.
+    pub fn dependency_output<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>> {
+        let json = crate::sqlite::workflow::dependency_output(self.conn, self.job.id, key)?;
+        json.map(|j| crate::core::workflow::decode_output(key, &j))
+            .transpose()
+    }
 }
 
 impl std::ops::Deref for JobTx<'_> {

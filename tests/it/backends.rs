@@ -314,6 +314,17 @@ impl AppTx<'_, '_, '_> {
             AppTx::Postgres(t) => t.outbox(kind, key, payload),
         }
     }
+
+    /// A dependency's result (see `JobTx::dependency_output`).
+    pub fn dependency_output<T: serde::de::DeserializeOwned>(
+        &mut self,
+        key: &str,
+    ) -> litejob::Result<Option<T>> {
+        match self {
+            AppTx::Sqlite(t) => t.dependency_output(key),
+            AppTx::Postgres(t) => t.dependency_output(key),
+        }
+    }
 }
 
 /// A runtime builder on either engine, as the suite's tests build their

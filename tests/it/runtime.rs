@@ -20,6 +20,7 @@ mod outcomes;
 mod prepare;
 mod shutdown;
 mod wakeup;
+mod workflows;
 
 use crate::backends::Runtimes;
 use std::time::Duration;

@@ -11,6 +11,7 @@ use crate::core::attempt::Attempt;
 use crate::core::controls::QueueControl;
 use crate::core::job::{Job, JobState};
 use crate::core::outbox::{OutboxRow, OutboxState};
+use crate::core::reports::workflow::Linked;
 use crate::core::time::Millis;
 
 /// Job counts per state.
@@ -19,6 +20,8 @@ use crate::core::time::Millis;
 pub struct JobCounts {
     /// All jobs.
     pub total: i64,
+    /// `waiting` for dependencies.
+    pub waiting: i64,
     /// `queued` (includes scheduled and waiting for a retry).
     pub queued: i64,
     /// `running`.
@@ -35,6 +38,7 @@ impl JobCounts {
     pub(crate) fn add(&mut self, state: &str, n: i64) {
         self.total += n;
         match state {
+            "waiting" => self.waiting += n,
             "queued" => self.queued += n,
             "running" => self.running += n,
             "succeeded" => self.succeeded += n,
@@ -47,6 +51,7 @@ impl JobCounts {
     /// The count of one state.
     pub fn get(&self, state: JobState) -> i64 {
         match state {
+            JobState::Waiting => self.waiting,
             JobState::Queued => self.queued,
             JobState::Running => self.running,
             JobState::Succeeded => self.succeeded,
@@ -197,6 +202,11 @@ pub struct JobDetail {
     pub outbox: Vec<OutboxEntry>,
     /// The ledger row of its key, if the key's work committed.
     pub ledger: Option<LedgerEntry>,
+    /// The jobs it depends on, with their states (a waiting job waits for
+    /// those not `succeeded`).
+    pub dependencies: Vec<Linked>,
+    /// The jobs that depend on it (the first thousand).
+    pub dependents: Vec<Linked>,
 }
 
 /// A [`JobDetail`] from its parts, as any backend reads them.
@@ -205,12 +215,15 @@ pub(crate) fn job_detail_of(
     attempts: Vec<Attempt>,
     outbox: Vec<OutboxEntry>,
     ledger: Option<LedgerEntry>,
+    links: (Vec<Linked>, Vec<Linked>),
 ) -> JobDetail {
     JobDetail {
         job,
         attempts,
         outbox,
         ledger,
+        dependencies: links.0,
+        dependents: links.1,
     }
 }
 
@@ -221,6 +234,7 @@ pub(crate) fn explanation_of(
     attempts: Vec<Attempt>,
     ledger: Option<LedgerEntry>,
     outbox: Vec<OutboxEntry>,
+    links: (Vec<Linked>, Vec<Linked>),
 ) -> Explanation {
     Explanation {
         key: key.to_string(),
@@ -230,6 +244,8 @@ pub(crate) fn explanation_of(
         ledger,
         outbox,
         queue_control: None,
+        dependencies: links.0,
+        dependents: links.1,
     }
 }
 
@@ -253,4 +269,9 @@ pub struct Explanation {
     /// why a due job may still wait), with the queue's load; None when it
     /// has none.
     pub queue_control: Option<QueueControl>,
+    /// The jobs it depends on, with their states (a waiting job waits for
+    /// those not `succeeded`).
+    pub dependencies: Vec<Linked>,
+    /// The jobs that depend on it (the first thousand).
+    pub dependents: Vec<Linked>,
 }

@@ -70,6 +70,7 @@ impl Worker {
                 for r in &runs {
                     self.finish(r);
                 }
+                self.s.done_wakers.wake();
                 self.s.slot_freed();
                 Ok(runs.into_iter().filter_map(|r| r.end).collect())
             }
@@ -128,7 +129,10 @@ impl Worker {
     /// The batch's transaction: fence and ledger, handlers, ends, commit.
     pub(super) fn apply(&mut self, runs: &mut [Run]) -> Result<()> {
         let s = self.s.clone();
-        let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
+        let limits = Limits {
+            outbox_max_attempts: s.cfg.outbox_max_retries as i64 + 1,
+            max_output: s.max_output,
+        };
         let now = s.store.now();
         let (c, st) = self.connection()?;
         let mut tx = c
@@ -160,6 +164,7 @@ impl Worker {
                     r.ctx.id
                 )));
             };
+            let mut output = None;
             let end = match prepared {
                 Err(stop) => {
                     let (outcome, msg, next) = failure(stop, r.backoff_at);
@@ -172,12 +177,14 @@ impl Worker {
                     retry_at: None,
                     outbox_added: 0,
                     discarded: false,
+                    unblocked: 0,
                 },
                 Ok(prepared) => {
-                    let end = apply_one(&mut tx, st, r, prepared, now, outbox_max_attempts)?;
+                    let (end, out) = apply_one(&mut tx, st, r, prepared, now, limits)?;
                     if end.outcome != AttemptOutcome::Succeeded {
                         failed_keys.push(r.ctx.key.clone());
                     }
+                    output = out;
                     end
                 }
             };
@@ -188,6 +195,7 @@ impl Worker {
                 error: end.error.as_deref().map(cap_error),
                 retry_at: end.retry_at.unwrap_or(now),
                 discard: end.discarded,
+                output,
             });
             r.end = Some(end);
         }
@@ -208,8 +216,7 @@ impl Worker {
                 detail: "its lease was lost during the batch; the batch was rolled back".into(),
             });
         }
-        tx.commit().map_err(crate::postgres::conn::write_err)?;
-        // The states the commit recorded; retry times only for the jobs
+        // The states the batch recorded; retry times only for the jobs
         // that went back to queued.
         for r in runs.iter_mut() {
             let state = states.iter().find(|(id, _)| *id == r.started.id);
@@ -219,6 +226,17 @@ impl Worker {
                     end.retry_at = None;
                 }
             }
+        }
+        // Their dependents, in the same commit.
+        let ended: Vec<(i64, &str, JobState)> = runs
+            .iter()
+            .filter_map(|r| Some((r.ctx.id, r.ctx.key.as_str(), r.end.as_ref()?.state)))
+            .collect();
+        let unblocked = crate::postgres::workflow::ended(&mut tx, &ended, now)?;
+        tx.commit().map_err(crate::postgres::conn::write_err)?;
+        if unblocked > 0 {
+            s.notify();
+            s.store.notifier.jobs();
         }
         Ok(())
     }
@@ -254,13 +272,13 @@ fn apply_one(
     r: &Run,
     prepared: Prepared,
     now: Millis,
-    outbox_max_attempts: i64,
-) -> Result<RunEnd> {
+    limits: Limits,
+) -> Result<(RunEnd, Option<String>)> {
     let mut jtx = PgJobTx {
         tx,
         job: &r.ctx,
         now,
-        outbox_max_attempts,
+        outbox_max_attempts: limits.outbox_max_attempts,
         outbox_add: &st.outbox_add,
         outbox_added: 0,
         savepoint: Savepoint::NotOpened,
@@ -275,22 +293,26 @@ fn apply_one(
         )));
     }
     let opened = savepoint == Savepoint::Open;
-    let verdict = judge(result, now, r.backoff_at);
-    if matches!(verdict, Verdict::Done) && (!opened || tx.batch_execute(RELEASE_RUN).is_ok()) {
-        return Ok(RunEnd {
-            outcome: AttemptOutcome::Succeeded,
-            state: JobState::Succeeded,
-            error: None,
-            retry_at: None,
-            outbox_added: added,
-            discarded: false,
-        });
+    let verdict = judge(result, now, r.backoff_at, limits.max_output);
+    if let Verdict::Done(output) = &verdict {
+        if !opened || tx.batch_execute(RELEASE_RUN).is_ok() {
+            let end = RunEnd {
+                outcome: AttemptOutcome::Succeeded,
+                state: JobState::Succeeded,
+                error: None,
+                retry_at: None,
+                outbox_added: added,
+                discarded: false,
+                unblocked: 0,
+            };
+            return Ok((end, output.clone()));
+        }
     }
     let (outcome, msg, next) = match verdict {
         Verdict::Failed(o, m, n) => (o, m, n),
         // Done, but its savepoint does not release: one of its statements
         // failed and the handler went on.
-        Verdict::Done => (
+        Verdict::Done(_) => (
             AttemptOutcome::Failed,
             "the handler's SQL failed (the transaction was aborted) but it returned Done"
                 .to_string(),
@@ -301,7 +323,14 @@ fn apply_one(
         tx.batch_execute(&format!("{ROLLBACK_RUN}; {RELEASE_RUN}"))
             .map_err(crate::postgres::conn::read_err)?;
     }
-    Ok(failed(outcome, msg, next))
+    Ok((failed(outcome, msg, next), None))
+}
+
+/// The queue's limits a handler's run is held to.
+#[derive(Clone, Copy)]
+struct Limits {
+    outbox_max_attempts: i64,
+    max_output: usize,
 }
 
 /// How a failed run ends, as far as the batch knows before its commit: a
@@ -319,5 +348,6 @@ fn failed(outcome: AttemptOutcome, msg: String, next: Next) -> RunEnd {
         retry_at,
         outbox_added: 0,
         discarded: matches!(next, Next::Discard),
+        unblocked: 0,
     }
 }

@@ -123,6 +123,7 @@ pub(crate) fn apply_started(
                     attempt_id: st.attempt_id,
                     prepared,
                     outbox_max_attempts: sh.cfg.outbox_max_retries as i64 + 1,
+                    max_output: sh.max_output,
                     backoff_at,
                     interrupts: sh.writer.interrupts(),
                 },
@@ -216,6 +217,7 @@ fn submit_apply(
     let outbox_max_attempts = s.cfg.outbox_max_retries as i64 + 1;
     let interrupts = s.writer.interrupts().clone();
     let clock = s.store.clock.clone();
+    let max_output = s.max_output;
     s.writer.submit_apply(move |conn| {
         let r = run::apply(
             conn,
@@ -227,6 +229,7 @@ fn submit_apply(
                 outbox_max_attempts,
                 backoff_at,
                 interrupts: &interrupts,
+                max_output,
             },
             clock.now(),
         );

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::core::attempt::AttemptOutcome;
+use crate::core::job::JobState;
 use crate::core::lifecycle::{released_after_failed_write, Next, RunEnd};
 use crate::core::time::Clock;
 use crate::driver::run as lifecycle_run;
@@ -101,6 +102,12 @@ fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
             lifecycle_run::log_finished(&ctx, end, ms);
             if end.outbox_added > 0 {
                 s.notify_outbox();
+            }
+            if end.unblocked > 0 {
+                s.notify();
+            }
+            if end.state != JobState::Queued {
+                s.done_wakers.wake();
             }
         }
         Err(e) => lifecycle_run::log_not_recorded(&ctx, ms, &e.to_string()),
