@@ -28,7 +28,8 @@ const MIGRATIONS: &[&[&str]] = &[
 ];
 
 /// `jobs` as `postgres.sql` defines it from version 4.
-const JOBS_V4_SQL: &str = "ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
+const JOBS_V4_SQL: &str = "-- jobs from version 4: the waiting state, the output column.
+ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
 ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
     CHECK (state IN ('waiting', 'queued', 'running', 'succeeded', 'dead', 'cancelled'));
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS output text

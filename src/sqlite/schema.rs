@@ -74,7 +74,7 @@ CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);
 /// The views of `schema.sql`: dropped while `jobs` is rebuilt (SQLite
 /// refuses to rename a table while a view names one that is missing), and
 /// created again from `schema.sql`.
-const VIEWS: [&str; 7] = [
+pub(crate) const VIEWS: [&str; 7] = [
     "job_overview",
     "attempt_history",
     "recent_failures",
@@ -88,49 +88,54 @@ const VIEWS: [&str; 7] = [
 const JOBS_V3_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt";
 
 /// Rebuilds `jobs` as `schema.sql` defines it now (SQLite's way to change a
-/// CHECK): a new table, every row copied, the old one dropped, the new one
-/// renamed, its indexes and the views created again. The AUTOINCREMENT
-/// counter is carried over, so an id is never reused. Runs inside the
-/// migration's transaction, with foreign keys off (dropping `jobs` would
-/// otherwise delete every attempt through their cascade).
+/// CHECK): the old table renamed aside, the new one created from
+/// `schema.sql`'s own text (so a migrated file's schema reads as a new
+/// file's), every row copied, the old one dropped, its indexes and the
+/// views created again. The AUTOINCREMENT counter is carried over, so an
+/// id is never reused. Runs inside the migration's transaction, with
+/// foreign keys off (dropping the old table would otherwise delete every
+/// attempt through their cascade) and the legacy rename (which leaves the
+/// other tables' references to `jobs` as they are, instead of pointing
+/// them at the renamed table).
 fn rebuild_jobs(tx: &Connection) -> Result<()> {
+    // (Searched for without its verb, which would make the SQL check take
+    // the fragment for a statement.)
     let start = SCHEMA_SQL
-        .find("CREATE TABLE IF NOT EXISTS jobs (")
+        .find("TABLE IF NOT EXISTS jobs (")
+        .and_then(|at| at.checked_sub(7)) // "CREATE "
         .ok_or_else(|| Error::Internal("schema.sql defines no jobs table".into()))?;
     let len = SCHEMA_SQL[start..]
-        .find(
-            "
-);",
-        )
+        .find("\n);")
         .ok_or_else(|| Error::Internal("schema.sql's jobs table has no end".into()))?;
-    let create = SCHEMA_SQL[start..start + len + 3].replacen(
-        "CREATE TABLE IF NOT EXISTS jobs (",
-        "CREATE TABLE jobs_v4 (",
-        1,
-    );
+    let create = &SCHEMA_SQL[start..start + len + 3];
     let drop_views: String = VIEWS
         .iter()
         .map(|v| format!("DROP VIEW IF EXISTS {v};\n"))
         .collect();
-    tx.execute_batch(&format!(
-        "{drop_views}{create}\n\
-         INSERT INTO jobs_v4 ({JOBS_V3_COLUMNS}) SELECT {JOBS_V3_COLUMNS} FROM jobs;\n\
-         CREATE TEMP TABLE litejob_seq AS SELECT seq FROM sqlite_sequence WHERE name = 'jobs';\n\
-         DROP TABLE jobs;\n\
-         ALTER TABLE jobs_v4 RENAME TO jobs;\n\
+    tx.pragma_update(None, "legacy_alter_table", "ON")?;
+    let rebuilt = tx.execute_batch(&format!(
+        "{drop_views}\
+         ALTER TABLE jobs RENAME TO jobs_v3;\n\
+         {create}\n\
+         INSERT INTO jobs ({JOBS_V3_COLUMNS}) SELECT {JOBS_V3_COLUMNS} FROM jobs_v3;\n\
+         CREATE TEMP TABLE litejob_seq AS SELECT seq FROM sqlite_sequence WHERE name = 'jobs_v3';\n\
+         DROP TABLE jobs_v3;\n\
          DELETE FROM sqlite_sequence WHERE name = 'jobs';\n\
          INSERT INTO sqlite_sequence (name, seq) \
            SELECT 'jobs', max(coalesce((SELECT seq FROM temp.litejob_seq), 0), \
                               coalesce((SELECT max(id) FROM jobs), 0));\n\
          DROP TABLE temp.litejob_seq;\n\
          {SCHEMA_SQL}"
-    ))?;
+    ));
+    tx.pragma_update(None, "legacy_alter_table", "OFF")?;
+    rebuilt?;
     let broken: i64 = tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
         r.get(0)
     })?;
     if broken > 0 {
         return Err(Error::Internal(format!(
-            "migrating jobs to version 4 left {broken} rows whose reference is broken;              nothing was changed"
+            "migrating jobs to version 4 left {broken} rows whose reference is broken; \
+             nothing was changed"
         )));
     }
     Ok(())

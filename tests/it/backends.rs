@@ -15,6 +15,7 @@ mod admin;
 pub(crate) mod child;
 mod controls;
 mod faults;
+mod migrations;
 mod processes;
 mod schedules;
 
