@@ -21,6 +21,10 @@ use super::begin::apply_started;
 use super::pending::{context, Pending, Running};
 use super::Pipe;
 
+/// A run the claim starts itself: its handler, and the worker its attempt
+/// names.
+type Worked = (Arc<dyn ErasedHandler<Sqlite>>, String);
+
 /// What a claim took.
 pub(crate) struct Taken {
     /// Jobs for the workers to start (handlers with a prepare step, and
@@ -97,10 +101,16 @@ pub(crate) fn submit_claim(
             };
             if !start_here || handler.has_prepare() || c.abandoned > 0 {
                 claim::Take::Claim
-            } else if split && !ahead {
-                claim::Take::Later(handler.clone(), sh.writer_name.clone())
             } else {
-                claim::Take::Start(handler.clone(), sh.writer_name.clone())
+                // Its handler runs on the writer; its attempt names the
+                // worker it is counted against.
+                let worker = sh.logical_worker();
+                let w = (handler.clone(), worker.clone());
+                if split && !ahead {
+                    claim::Take::Later(w, worker)
+                } else {
+                    claim::Take::Start(w, worker)
+                }
             }
         })?;
         if batch.held_back {
@@ -115,11 +125,9 @@ pub(crate) fn submit_claim(
         };
         for (c, started) in batch.taken {
             match started {
-                Some((st, handler)) => {
+                Some((st, w)) => {
                     let unit = rng.unit();
-                    taken
-                        .runs
-                        .push(queue_run(cycle, &sh, c, st, handler, unit, now));
+                    taken.runs.push(queue_run(cycle, &sh, c, st, w, unit, now));
                 }
                 None => taken.claimed.push(c),
             }
@@ -168,7 +176,7 @@ fn start_later(
     conn: &rusqlite::Connection,
     cycle: &mut writer::Cycle,
     sh: &Arc<Pipe>,
-    later: Vec<(Claimed, Arc<dyn ErasedHandler<Sqlite>>, String)>,
+    later: Vec<(Claimed, Worked, String)>,
     lease_ms: i64,
     rng: &mut Rng,
 ) -> Result<Vec<Pending>> {
@@ -178,10 +186,10 @@ fn start_later(
     let now = sh.now();
     let mut runs = Vec::with_capacity(later.len());
     let mut starter = claim::Starter::new(conn)?;
-    for (c, handler, worker) in later {
+    for (c, w, worker) in later {
         if let Some(st) = starter.take_and_start(&c, &sh.owner, now + lease_ms, &worker, now)? {
             let unit = rng.unit();
-            runs.push(queue_run(cycle, sh, c, st, handler, unit, now));
+            runs.push(queue_run(cycle, sh, c, st, w, unit, now));
         }
     }
     Ok(runs)
@@ -194,7 +202,7 @@ fn queue_run(
     sh: &Arc<Pipe>,
     c: Claimed,
     st: claim::Started,
-    handler: Arc<dyn ErasedHandler<Sqlite>>,
+    (handler, worker): Worked,
     unit: f64,
     now: Millis,
 ) -> Pending {
@@ -203,14 +211,13 @@ fn queue_run(
     let attempt_id = st.attempt_id;
     let sh2 = sh.clone();
     let rx = cycle.follow_up(move |conn| {
-        let worker = &sh2.writer_name;
         apply_started(
             conn,
             &sh2,
             handler.as_ref(),
             c.id,
             &c.kind,
-            worker,
+            &worker,
             st,
             unit,
         )

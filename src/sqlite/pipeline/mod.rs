@@ -50,9 +50,12 @@ pub(crate) struct Pipe {
     /// How many claimed jobs may be unfinished at once (see
     /// [`supervisor_loop`]); 0 without workers.
     pub(crate) max_in_flight: usize,
-    /// The name a claim's runs record in their attempt rows: their handler
-    /// runs on the writer thread.
-    pub(crate) writer_name: String,
+    /// The workers' names, which the runs a claim starts record in their
+    /// attempt rows in turn (their handlers run on the writer thread, an
+    /// implementation detail; each run counts against a worker's share).
+    pub(crate) worker_names: Vec<String>,
+    /// The next of `worker_names` a claim's run records.
+    pub(crate) next_worker: AtomicUsize,
     /// Jobs split claims left to their light follow-ups, not yet counted
     /// in flight by them (see [`claims::submit_claim`]).
     pub(crate) later_reserved: AtomicI64,
@@ -64,6 +67,14 @@ pub(crate) struct Pipe {
 }
 
 impl Pipe {
+    /// The worker the next run a claim starts is recorded under.
+    pub(crate) fn logical_worker(&self) -> String {
+        let n = self
+            .next_worker
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.worker_names[n % self.worker_names.len()].clone()
+    }
+
     /// Now, on the queue's clock (the system's, or a test's).
     pub(crate) fn now(&self) -> Millis {
         self.store.clock.now()
@@ -104,7 +115,10 @@ pub(crate) fn start(shared: Arc<Shared<Sqlite>>) -> Result<Launched> {
         writer,
         runs_tx,
         max_in_flight,
-        writer_name: format!("{}/litejob-writer", std::process::id()),
+        worker_names: (1..=cfg.workers.max(1))
+            .map(|i| format!("{}/litejob-worker-{i}", std::process::id()))
+            .collect(),
+        next_worker: AtomicUsize::new(0),
         later_reserved: AtomicI64::new(0),
         room_wanted: AtomicBool::new(false),
         preparing: AtomicUsize::new(0),
