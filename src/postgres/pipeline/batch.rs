@@ -150,55 +150,7 @@ impl Worker {
             run::fence_and_ledger(&mut tx, st, &asks, now)?
                 .into_iter()
                 .collect();
-        let mut ends = Vec::with_capacity(runs.len());
-        let mut failed_keys = Vec::new();
-        for r in runs.iter_mut() {
-            let Some(&ledger_new) = held.get(&r.started.id) else {
-                // The lease was lost (it expired, another process took the
-                // job over): nothing of this run is recorded.
-                continue;
-            };
-            let Some(prepared) = r.prepared.take() else {
-                return Err(Error::Internal(format!(
-                    "job {}: its run was applied twice in one batch",
-                    r.ctx.id
-                )));
-            };
-            let mut output = None;
-            let end = match prepared {
-                Err(stop) => {
-                    let (outcome, msg, next) = failure(stop, r.backoff_at);
-                    failed(outcome, msg, next)
-                }
-                Ok(_) if !ledger_new => RunEnd {
-                    outcome: AttemptOutcome::Duplicate,
-                    state: JobState::Succeeded,
-                    error: Some(DUPLICATE_RUN.into()),
-                    retry_at: None,
-                    outbox_added: 0,
-                    discarded: false,
-                    unblocked: 0,
-                },
-                Ok(prepared) => {
-                    let (end, out) = apply_one(&mut tx, st, r, prepared, now, limits)?;
-                    if end.outcome != AttemptOutcome::Succeeded {
-                        failed_keys.push(r.ctx.key.clone());
-                    }
-                    output = out;
-                    end
-                }
-            };
-            ends.push(End {
-                job_id: r.started.id,
-                attempt_id: r.started.attempt_id,
-                outcome: end.outcome.as_str(),
-                error: end.error.as_deref().map(cap_error),
-                retry_at: end.retry_at.unwrap_or(now),
-                discard: end.discarded,
-                output,
-            });
-            r.end = Some(end);
-        }
+        let (ends, failed_keys) = run_handlers(&mut tx, st, runs, &held, now, limits)?;
         run::unledger(&mut tx, st, &failed_keys)?;
         fault::point("before-complete-commit");
         let durable = s.store.opts.synchronous == crate::core::options::Synchronous::Full;
@@ -261,6 +213,70 @@ impl Worker {
         }
         s.in_flight.run_ended(r.ctx.id, r.started.attempt_id);
     }
+}
+
+/// Runs each held run's handler in its savepoint (or records why it did
+/// not run: its prepare step failed, or its key was done before), in the
+/// batch's transaction: each run's end, and the keys whose ledger rows
+/// must go again (their runs failed).
+fn run_handlers(
+    tx: &mut crate::pg::Transaction<'_>,
+    st: &Statements,
+    runs: &mut [Run],
+    held: &std::collections::HashMap<i64, bool>,
+    now: Millis,
+    limits: Limits,
+) -> Result<(Vec<End>, Vec<String>)> {
+    let mut ends = Vec::with_capacity(runs.len());
+    let mut failed_keys = Vec::new();
+    for r in runs.iter_mut() {
+        let Some(&ledger_new) = held.get(&r.started.id) else {
+            // The lease was lost (it expired, another process took the
+            // job over): nothing of this run is recorded.
+            continue;
+        };
+        let Some(prepared) = r.prepared.take() else {
+            return Err(Error::Internal(format!(
+                "job {}: its run was applied twice in one batch",
+                r.ctx.id
+            )));
+        };
+        let mut output = None;
+        let end = match prepared {
+            Err(stop) => {
+                let (outcome, msg, next) = failure(stop, r.backoff_at);
+                failed(outcome, msg, next)
+            }
+            Ok(_) if !ledger_new => RunEnd {
+                outcome: AttemptOutcome::Duplicate,
+                state: JobState::Succeeded,
+                error: Some(DUPLICATE_RUN.into()),
+                retry_at: None,
+                outbox_added: 0,
+                discarded: false,
+                unblocked: 0,
+            },
+            Ok(prepared) => {
+                let (end, out) = apply_one(tx, st, r, prepared, now, limits)?;
+                if end.outcome != AttemptOutcome::Succeeded {
+                    failed_keys.push(r.ctx.key.clone());
+                }
+                output = out;
+                end
+            }
+        };
+        ends.push(End {
+            job_id: r.started.id,
+            attempt_id: r.started.attempt_id,
+            outcome: end.outcome.as_str(),
+            error: end.error.as_deref().map(cap_error),
+            retry_at: end.retry_at.unwrap_or(now),
+            discard: end.discarded,
+            output,
+        });
+        r.end = Some(end);
+    }
+    Ok((ends, failed_keys))
 }
 
 /// Runs one handler in its savepoint inside the batch's transaction, and
