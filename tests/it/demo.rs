@@ -297,7 +297,7 @@ both! {
         let mut rng = Rng::seeded();
         let mut aborted = Vec::new();
         for point in litejob::fault::POINTS {
-            let fresh = TestQueue::new(q.engine).unwrap();
+            let fresh = TestQueue::new(q.engine);
             let d = Demo::new(&fresh);
             let fault = format!("{point}:{}", 1 + rng.below(5));
             let out = d.child(&args, Some(&fault)).wait_with_output().unwrap();
@@ -427,33 +427,33 @@ both! {
     }
 }
 
-/// On PostgreSQL there is no file to put the receipts beside: they go to
-/// `./litejob-demo.receipts`, in the directory the demo runs in.
-#[test]
-fn on_postgres_the_receipts_go_to_the_current_directory() {
-    let Some(q) = crate::postgres::pg() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(support::bin())
-        .args(["--db", &q.location, "--json", "demo", "--events", "20"])
-        .current_dir(dir.path())
-        .env_remove("LITEJOB_DB")
-        .env_remove("LITEJOB_FAULT")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", show(&["demo"], &out));
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(s["receipts"], "litejob-demo.receipts");
-    assert_eq!(
-        lines_of(&dir.path().join("litejob-demo.receipts")).len(),
-        20
-    );
-    let help = Command::new(support::bin())
-        .args(["demo", "--help"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&help.stdout).contains("./litejob-demo.receipts"));
+it! {
+    /// On PostgreSQL there is no file to put the receipts beside: they go to
+    /// `./litejob-demo.receipts`, in the directory the demo runs in.
+    #[needs(Postgres)]
+    fn on_postgres_the_receipts_go_to_the_current_directory() {
+        let q = crate::postgres::pg();
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(support::bin())
+            .args(["--db", &q.location, "--json", "demo", "--events", "20"])
+            .current_dir(dir.path())
+            .env_remove("LITEJOB_DB")
+            .env_remove("LITEJOB_FAULT")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", show(&["demo"], &out));
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(s["receipts"], "litejob-demo.receipts");
+        assert_eq!(
+            lines_of(&dir.path().join("litejob-demo.receipts")).len(),
+            20
+        );
+        let help = Command::new(support::bin())
+            .args(["demo", "--help"])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&help.stdout).contains("./litejob-demo.receipts"));
+    }
 }
 
 both! {

@@ -68,7 +68,7 @@ both! {
     /// Two processes with workers and the same handlers drain one backlog:
     /// both run jobs, each job's work commits once.
     fn two_processes_share_one_backlog_and_run_each_job_once(q) {
-        let Some(env) = Env::new(q.engine) else { return };
+        let env = Env::new(q.engine);
         let queue = env.q.open();
         let mut keys = enqueue_n(&queue, "work", "w", 0, 150);
         keys.extend(enqueue_n(&queue, "quick", "q", 0, 150));
