@@ -242,6 +242,8 @@ pub fn main() {
         (child.run)();
         return;
     }
+    // IGNORED and the checks are indexed by a need's discriminant.
+    assert!(NEEDS.iter().enumerate().all(|(i, n)| *n as usize == i));
     let args = Arguments::from_args();
     let mut tests: Vec<(String, &'static Test)> = inventory::iter::<Test>
         .into_iter()
