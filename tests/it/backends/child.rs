@@ -143,6 +143,7 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
             .handler_with_prepare(
                 "work",
                 move |ctx, _: Value| {
+                    together(true);
                     start(&s1, &ctx.key);
                     Ok(ctx.key.clone())
                 },
@@ -154,6 +155,7 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
             )
             .handler("quick", move |tx, _: Value| {
                 let key = tx.job().key.clone();
+                together(false);
                 start(&s2, &key);
                 tx.execute("INSERT INTO effects (key) VALUES (?1)", [&key])?;
                 tx.outbox("mail", &format!("mail:{key}"), &key)?;
@@ -174,6 +176,7 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
             .pg_handler_with_prepare(
                 "work",
                 move |ctx, _: Value| {
+                    together(true);
                     start(&s1, &ctx.key);
                     Ok(ctx.key.clone())
                 },
@@ -185,6 +188,7 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
             )
             .pg_handler("quick", move |tx, _: Value| {
                 let key = tx.job().key.clone();
+                together(false);
                 start(&s2, &key);
                 tx.execute("INSERT INTO effects (key) VALUES ($1)", &[&key])?;
                 tx.outbox("mail", &format!("mail:{key}"), &key)?;
@@ -201,6 +205,28 @@ pub fn runtime(queue: &Queue, files: &Files, lease: Duration, workers: usize) ->
                     Ok(Outcome::Discard("made to fail".into()))
                 },
             ),
+    }
+}
+
+/// With `LITEJOB_BCHILD_TOGETHER=<file>`, each process writes its pid to
+/// the file at its first run, and a `work` run's prepare step (outside the
+/// job's transaction) waits, 60 s at most, until two processes have: one
+/// process cannot drain the backlog before the other one runs a job,
+/// however much later that one was started or scheduled. A process holds
+/// at most two claims in flight, far fewer than such a backlog.
+fn together(wait: bool) {
+    static ARRIVED: std::sync::Once = std::sync::Once::new();
+    let Some(file) = env("LITEJOB_BCHILD_TOGETHER") else {
+        return;
+    };
+    ARRIVED.call_once(|| append_line(Path::new(&file), &std::process::id().to_string()));
+    let t0 = Instant::now();
+    while wait && t0.elapsed() < Duration::from_secs(60) {
+        let arrived = std::fs::read_to_string(&file).unwrap_or_default();
+        if arrived.lines().count() >= 2 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
