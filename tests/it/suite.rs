@@ -265,7 +265,7 @@ pub fn main() {
             let why = &need.check().as_ref().unwrap_err().why;
             let tests = if n == 1 { "test" } else { "tests" };
             note.push_str(&format!(
-                "{n} {tests} ignored: {} is missing: {why}\n",
+                "{n} {tests} ignored, needing {}: {why}\n",
                 need.label()
             ));
         }
