@@ -6,10 +6,10 @@
 //! its SQL on either engine, and handlers written once for both.
 //!
 //! PostgreSQL is the server `LITEJOB_TEST_PG` names (a URL to a database
-//! the tests may create schemas in); each test gets a schema of its own,
-//! dropped afterwards. Without the variable the PostgreSQL half of a test
-//! says so and passes — unless `CI` is set, where `.ci/run` starts a server
-//! and sets it: there a missing variable or an unreachable server fails.
+//! the tests may create schemas in), or else the throwaway cluster the test
+//! process starts (`suite::cluster`); each test gets a schema of its own,
+//! dropped afterwards. Where neither can be had, the PostgreSQL half of a
+//! test is reported ignored, with why (under `CI` it fails).
 
 mod admin;
 pub(crate) mod child;
@@ -36,19 +36,12 @@ pub enum Engine {
     Postgres,
 }
 
-/// The server the PostgreSQL tests use, if one is configured.
-pub fn pg_base_url() -> Option<String> {
-    match std::env::var("LITEJOB_TEST_PG") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "LITEJOB_TEST_PG is not set in CI: .ci/run should have started PostgreSQL \
-                 and set it"
-            );
-            None
-        }
-    }
+/// The server the PostgreSQL tests use. Panics when there is none: a test
+/// that uses PostgreSQL declares `#[needs(Postgres)]`, and is ignored (or,
+/// under `CI`, failed) before it starts when the server is missing.
+pub fn pg_base_url() -> &'static str {
+    crate::suite::Need::Postgres.require();
+    crate::suite::cluster::base_url().expect("checked")
 }
 
 /// A queue location for one test: a file in a temporary directory, or a
@@ -65,9 +58,8 @@ pub struct TestQueue {
 }
 
 impl TestQueue {
-    /// A fresh location on `engine`; None (with a note on stderr) when
-    /// PostgreSQL is not configured outside CI.
-    pub fn new(engine: Engine) -> Option<TestQueue> {
+    /// A fresh location on `engine`.
+    pub fn new(engine: Engine) -> TestQueue {
         // The library's log lines, with `RUST_LOG`, under the test's output.
         let _ = env_logger::builder()
             .parse_env(env_logger::Env::default().default_filter_or("litejob=off"))
@@ -77,21 +69,16 @@ impl TestQueue {
             Engine::Sqlite => {
                 let dir = tempfile::tempdir().expect("tempdir");
                 let location = dir.path().join("test.db").display().to_string();
-                Some(TestQueue {
+                TestQueue {
                     engine,
                     location,
                     _dir: Some(dir),
                     schema: None,
                     pg: Mutex::new(None),
-                })
+                }
             }
             Engine::Postgres => {
-                let Some(base) = pg_base_url() else {
-                    eprintln!(
-                        "LITEJOB_TEST_PG is not set: the PostgreSQL half of this test did not run"
-                    );
-                    return None;
-                };
+                let base = pg_base_url().to_string();
                 static N: AtomicU64 = AtomicU64::new(0);
                 let schema = format!(
                     "t_{}_{}_{}",
@@ -99,19 +86,18 @@ impl TestQueue {
                     N.fetch_add(1, Ordering::Relaxed),
                     crate::support::Rng::new(crate::support::now_ms() as u64).next_u64() % 100_000
                 );
-                let mut c = Client::connect(&base, NoTls).unwrap_or_else(|e| {
-                    panic!("LITEJOB_TEST_PG={base} is set but the server is unreachable: {e}")
-                });
+                let mut c = Client::connect(&base, NoTls)
+                    .unwrap_or_else(|e| panic!("the test server {base} does not answer: {e}"));
                 c.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
                 let sep = if base.contains('?') { '&' } else { '?' };
                 let location = format!("{base}{sep}options=-csearch_path%3D{schema}");
-                Some(TestQueue {
+                TestQueue {
                     engine,
                     location,
                     _dir: None,
                     schema: Some((base, schema)),
                     pg: Mutex::new(None),
-                })
+                }
             }
         }
     }
@@ -543,25 +529,28 @@ pub fn done(_: &JobContext, _: &Value) -> Result<Outcome, HandlerError> {
 
 /// Declares a test that runs once per backend: `both! { fn name(q) { .. } }`
 /// makes `name::sqlite` and `name::postgres`, each handing the body a fresh
-/// [`TestQueue`].
+/// [`TestQueue`]. `#[needs(..)]` after the doc comment adds needs to both
+/// halves (the PostgreSQL half needs PostgreSQL anyway).
 #[macro_export]
 macro_rules! both {
-    ($(#[doc = $doc:literal])* fn $name:ident($q:ident) $body:block) => {
+    (
+        $(#[doc = $doc:literal])*
+        $(#[needs($($need:ident),+ $(,)?)])?
+        fn $name:ident($q:ident) $body:block
+    ) => {
         $(#[doc = $doc])*
         mod $name {
             #[allow(unused_imports)]
             use super::*;
             fn test_body($q: &$crate::backends::TestQueue) $body
-            #[test]
             fn sqlite() {
-                test_body(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite).unwrap())
+                test_body(&$crate::backends::TestQueue::new($crate::backends::Engine::Sqlite))
             }
-            #[test]
             fn postgres() {
-                if let Some(q) = $crate::backends::TestQueue::new($crate::backends::Engine::Postgres) {
-                    test_body(&q)
-                }
+                test_body(&$crate::backends::TestQueue::new($crate::backends::Engine::Postgres))
             }
+            $crate::register_test!(sqlite, [$($($need),+)?]);
+            $crate::register_test!(postgres, [$($($need),+ ,)? Postgres]);
         }
     };
 }

@@ -297,7 +297,7 @@ both! {
         let mut rng = Rng::seeded();
         let mut aborted = Vec::new();
         for point in litejob::fault::POINTS {
-            let fresh = TestQueue::new(q.engine).unwrap();
+            let fresh = TestQueue::new(q.engine);
             let d = Demo::new(&fresh);
             let fault = format!("{point}:{}", 1 + rng.below(5));
             let out = d.child(&args, Some(&fault)).wait_with_output().unwrap();
@@ -351,22 +351,60 @@ both! {
     }
 }
 
+/// `cmd` run by a shell that stops itself first: it starts only on SIGCONT.
+fn stopped(cmd: &Command) -> Command {
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg(r#"kill -STOP $$ && exec "$0" "$@""#)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    sh
+}
+
+/// Whether process `pid` is stopped (by a signal).
+fn is_stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the parenthesised command name.
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+}
+
 both! {
     /// Three copies at once on one database (three machines, on
     /// PostgreSQL) finish with the same result: each event one job, one
-    /// invoice, one receipt, whichever copy ran it.
+    /// invoice, one receipt, whichever copy ran it. The copies are released
+    /// together (each waits stopped until all three are up): started one
+    /// after the other, the first could be done before the last began.
+    /// Which copy runs which job is the queue's business: a copy may run
+    /// none (another claimed them all first, which a file on tmpfs makes
+    /// common), so that is reported, not asserted.
     fn three_copies_at_once_on_one_database_finish_with_the_same_result(q) {
         let d = Demo::new(q);
         let args = ["--events", "150", "--seed", "3"];
         let children: Vec<_> = (0..3)
             .map(|_| {
-                d.command(true, &args)
+                stopped(&d.command(true, &args))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
                     .unwrap()
             })
             .collect();
+        support::wait_until("the three copies wait stopped", support::LONG, || {
+            children.iter().all(|c| is_stopped(c.id()))
+        });
+        let cont = Command::new("kill")
+            .arg("-CONT")
+            .args(children.iter().map(|c| c.id().to_string()))
+            .status()
+            .unwrap();
+        assert!(cont.success());
         let mut new_jobs = 0;
         for child in children {
             let out = child.wait_with_output().unwrap();
@@ -382,13 +420,11 @@ both! {
         assert_eq!(new_jobs, 150, "each event created its job once, in one copy or another");
         assert!(check_finished(&d, 150).is_empty());
         assert_eq!(q.count("SELECT CAST(sum(deliveries) AS bigint) FROM jobs"), 1350);
-        let pids: std::collections::HashSet<String> = q
-            .strings("SELECT DISTINCT worker FROM attempts WHERE job_id IS NOT NULL")
-            .iter()
-            .map(|w| w.split('/').next().unwrap().to_string())
-            .collect();
-        let pids = pids.len();
-        assert!(pids >= 2, "only {pids} of the copies ran jobs");
+        let mut runs: HashMap<String, usize> = HashMap::new();
+        for w in q.strings("SELECT worker FROM attempts WHERE job_id IS NOT NULL") {
+            *runs.entry(w.split('/').next().unwrap().to_string()).or_default() += 1;
+        }
+        eprintln!("job runs per copy (pid): {runs:?}");
     }
 }
 
@@ -427,33 +463,33 @@ both! {
     }
 }
 
-/// On PostgreSQL there is no file to put the receipts beside: they go to
-/// `./litejob-demo.receipts`, in the directory the demo runs in.
-#[test]
-fn on_postgres_the_receipts_go_to_the_current_directory() {
-    let Some(q) = crate::postgres::pg() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(support::bin())
-        .args(["--db", &q.location, "--json", "demo", "--events", "20"])
-        .current_dir(dir.path())
-        .env_remove("LITEJOB_DB")
-        .env_remove("LITEJOB_FAULT")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", show(&["demo"], &out));
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(s["receipts"], "litejob-demo.receipts");
-    assert_eq!(
-        lines_of(&dir.path().join("litejob-demo.receipts")).len(),
-        20
-    );
-    let help = Command::new(support::bin())
-        .args(["demo", "--help"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&help.stdout).contains("./litejob-demo.receipts"));
+it! {
+    /// On PostgreSQL there is no file to put the receipts beside: they go to
+    /// `./litejob-demo.receipts`, in the directory the demo runs in.
+    #[needs(Postgres)]
+    fn on_postgres_the_receipts_go_to_the_current_directory() {
+        let q = crate::postgres::pg();
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(support::bin())
+            .args(["--db", &q.location, "--json", "demo", "--events", "20"])
+            .current_dir(dir.path())
+            .env_remove("LITEJOB_DB")
+            .env_remove("LITEJOB_FAULT")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", show(&["demo"], &out));
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(s["receipts"], "litejob-demo.receipts");
+        assert_eq!(
+            lines_of(&dir.path().join("litejob-demo.receipts")).len(),
+            20
+        );
+        let help = Command::new(support::bin())
+            .args(["demo", "--help"])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&help.stdout).contains("./litejob-demo.receipts"));
+    }
 }
 
 both! {

@@ -102,50 +102,52 @@ fn named_parts(code: &str) -> BTreeSet<String> {
     out
 }
 
-#[test]
-fn the_library_s_parts_form_layers_without_a_circle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    let parts: BTreeSet<&str> = LAYERS.iter().map(|(p, _)| *p).collect();
-    let mut wrong = Vec::new();
-    for file in &files {
-        let from = part(&src, file);
-        if ROOTS.contains(&from.as_str()) {
-            continue;
-        }
-        let allowed = LAYERS
-            .iter()
-            .find(|(p, _)| *p == from)
-            .unwrap_or_else(|| panic!("{}: a part the layers do not place", file.display()))
-            .1;
-        let text = std::fs::read_to_string(file).unwrap();
-        for to in named_parts(&code(&text)) {
-            if to != from && parts.contains(to.as_str()) && !allowed.contains(&to.as_str()) {
-                wrong.push(format!("{} uses {to}", file.display()));
+it! {
+    fn the_library_s_parts_form_layers_without_a_circle() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let parts: BTreeSet<&str> = LAYERS.iter().map(|(p, _)| *p).collect();
+        let mut wrong = Vec::new();
+        for file in &files {
+            let from = part(&src, file);
+            if ROOTS.contains(&from.as_str()) {
+                continue;
+            }
+            let allowed = LAYERS
+                .iter()
+                .find(|(p, _)| *p == from)
+                .unwrap_or_else(|| panic!("{}: a part the layers do not place", file.display()))
+                .1;
+            let text = std::fs::read_to_string(file).unwrap();
+            for to in named_parts(&code(&text)) {
+                if to != from && parts.contains(to.as_str()) && !allowed.contains(&to.as_str()) {
+                    wrong.push(format!("{} uses {to}", file.display()));
+                }
             }
         }
+        assert!(
+            wrong.is_empty(),
+            "uses across the layers:\n{}",
+            wrong.join("\n")
+        );
     }
-    assert!(
-        wrong.is_empty(),
-        "uses across the layers:\n{}",
-        wrong.join("\n")
-    );
 }
 
-#[test]
-fn the_core_names_no_database_crate() {
-    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
-    let mut files = Vec::new();
-    sources(&core, &mut files);
-    let mut named = Vec::new();
-    for file in &files {
-        let text = code(&std::fs::read_to_string(file).unwrap());
-        for db in ["rusqlite", "postgres::", "r2d2"] {
-            if text.contains(db) {
-                named.push(format!("{} names {db}", file.display()));
+it! {
+    fn the_core_names_no_database_crate() {
+        let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
+        let mut files = Vec::new();
+        sources(&core, &mut files);
+        let mut named = Vec::new();
+        for file in &files {
+            let text = code(&std::fs::read_to_string(file).unwrap());
+            for db in ["rusqlite", "postgres::", "r2d2"] {
+                if text.contains(db) {
+                    named.push(format!("{} names {db}", file.display()));
+                }
             }
         }
+        assert!(named.is_empty(), "{}", named.join("\n"));
     }
-    assert!(named.is_empty(), "{}", named.join("\n"));
 }

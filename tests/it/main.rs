@@ -1,4 +1,8 @@
 //! One integration-test crate (one build, one link): a file per behaviour.
+//! Its harness is `suite`'s: tests are declared with `it!` or `both!`.
+
+#[macro_use]
+mod suite;
 
 mod support;
 
@@ -15,3 +19,7 @@ mod reliability;
 mod runtime;
 mod schedules;
 mod serve;
+
+fn main() {
+    suite::main();
+}

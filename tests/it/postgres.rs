@@ -3,9 +3,9 @@
 //! machines' processes on one database (real child processes here), and
 //! the move of a queue file into a database (`litejob copy`).
 //!
-//! The server is the one `LITEJOB_TEST_PG` names, as for the shared suite
-//! (`backends`): each test gets a schema of its own. Without the variable
-//! a test says so and passes, unless `CI` is set, where it fails.
+//! The server is the shared suite's (`backends`): `LITEJOB_TEST_PG`, or a
+//! cluster the test process starts. Each test gets a schema of its own.
+//! Without a server the tests are reported ignored (under `CI`, failed).
 
 mod connect;
 mod contention;
@@ -17,8 +17,8 @@ mod wakeups;
 
 use crate::backends::{Engine, TestQueue};
 
-/// A fresh schema on the test server, or None (with a note) outside CI
-/// when no server is configured.
-pub fn pg() -> Option<TestQueue> {
+/// A fresh schema on the test server (the test declares
+/// `#[needs(Postgres)]`).
+pub fn pg() -> TestQueue {
     TestQueue::new(Engine::Postgres)
 }

@@ -4,8 +4,8 @@
 //! acknowledgement, completion is fenced, bad files and bad input are
 //! refused, and a held write lock makes work wait.
 //!
-//! Crash tests re-run this test binary as a child process (`child_worker`
-//! below, which does nothing unless `LITEJOB_CHILD_DB` is set), SIGKILL it at
+//! Crash tests re-run this test binary as a child process (the child entry
+//! point `child_worker` below, on the file `LITEJOB_CHILD_DB`), SIGKILL it at
 //! random moments or make it abort at an announced fault point
 //! (`LITEJOB_FAULT=point:n`), then run a last clean child to completion and
 //! check the invariants with plain SQL ([`harness::check_invariants`]).
@@ -25,8 +25,9 @@ mod locks;
 mod model;
 mod power_loss;
 
-/// Entry point of the child processes. Returns at once in a normal test run.
-#[test]
-fn child_worker() {
-    harness::child_main();
+child! {
+    /// Entry point of the child processes.
+    fn child_worker() {
+        harness::child_main();
+    }
 }

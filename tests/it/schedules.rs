@@ -100,10 +100,11 @@ fn wait_all_succeeded(q: &Queue) {
     });
 }
 
-#[test]
-fn slot_keys_parse_back_to_their_instant() {
-    assert_eq!(parse_slot("2026-12-01T06:00:00Z"), Some(1_796_104_800_000));
-    assert_eq!(parse_slot("1970-01-01T00:00:00Z"), Some(0));
-    assert_eq!(parse_slot("2026-12-01T06:00:00.000Z"), None);
-    assert_eq!(parse_slot("2026-12-01T06:00:00+00:00"), None);
+it! {
+    fn slot_keys_parse_back_to_their_instant() {
+        assert_eq!(parse_slot("2026-12-01T06:00:00Z"), Some(1_796_104_800_000));
+        assert_eq!(parse_slot("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_slot("2026-12-01T06:00:00.000Z"), None);
+        assert_eq!(parse_slot("2026-12-01T06:00:00+00:00"), None);
+    }
 }

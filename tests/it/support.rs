@@ -205,19 +205,9 @@ pub fn litejob_ok(db: &Path, args: &[&str], status: i32) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Is the `sqlite3` shell installed? In CI (`CI` set) it must be: `.ci/run`
-/// installs it, so a missing shell fails the test instead of skipping it.
-pub fn have_sqlite3() -> bool {
-    let found = Command::new("sqlite3").arg("-version").output().is_ok();
-    assert!(
-        found || std::env::var_os("CI").is_none(),
-        "the sqlite3 shell is missing in CI: .ci/run should have installed it"
-    );
-    found
-}
-
 /// Runs the real `sqlite3` shell on `db` with `sql`; returns stdout.
 pub fn sqlite3(db: &Path, sql: &str) -> String {
+    crate::suite::Need::Sqlite3.require();
     let out = Command::new("sqlite3")
         .arg(db)
         .arg(sql)

@@ -1,6 +1,6 @@
 //! Child processes on either backend, standing in for several machines'
-//! processes on one database: this test binary run again with
-//! `LITEJOB_BCHILD_DB` set (`backend_child` does nothing otherwise). A
+//! processes on one database: this test binary run again as the child
+//! entry point `backend_child`, on the database `LITEJOB_BCHILD_DB`. A
 //! child either enqueues a set of keys as fast as it can once a start
 //! file appears (dedup races), or runs a runtime with the crash tests'
 //! handlers until the queue is idle or it is killed. The parent checks
@@ -40,19 +40,18 @@ fn env_u64(name: &str, default: u64) -> u64 {
     env(name).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// The child's entry point.
-#[test]
-fn backend_child() {
-    let Some(db) = env("LITEJOB_BCHILD_DB") else {
-        return;
-    };
-    let _ = env_logger::builder()
-        .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
-        .try_init();
-    let queue = AnyQueue::open_with(&db, QueueOptions::default()).expect("child: open");
-    match env("LITEJOB_BCHILD_MODE").as_deref() {
-        Some("enqueue") => enqueue_child(&queue),
-        _ => work_child(&queue),
+child! {
+    /// The child's entry point.
+    fn backend_child() {
+        let db = env("LITEJOB_BCHILD_DB").expect("LITEJOB_BCHILD_DB");
+        let _ = env_logger::builder()
+            .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
+            .try_init();
+        let queue = AnyQueue::open_with(&db, QueueOptions::default()).expect("child: open");
+        match env("LITEJOB_BCHILD_MODE").as_deref() {
+            Some("enqueue") => enqueue_child(&queue),
+            _ => work_child(&queue),
+        }
     }
 }
 
@@ -146,6 +145,7 @@ pub fn runtime(queue: &AnyQueue, files: &Files, lease: Duration, workers: usize)
             b.handler_with_prepare(
                 "work",
                 move |ctx, _: Value| {
+                    together(true);
                     start(&s1, &ctx.key);
                     Ok(ctx.key.clone())
                 },
@@ -157,6 +157,7 @@ pub fn runtime(queue: &AnyQueue, files: &Files, lease: Duration, workers: usize)
             )
             .handler("quick", move |tx, _: Value| {
                 let key = tx.job().key.clone();
+                together(false);
                 start(&s2, &key);
                 tx.execute("INSERT INTO effects (key) VALUES (?1)", [&key])?;
                 tx.outbox("mail", &format!("mail:{key}"), &key)?;
@@ -178,6 +179,7 @@ pub fn runtime(queue: &AnyQueue, files: &Files, lease: Duration, workers: usize)
             b.handler_with_prepare(
                 "work",
                 move |ctx, _: Value| {
+                    together(true);
                     start(&s1, &ctx.key);
                     Ok(ctx.key.clone())
                 },
@@ -189,6 +191,7 @@ pub fn runtime(queue: &AnyQueue, files: &Files, lease: Duration, workers: usize)
             )
             .handler("quick", move |tx, _: Value| {
                 let key = tx.job().key.clone();
+                together(false);
                 start(&s2, &key);
                 tx.execute("INSERT INTO effects (key) VALUES ($1)", &[&key])?;
                 tx.outbox("mail", &format!("mail:{key}"), &key)?;
@@ -206,6 +209,28 @@ pub fn runtime(queue: &AnyQueue, files: &Files, lease: Duration, workers: usize)
                 },
             ),
         ),
+    }
+}
+
+/// With `LITEJOB_BCHILD_TOGETHER=<file>`, each process writes its pid to
+/// the file at its first run, and a `work` run's prepare step (outside the
+/// job's transaction) waits, 60 s at most, until two processes have: one
+/// process cannot drain the backlog before the other one runs a job,
+/// however much later that one was started or scheduled. A process holds
+/// at most two claims in flight, far fewer than such a backlog.
+fn together(wait: bool) {
+    static ARRIVED: std::sync::Once = std::sync::Once::new();
+    let Some(file) = env("LITEJOB_BCHILD_TOGETHER") else {
+        return;
+    };
+    ARRIVED.call_once(|| append_line(Path::new(&file), &std::process::id().to_string()));
+    let t0 = Instant::now();
+    while wait && t0.elapsed() < Duration::from_secs(60) {
+        let arrived = std::fs::read_to_string(&file).unwrap_or_default();
+        if arrived.lines().count() >= 2 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -266,10 +291,9 @@ pub struct Env {
 }
 
 impl Env {
-    /// A fresh database on `engine` with the app table, or None when
-    /// PostgreSQL is not configured (outside CI).
-    pub fn new(engine: Engine) -> Option<Env> {
-        let q = TestQueue::new(engine)?;
+    /// A fresh database on `engine` with the app table.
+    pub fn new(engine: Engine) -> Env {
+        let q = TestQueue::new(engine);
         drop(q.open());
         q.exec("CREATE TABLE IF NOT EXISTS effects (key TEXT NOT NULL)");
         let dir = tempfile::tempdir().unwrap();
@@ -278,11 +302,11 @@ impl Env {
             effects: dir.path().join("effects.txt"),
             stderr: dir.path().join("children.stderr"),
         };
-        Some(Env {
+        Env {
             q,
             files,
             _dir: dir,
-        })
+        }
     }
 
     /// A work child with extra environment variables (`LITEJOB_FAULT`,
@@ -330,17 +354,11 @@ impl Env {
 /// This test binary, to run only [`backend_child`] on `location`.
 pub fn child_command(location: &str) -> Command {
     let mut cmd = Command::new(self_exe());
-    cmd.args([
-        "--exact",
-        "backends::child::backend_child",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("LITEJOB_BCHILD_DB", location)
-    .env("RUST_LOG", "litejob=warn")
-    .env_remove("LITEJOB_FAULT")
-    .env_remove("LITEJOB_BCHILD_MODE")
-    .stdin(Stdio::null());
+    crate::suite::as_child(&mut cmd, "backends::child::backend_child")
+        .env("LITEJOB_BCHILD_DB", location)
+        .env("RUST_LOG", "litejob=warn")
+        .env_remove("LITEJOB_BCHILD_MODE")
+        .stdin(Stdio::null());
     cmd
 }
 

@@ -28,49 +28,50 @@ use crate::support::{bin, now_ms, show, wait_until, LONG};
 /// the controls again.
 const POLL: Duration = Duration::from_millis(50);
 
-/// The child: a runtime with `LITEJOB_CONTROLS_WORKERS` workers (4) for
-/// kind `slow`, whose prepare step sleeps `LITEJOB_CONTROLS_SLEEP_MS`
-/// (100) and whose apply step does nothing, leased for
-/// `LITEJOB_CONTROLS_LEASE_MS` (5000). It announces itself in the ready
-/// file and runs until it is killed. Does nothing in a normal test run.
-#[test]
-fn controls_child() {
-    let Ok(location) = std::env::var("LITEJOB_CONTROLS_DB") else {
-        return;
-    };
-    let var = |k: &str, d: u64| -> u64 {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let _ = env_logger::builder()
-        .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
-        .try_init();
-    let engine = if litejob::admin::is_postgres_url(&location) {
-        Engine::Postgres
-    } else {
-        Engine::Sqlite
-    };
-    let q = AnyQueue::open_with(&location, QueueOptions::default()).expect("child: open");
-    let _rt = slow_runtime(
-        engine,
-        &q,
-        var("LITEJOB_CONTROLS_WORKERS", 4) as usize,
-        Duration::from_millis(var("LITEJOB_CONTROLS_SLEEP_MS", 100)),
-        Duration::from_millis(var("LITEJOB_CONTROLS_LEASE_MS", 5000)),
-    )
-    .start()
-    .expect("child: start");
-    let ready = std::env::var("LITEJOB_CONTROLS_READY").expect("ready file");
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(ready)
-        .expect("ready file");
-    std::io::Write::write_all(&mut f, format!("{}\n", std::process::id()).as_bytes()).unwrap();
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
+it! {
+    /// The child: a runtime with `LITEJOB_CONTROLS_WORKERS` workers (4) for
+    /// kind `slow`, whose prepare step sleeps `LITEJOB_CONTROLS_SLEEP_MS`
+    /// (100) and whose apply step does nothing, leased for
+    /// `LITEJOB_CONTROLS_LEASE_MS` (5000). It announces itself in the ready
+    /// file and runs until it is killed. Does nothing in a normal test run.
+    fn controls_child() {
+        let Ok(location) = std::env::var("LITEJOB_CONTROLS_DB") else {
+            return;
+        };
+        let var = |k: &str, d: u64| -> u64 {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let _ = env_logger::builder()
+            .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
+            .try_init();
+        let engine = if litejob::admin::is_postgres_url(&location) {
+            Engine::Postgres
+        } else {
+            Engine::Sqlite
+        };
+        let q = AnyQueue::open_with(&location, QueueOptions::default()).expect("child: open");
+        let _rt = slow_runtime(
+            engine,
+            &q,
+            var("LITEJOB_CONTROLS_WORKERS", 4) as usize,
+            Duration::from_millis(var("LITEJOB_CONTROLS_SLEEP_MS", 100)),
+            Duration::from_millis(var("LITEJOB_CONTROLS_LEASE_MS", 5000)),
+        )
+        .start()
+        .expect("child: start");
+        let ready = std::env::var("LITEJOB_CONTROLS_READY").expect("ready file");
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(ready)
+            .expect("ready file");
+        std::io::Write::write_all(&mut f, format!("{}\n", std::process::id()).as_bytes()).unwrap();
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }
 

@@ -66,14 +66,22 @@ both! {
 
 both! {
     /// Two processes with workers and the same handlers drain one backlog:
-    /// both run jobs, each job's work commits once.
+    /// both run jobs, each job's work commits once. The `work` runs wait
+    /// until both processes have run something: started one after the
+    /// other, the first could otherwise drain the backlog alone.
     fn two_processes_share_one_backlog_and_run_each_job_once(q) {
-        let Some(env) = Env::new(q.engine) else { return };
+        let env = Env::new(q.engine);
         let queue = env.q.open();
         let mut keys = enqueue_n(&queue, "work", "w", 0, 150);
         keys.extend(enqueue_n(&queue, "quick", "q", 0, 150));
+        let together = env.files.starts.with_file_name("together");
         let children: Vec<_> = (0..2)
-            .map(|_| env.spawn(&[("LITEJOB_BCHILD_UNTIL", "idle".into())]))
+            .map(|_| {
+                env.spawn(&[
+                    ("LITEJOB_BCHILD_UNTIL", "idle".into()),
+                    ("LITEJOB_BCHILD_TOGETHER", together.display().to_string()),
+                ])
+            })
             .collect();
         for mut c in children {
             let st = wait_timeout(&mut c, Duration::from_secs(120)).unwrap_or_else(|| kill(&mut c));

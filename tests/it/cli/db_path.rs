@@ -34,28 +34,29 @@ both! {
     }
 }
 
-#[test]
-fn without_db_or_litejob_db_the_file_is_litejob_db_in_the_current_directory() {
-    let db = TestDb::new();
-    for env in [None, Some("")] {
-        let mut cmd = Command::new(bin());
-        cmd.args(["enqueue", "k", "--key", "here"])
-            .current_dir(db.dir.path());
-        match env {
-            Some(v) => cmd.env("LITEJOB_DB", v),
-            None => cmd.env_remove("LITEJOB_DB"),
-        };
-        let out = cmd.output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", show(&["enqueue"], &out));
+it! {
+    fn without_db_or_litejob_db_the_file_is_litejob_db_in_the_current_directory() {
+        let db = TestDb::new();
+        for env in [None, Some("")] {
+            let mut cmd = Command::new(bin());
+            cmd.args(["enqueue", "k", "--key", "here"])
+                .current_dir(db.dir.path());
+            match env {
+                Some(v) => cmd.env("LITEJOB_DB", v),
+                None => cmd.env_remove("LITEJOB_DB"),
+            };
+            let out = cmd.output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", show(&["enqueue"], &out));
+        }
+        let here = db.dir.path().join("litejob.db");
+        let c = rusqlite::Connection::open(&here).unwrap();
+        let deliveries: i64 = c
+            .query_row(
+                "SELECT deliveries FROM jobs WHERE idempotency_key = 'here'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(deliveries, 2, "both runs wrote ./litejob.db");
     }
-    let here = db.dir.path().join("litejob.db");
-    let c = rusqlite::Connection::open(&here).unwrap();
-    let deliveries: i64 = c
-        .query_row(
-            "SELECT deliveries FROM jobs WHERE idempotency_key = 'here'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(deliveries, 2, "both runs wrote ./litejob.db");
 }

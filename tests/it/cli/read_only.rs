@@ -25,46 +25,21 @@ struct Reader {
 }
 
 impl Reader {
-    /// The reader for `dir`, or None (with a note) where no unprivileged
-    /// user can be had outside CI; in CI that fails the test.
-    fn new(dir: &Path) -> Option<Reader> {
-        let probe = dir.join(".probe");
-        let privileged = {
-            let old = std::fs::metadata(dir).unwrap().permissions();
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
-            let wrote = std::fs::write(&probe, b"").is_ok();
-            let _ = std::fs::remove_file(&probe);
-            std::fs::set_permissions(dir, old).unwrap();
-            wrote
-        };
-        if !privileged {
-            return Some(Reader { prefix: Vec::new() });
+    /// The reader: this process's own user when file permissions stop
+    /// it, else `nobody` through `setpriv` (the tests run as root).
+    fn new() -> Reader {
+        if crate::suite::permissions_apply() {
+            return Reader { prefix: Vec::new() };
         }
-        let prefix = vec![
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-        ];
-        let works = Command::new(prefix[0])
-            .args(&prefix[1..])
-            .arg(bin())
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if works {
-            return Some(Reader { prefix });
+        crate::suite::Need::Unprivileged.require();
+        Reader {
+            prefix: vec![
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+            ],
         }
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the tests run as root and cannot run the command as `nobody` through setpriv \
-             (util-linux), or `nobody` cannot run {}",
-            bin().display()
-        );
-        eprintln!(
-            "skipped: running as root without `setpriv --reuid=nobody` able to run the command"
-        );
-        None
     }
 
     /// The command line `litejob --db <db> <args>` as the reader.
@@ -121,7 +96,7 @@ fn chmod(path: &Path, mode: u32) {
 /// A file with a finished job (its attempt and ledger row) and a queued
 /// one, closed (no `-wal`, no `-shm`), read-only, in its own directory.
 fn read_only_file() -> (TestQueue, std::path::PathBuf) {
-    let q = TestQueue::new(Engine::Sqlite).unwrap();
+    let q = TestQueue::new(Engine::Sqlite);
     super::init(&q);
     super::ok(&q, &["enqueue", "k", "--key", "done"], 0);
     run_jobs(&q, "k");
@@ -137,127 +112,128 @@ fn read_only_file() -> (TestQueue, std::path::PathBuf) {
     (q, dir)
 }
 
-/// Every reading command, `serve` included, works on a closed file in a
-/// directory the user may not write; nothing is created beside it; a
-/// command that fails (a write, a missing id) leaves nothing behind
-/// either.
-#[test]
-fn reading_commands_work_on_a_file_the_user_may_only_read() {
-    let (q, dir) = read_only_file();
-    let db = Path::new(&q.location);
-    let Some(reader) = Reader::new(&dir) else {
-        return;
-    };
-    chmod(&dir, 0o555);
-    let bytes = std::fs::read(db).unwrap();
-    let v = reader.json(db, &["stats"]);
-    assert_eq!(v["jobs"]["total"], 2, "{v}");
-    let v = reader.json(db, &["jobs"]);
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 2, "{v}");
-    let v = reader.json(db, &["explain", "done"]);
-    assert!(v["ledger"].is_object(), "{v}");
-    let id = v["job"]["id"].to_string();
-    assert_eq!(reader.json(db, &["show", &id])["job"]["state"], "succeeded");
-    reader.json(db, &["outbox"]);
-    reader.json(db, &["schedules"]);
-    let v = reader.json(db, &["queues"]);
-    assert_eq!(v["queues"].as_array().unwrap().len(), 2, "{v}");
-    for args in [vec!["stats"], vec!["jobs"], vec!["explain", "done"]] {
-        reader.ok(db, &args, 0);
-    }
-    assert!(
-        std::fs::read(db).unwrap() == bytes,
-        "a read changed the file"
-    );
-    {
-        let server = Server::spawn(reader.command(db, &["serve", "--bind", "127.0.0.1:0"]));
-        for page in ["/healthz", "/", "/jobs", "/metrics", "/keys/done"] {
-            let r = server.get(page);
-            assert_eq!(r.status, 200, "{page}: {}", r.body);
+it! {
+    /// Every reading command, `serve` included, works on a closed file in a
+    /// directory the user may not write; nothing is created beside it; a
+    /// command that fails (a write, a missing id) leaves nothing behind
+    /// either.
+    #[needs(Unprivileged)]
+    fn reading_commands_work_on_a_file_the_user_may_only_read() {
+        let (q, dir) = read_only_file();
+        let db = Path::new(&q.location);
+        let reader = Reader::new();
+        chmod(&dir, 0o555);
+        let bytes = std::fs::read(db).unwrap();
+        let v = reader.json(db, &["stats"]);
+        assert_eq!(v["jobs"]["total"], 2, "{v}");
+        let v = reader.json(db, &["jobs"]);
+        assert_eq!(v["jobs"].as_array().unwrap().len(), 2, "{v}");
+        let v = reader.json(db, &["explain", "done"]);
+        assert!(v["ledger"].is_object(), "{v}");
+        let id = v["job"]["id"].to_string();
+        assert_eq!(reader.json(db, &["show", &id])["job"]["state"], "succeeded");
+        reader.json(db, &["outbox"]);
+        reader.json(db, &["schedules"]);
+        let v = reader.json(db, &["queues"]);
+        assert_eq!(v["queues"].as_array().unwrap().len(), 2, "{v}");
+        for args in [vec!["stats"], vec!["jobs"], vec!["explain", "done"]] {
+            reader.ok(db, &args, 0);
         }
-        // A process that writes and closes the file meanwhile (no -wal
-        // left): the next page shows its job.
-        let r = server.get("/keys/later-on");
-        assert!(r.body.contains("no job has this key"), "{}", r.body);
-        chmod(db, 0o644);
-        super::ok(&q, &["enqueue", "k", "--key", "later-on"], 0);
-        chmod(db, 0o444);
-        assert_eq!(files(&dir), ["test.db"]);
-        let r = server.get("/keys/later-on");
-        assert_eq!(r.status, 200, "{}", r.body);
-        assert!(!r.body.contains("no job has this key"), "{}", r.body);
+        assert!(
+            std::fs::read(db).unwrap() == bytes,
+            "a read changed the file"
+        );
+        {
+            let server = Server::spawn(reader.command(db, &["serve", "--bind", "127.0.0.1:0"]));
+            for page in ["/healthz", "/", "/jobs", "/metrics", "/keys/done"] {
+                let r = server.get(page);
+                assert_eq!(r.status, 200, "{page}: {}", r.body);
+            }
+            // A process that writes and closes the file meanwhile (no -wal
+            // left): the next page shows its job.
+            let r = server.get("/keys/later-on");
+            assert!(r.body.contains("no job has this key"), "{}", r.body);
+            chmod(db, 0o644);
+            super::ok(&q, &["enqueue", "k", "--key", "later-on"], 0);
+            chmod(db, 0o444);
+            assert_eq!(files(&dir), ["test.db"]);
+            let r = server.get("/keys/later-on");
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert!(!r.body.contains("no job has this key"), "{}", r.body);
+        }
+        // Failing commands: a write, and a read of a missing row.
+        let out = reader.run(db, &["enqueue", "k", "--key", "new"]);
+        assert_eq!(out.status.code(), Some(1), "{}", show(&["enqueue"], &out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("read-only"),
+            "{}",
+            show(&["enqueue"], &out)
+        );
+        reader.ok(db, &["show", "999"], 1);
+        assert_eq!(
+            files(&dir),
+            ["test.db"],
+            "a command left files beside the queue"
+        );
+
+        // In a directory the user may write, a read creates nothing either,
+        // and a refused write leaves nothing behind.
+        chmod(&dir, 0o777);
+        reader.json(db, &["stats"]);
+        reader.ok(db, &["enqueue", "k", "--key", "new"], 1);
+        reader.ok(db, &["queue", "pause", "mail"], 1);
+        assert_eq!(
+            files(&dir),
+            ["test.db"],
+            "a command left files beside the queue"
+        );
+        chmod(&dir, 0o755);
+        assert_eq!(q.count("SELECT count(*) FROM jobs"), 3);
     }
-    // Failing commands: a write, and a read of a missing row.
-    let out = reader.run(db, &["enqueue", "k", "--key", "new"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&["enqueue"], &out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("read-only"),
-        "{}",
-        show(&["enqueue"], &out)
-    );
-    reader.ok(db, &["show", "999"], 1);
-    assert_eq!(
-        files(&dir),
-        ["test.db"],
-        "a command left files beside the queue"
-    );
-
-    // In a directory the user may write, a read creates nothing either,
-    // and a refused write leaves nothing behind.
-    chmod(&dir, 0o777);
-    reader.json(db, &["stats"]);
-    reader.ok(db, &["enqueue", "k", "--key", "new"], 1);
-    reader.ok(db, &["queue", "pause", "mail"], 1);
-    assert_eq!(
-        files(&dir),
-        ["test.db"],
-        "a command left files beside the queue"
-    );
-    chmod(&dir, 0o755);
-    assert_eq!(q.count("SELECT count(*) FROM jobs"), 3);
 }
 
-/// While a process has the file open (its `-wal` and `-shm` files exist,
-/// the reader may not write them, and a commit sits in the WAL only), the
-/// reading commands see that commit; and once it closed the file, they
-/// read the file alone again.
-#[test]
-fn reading_commands_see_what_a_running_process_committed() {
-    let (q, dir) = read_only_file();
-    let db = Path::new(&q.location);
-    let Some(reader) = Reader::new(&dir) else {
-        return;
-    };
-    chmod(db, 0o644);
-    let queue = q.open();
-    queue
-        .enqueue(litejob::NewJob::new("k", "in-the-wal", &1))
-        .unwrap();
-    chmod(&dir, 0o555);
-    assert!(dir.join("test.db-wal").exists() && dir.join("test.db-shm").exists());
-    let v = reader.json(db, &["explain", "in-the-wal"]);
-    assert_eq!(v["job"]["state"], "queued", "{v}");
-    assert_eq!(reader.json(db, &["stats"])["jobs"]["total"], 3);
-    drop(queue);
-    assert_eq!(
-        files(&dir),
-        ["test.db"],
-        "the process did not close the file"
-    );
-    assert_eq!(reader.json(db, &["stats"])["jobs"]["total"], 3);
-    chmod(&dir, 0o755);
+it! {
+    /// While a process has the file open (its `-wal` and `-shm` files exist,
+    /// the reader may not write them, and a commit sits in the WAL only), the
+    /// reading commands see that commit; and once it closed the file, they
+    /// read the file alone again.
+    #[needs(Unprivileged)]
+    fn reading_commands_see_what_a_running_process_committed() {
+        let (q, dir) = read_only_file();
+        let db = Path::new(&q.location);
+        let reader = Reader::new();
+        chmod(db, 0o644);
+        let queue = q.open();
+        queue
+            .enqueue(litejob::NewJob::new("k", "in-the-wal", &1))
+            .unwrap();
+        chmod(&dir, 0o555);
+        assert!(dir.join("test.db-wal").exists() && dir.join("test.db-shm").exists());
+        let v = reader.json(db, &["explain", "in-the-wal"]);
+        assert_eq!(v["job"]["state"], "queued", "{v}");
+        assert_eq!(reader.json(db, &["stats"])["jobs"]["total"], 3);
+        drop(queue);
+        assert_eq!(
+            files(&dir),
+            ["test.db"],
+            "the process did not close the file"
+        );
+        assert_eq!(reader.json(db, &["stats"])["jobs"]["total"], 3);
+        chmod(&dir, 0o755);
+    }
 }
 
-/// A closed file is read through a `file:` URI: a name with the URI's own
-/// characters in it (`?`, `#`, `%`, a space) still names that file.
-#[test]
-fn a_closed_file_with_uri_characters_in_its_name_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("a ?b#c%20d.db");
-    crate::support::litejob_ok(&db, &["enqueue", "k", "--key", "odd"], 0);
-    assert_eq!(files(dir.path()), ["a ?b#c%20d.db"]);
-    let out = crate::support::litejob_ok(&db, &["explain", "odd", "--json"], 0);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["job"]["state"], "queued", "{v}");
-    assert_eq!(files(dir.path()), ["a ?b#c%20d.db"]);
+it! {
+    /// A closed file is read through a `file:` URI: a name with the URI's own
+    /// characters in it (`?`, `#`, `%`, a space) still names that file.
+    fn a_closed_file_with_uri_characters_in_its_name_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a ?b#c%20d.db");
+        crate::support::litejob_ok(&db, &["enqueue", "k", "--key", "odd"], 0);
+        assert_eq!(files(dir.path()), ["a ?b#c%20d.db"]);
+        let out = crate::support::litejob_ok(&db, &["explain", "odd", "--json"], 0);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["job"]["state"], "queued", "{v}");
+        assert_eq!(files(dir.path()), ["a ?b#c%20d.db"]);
+    }
 }

@@ -57,30 +57,31 @@ both! {
     }
 }
 
-#[test]
-fn a_newer_schema_is_refused_with_both_versions_and_the_file_left_unchanged() {
-    let db = TestDb::new();
-    ok(&db, &["init"], 0);
-    ok(&db, &["enqueue", "k", "--key", "v"], 0);
-    {
-        let c = db.sql();
-        c.pragma_update(None, "user_version", 99).unwrap();
-        // Fold the WAL into the file, so its bytes are the whole state.
-        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .unwrap();
+it! {
+    fn a_newer_schema_is_refused_with_both_versions_and_the_file_left_unchanged() {
+        let db = TestDb::new();
+        ok(&db, &["init"], 0);
+        ok(&db, &["enqueue", "k", "--key", "v"], 0);
+        {
+            let c = db.sql();
+            c.pragma_update(None, "user_version", 99).unwrap();
+            // Fold the WAL into the file, so its bytes are the whole state.
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .unwrap();
+        }
+        let before = std::fs::read(&db.path).unwrap();
+        for args in [
+            vec!["jobs"],
+            vec!["init"],
+            vec!["enqueue", "k", "--key", "w"],
+            vec!["stats", "--json"],
+        ] {
+            let e = stderr_of(&db, &args, 1);
+            let known = format!("version {}", litejob::admin::SCHEMA_VERSION);
+            assert!(e.contains("99") && e.contains(&known), "{args:?}: {e}");
+        }
+        assert_eq!(std::fs::read(&db.path).unwrap(), before, "the file changed");
     }
-    let before = std::fs::read(&db.path).unwrap();
-    for args in [
-        vec!["jobs"],
-        vec!["init"],
-        vec!["enqueue", "k", "--key", "w"],
-        vec!["stats", "--json"],
-    ] {
-        let e = stderr_of(&db, &args, 1);
-        let known = format!("version {}", litejob::admin::SCHEMA_VERSION);
-        assert!(e.contains("99") && e.contains(&known), "{args:?}: {e}");
-    }
-    assert_eq!(std::fs::read(&db.path).unwrap(), before, "the file changed");
 }
 
 both! {

@@ -96,7 +96,7 @@ impl Pair<'_> {
     /// compared is the answers and the rows, and a hundred enqueues one by
     /// one per case would each wait for one.
     fn new(a: &TestQueue) -> Pair<'_> {
-        let b = TestQueue::new(a.engine).unwrap();
+        let b = TestQueue::new(a.engine);
         let opts = match a.engine {
             Engine::Sqlite => QueueOptions::default(),
             Engine::Postgres => QueueOptions::default().with_synchronous(Synchronous::Normal),

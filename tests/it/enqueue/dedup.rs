@@ -234,7 +234,7 @@ both! {
             Engine::Postgres => 10,
         };
         for round in 0..rounds {
-            let fresh = TestQueue::new(q.engine).unwrap();
+            let fresh = TestQueue::new(q.engine);
             let runs = enqueue_in_processes(&fresh, 6, "first");
             assert_eq!(
                 runs.iter().filter(|r| !r.1).count(),

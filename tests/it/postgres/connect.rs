@@ -51,57 +51,63 @@ fn closed_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-#[test]
-fn a_url_that_does_not_parse_is_bad_input() {
-    for url in [
-        "postgres://litejob:s3cret@127.0.0.1:notaport/db",
-        "postgres://litejob:s3cret@127.0.0.1:5432/db?connect_timeout=soon",
-        "postgresql://litejob:s3cret@[::1/db",
-    ] {
-        refused(url, 2, "not a PostgreSQL URL", "s3cret");
+it! {
+    fn a_url_that_does_not_parse_is_bad_input() {
+        for url in [
+            "postgres://litejob:s3cret@127.0.0.1:notaport/db",
+            "postgres://litejob:s3cret@127.0.0.1:5432/db?connect_timeout=soon",
+            "postgresql://litejob:s3cret@[::1/db",
+        ] {
+            refused(url, 2, "not a PostgreSQL URL", "s3cret");
+        }
     }
 }
 
-#[test]
-fn a_refused_password_names_the_login_and_not_the_password() {
-    let Some(base) = pg_base_url() else { return };
-    let wrong = base.replacen(":litejob@", ":Wr0ngPassw0rd@", 1);
-    assert_ne!(wrong, base, "the test URL names its password");
-    refused(&wrong, 1, "refused the login", "Wr0ngPassw0rd");
-    let err = String::from_utf8_lossy(&litejob(&wrong, &["jobs"]).stderr).into_owned();
-    assert!(err.contains("\"litejob\""), "the login is named: {err}");
-    let e = litejob::Queue::<litejob::postgres::Postgres>::open_with(
-        wrong.as_str(),
-        litejob::QueueOptions::default(),
-    )
-    .unwrap_err();
-    assert!(!e.is_transient(), "a refused login is not retried: {e:?}");
+it! {
+    #[needs(Postgres)]
+    fn a_refused_password_names_the_login_and_not_the_password() {
+        let base = pg_base_url();
+        let wrong = base.replacen(":litejob@", ":Wr0ngPassw0rd@", 1);
+        assert_ne!(wrong, base, "the test URL names its password");
+        refused(&wrong, 1, "refused the login", "Wr0ngPassw0rd");
+        let err = String::from_utf8_lossy(&litejob(&wrong, &["jobs"]).stderr).into_owned();
+        assert!(err.contains("\"litejob\""), "the login is named: {err}");
+        let e = litejob::Queue::<litejob::postgres::Postgres>::open_with(
+            wrong.as_str(),
+            litejob::QueueOptions::default(),
+        )
+        .unwrap_err();
+        assert!(!e.is_transient(), "a refused login is not retried: {e:?}");
+    }
 }
 
-#[test]
-fn a_database_that_does_not_exist_is_named() {
-    let Some(base) = pg_base_url() else { return };
-    let (head, _) = base.rsplit_once('/').unwrap();
-    refused(
-        &format!("{head}/no_such_db_here"),
-        1,
-        "no such database",
-        ":litejob@",
-    );
+it! {
+    #[needs(Postgres)]
+    fn a_database_that_does_not_exist_is_named() {
+        let base = pg_base_url();
+        let (head, _) = base.rsplit_once('/').unwrap();
+        refused(
+            &format!("{head}/no_such_db_here"),
+            1,
+            "no such database",
+            ":litejob@",
+        );
+    }
 }
 
-#[test]
-fn a_server_out_of_reach_is_a_transient_failure() {
-    let url = format!(
-        "postgres://litejob:s3cret@127.0.0.1:{}/litejob_test",
-        closed_port()
-    );
-    refused(&url, 1, "cannot reach the database server", "s3cret");
-    let e = litejob::Queue::<litejob::postgres::Postgres>::open_with(
-        url.as_str(),
-        litejob::QueueOptions::default(),
-    )
-    .unwrap_err();
-    assert!(e.is_transient(), "{e:?}");
-    assert!(matches!(e, litejob::Error::Connection(_)), "{e:?}");
+it! {
+    fn a_server_out_of_reach_is_a_transient_failure() {
+        let url = format!(
+            "postgres://litejob:s3cret@127.0.0.1:{}/litejob_test",
+            closed_port()
+        );
+        refused(&url, 1, "cannot reach the database server", "s3cret");
+        let e = litejob::Queue::<litejob::postgres::Postgres>::open_with(
+            url.as_str(),
+            litejob::QueueOptions::default(),
+        )
+        .unwrap_err();
+        assert!(e.is_transient(), "{e:?}");
+        assert!(matches!(e, litejob::Error::Connection(_)), "{e:?}");
+    }
 }

@@ -230,7 +230,7 @@ fn dump(q: &TestQueue, table: &str) -> Vec<Vec<Cell>> {
 /// The file of [`FILE_ROWS`], through a queue opened on it first (the
 /// schema), then plain SQL.
 fn full_file() -> TestQueue {
-    let f = TestQueue::new(Engine::Sqlite).unwrap();
+    let f = TestQueue::new(Engine::Sqlite);
     drop(f.open());
     f.exec(FILE_ROWS);
     f
@@ -252,250 +252,260 @@ fn has_tables(q: &TestQueue) -> bool {
     ) == 1
 }
 
-#[test]
-fn a_copy_moves_every_row_and_column_and_the_database_carries_on_from_it() {
-    let Some(dest) = pg() else { return };
-    let file = full_file();
-    // The library's own call, on a database without the tables yet.
-    let (src, to) = (file.open(), dest.open());
-    let (src, to) = (src.file(), to.pg());
-    let report = src.copy_to(to).unwrap();
-    assert_eq!(
-        (
-            report.jobs,
-            report.processed_jobs,
-            report.outbox,
-            report.attempts,
-            report.schedules
-        ),
-        (5, 3, 4, 9, 2)
-    );
-    assert_eq!((report.queues, report.queue_starts), (2, 2));
-    for (table, _, _) in TABLES {
-        let (a, b) = (dump(&file, table), dump(&dest, table));
-        assert!(!a.is_empty(), "{table}: the file has rows");
-        assert_eq!(a, b, "{table}: the same rows, column for column");
-    }
-    // A copied key is a duplicate of its job, a key only in the ledger of
-    // the job the ledger names.
-    assert_eq!(
-        to.enqueue(NewJob::new("mail", "s-3", &json!({}))).unwrap(),
-        Enqueued::Duplicate(3)
-    );
-    assert_eq!(to.job(3).unwrap().unwrap().deliveries, 3);
-    assert_eq!(
-        to.enqueue(NewJob::new("mail", "gone-9", &json!({})))
-            .unwrap(),
-        Enqueued::Duplicate(400)
-    );
-    // New rows take ids past every id the file ever gave out, including
-    // those of rows deleted since.
-    let fresh = to
-        .enqueue(NewJob::new("fresh", "fresh-1", &json!({})))
-        .unwrap();
-    assert!(matches!(fresh, Enqueued::New(id) if id > 500), "{fresh:?}");
-    let mut rt = to
-        .runtime()
-        .handler("fresh", |tx, _: Value| {
-            let key = tx.job().key.clone();
-            tx.outbox("note", &format!("note:{key}"), &key)?;
-            Ok(Outcome::Done)
-        })
-        .start()
-        .unwrap();
-    wait_until("the new job ran on the database", LONG, || {
-        dest.count("SELECT count(*) FROM outbox WHERE key = 'note:fresh-1'") == 1
-    });
-    rt.stop();
-    assert!(dest.count("SELECT id FROM outbox WHERE key = 'note:fresh-1'") > 50);
-    assert!(dest.count("SELECT max(id) FROM attempts WHERE key = 'fresh-1'") > 900);
-}
-
-#[test]
-fn the_command_copies_once_and_refuses_a_second_time_with_nothing_written() {
-    let Some(dest) = pg() else { return };
-    let file = full_file();
-    let args = [
-        "--db",
-        &file.location,
-        "--json",
-        "copy",
-        "--to",
-        &dest.location,
-    ];
-    let out = litejob(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", show(&args, &out));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        (
-            &v["jobs"],
-            &v["processed_jobs"],
-            &v["outbox"],
-            &v["attempts"],
-            &v["schedules"]
-        ),
-        (&json!(5), &json!(3), &json!(4), &json!(9), &json!(2)),
-        "{v}"
-    );
-    assert_eq!(
-        (&v["queues"], &v["queue_starts"]),
-        (&json!(2), &json!(2)),
-        "{v}"
-    );
-    assert!(
-        !v["to"].as_str().unwrap().contains(":litejob@"),
-        "no password in {v}"
-    );
-    let before: Vec<_> = TABLES.iter().map(|t| dump(&dest, t.0)).collect();
-    // Twice: refused, exit 1, and the database is as the first copy left it.
-    let out = litejob(&args);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&args, &out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("already holds litejob rows") && err.contains("nothing was written"),
-        "{err}"
-    );
-    let after: Vec<_> = TABLES.iter().map(|t| dump(&dest, t.0)).collect();
-    assert_eq!(before, after);
-    // Into a database some application already uses: refused too.
-    let Some(used) = pg() else { return };
-    litejob::admin::AnyQueue::open_with(&used.location, Default::default())
-        .unwrap()
-        .enqueue(NewJob::new("mail", "live-1", &json!({})))
-        .unwrap();
-    let out = litejob(&["--db", &file.location, "copy", "--to", &used.location]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(used.strings("SELECT idempotency_key FROM jobs"), ["live-1"]);
-}
-
-#[test]
-fn a_copy_that_fails_midway_leaves_the_database_empty() {
-    let Some(dest) = pg() else { return };
-    let file = full_file();
-    // Text SQLite stores and PostgreSQL cannot (a NUL character), in the
-    // last table copied: everything before it must go too.
-    file.exec(
-        "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome, error) \
-         VALUES (3, 1, 's-3', 'w', 1, 2, 'failed', 'a' || char(0) || 'b')",
-    );
-    let args = ["--db", &file.location, "copy", "--to", &dest.location];
-    let out = litejob(&args);
-    assert_eq!(out.status.code(), Some(2), "{}", show(&args, &out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("a row of attempts cannot be stored"), "{err}");
-    for (table, _, _) in TABLES {
+it! {
+    #[needs(Postgres)]
+    fn a_copy_moves_every_row_and_column_and_the_database_carries_on_from_it() {
+        let dest = pg();
+        let file = full_file();
+        // The library's own call, on a database without the tables yet.
+        let (src, to) = (file.open(), dest.open());
+        let (src, to) = (src.file(), to.pg());
+        let report = src.copy_to(to).unwrap();
         assert_eq!(
-            dest.count(&format!("SELECT count(*) FROM {table}")),
-            0,
-            "{table}"
+            (
+                report.jobs,
+                report.processed_jobs,
+                report.outbox,
+                report.attempts,
+                report.schedules
+            ),
+            (5, 3, 4, 9, 2)
+        );
+        assert_eq!((report.queues, report.queue_starts), (2, 2));
+        for (table, _, _) in TABLES {
+            let (a, b) = (dump(&file, table), dump(&dest, table));
+            assert!(!a.is_empty(), "{table}: the file has rows");
+            assert_eq!(a, b, "{table}: the same rows, column for column");
+        }
+        // A copied key is a duplicate of its job, a key only in the ledger of
+        // the job the ledger names.
+        assert_eq!(
+            to.enqueue(NewJob::new("mail", "s-3", &json!({}))).unwrap(),
+            Enqueued::Duplicate(3)
+        );
+        assert_eq!(to.job(3).unwrap().unwrap().deliveries, 3);
+        assert_eq!(
+            to.enqueue(NewJob::new("mail", "gone-9", &json!({})))
+                .unwrap(),
+            Enqueued::Duplicate(400)
+        );
+        // New rows take ids past every id the file ever gave out, including
+        // those of rows deleted since.
+        let fresh = to
+            .enqueue(NewJob::new("fresh", "fresh-1", &json!({})))
+            .unwrap();
+        assert!(matches!(fresh, Enqueued::New(id) if id > 500), "{fresh:?}");
+        let mut rt = to
+            .runtime()
+            .handler("fresh", |tx, _: Value| {
+                let key = tx.job().key.clone();
+                tx.outbox("note", &format!("note:{key}"), &key)?;
+                Ok(Outcome::Done)
+            })
+            .start()
+            .unwrap();
+        wait_until("the new job ran on the database", LONG, || {
+            dest.count("SELECT count(*) FROM outbox WHERE key = 'note:fresh-1'") == 1
+        });
+        rt.stop();
+        assert!(dest.count("SELECT id FROM outbox WHERE key = 'note:fresh-1'") > 50);
+        assert!(dest.count("SELECT max(id) FROM attempts WHERE key = 'fresh-1'") > 900);
+    }
+}
+
+it! {
+    #[needs(Postgres)]
+    fn the_command_copies_once_and_refuses_a_second_time_with_nothing_written() {
+        let dest = pg();
+        let file = full_file();
+        let args = [
+            "--db",
+            &file.location,
+            "--json",
+            "copy",
+            "--to",
+            &dest.location,
+        ];
+        let out = litejob(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&args, &out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (
+                &v["jobs"],
+                &v["processed_jobs"],
+                &v["outbox"],
+                &v["attempts"],
+                &v["schedules"]
+            ),
+            (&json!(5), &json!(3), &json!(4), &json!(9), &json!(2)),
+            "{v}"
+        );
+        assert_eq!(
+            (&v["queues"], &v["queue_starts"]),
+            (&json!(2), &json!(2)),
+            "{v}"
+        );
+        assert!(
+            !v["to"].as_str().unwrap().contains(":litejob@"),
+            "no password in {v}"
+        );
+        let before: Vec<_> = TABLES.iter().map(|t| dump(&dest, t.0)).collect();
+        // Twice: refused, exit 1, and the database is as the first copy left it.
+        let out = litejob(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", show(&args, &out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("already holds litejob rows") && err.contains("nothing was written"),
+            "{err}"
+        );
+        let after: Vec<_> = TABLES.iter().map(|t| dump(&dest, t.0)).collect();
+        assert_eq!(before, after);
+        // Into a database some application already uses: refused too.
+        let used = pg();
+        litejob::admin::AnyQueue::open_with(&used.location, Default::default())
+            .unwrap()
+            .enqueue(NewJob::new("mail", "live-1", &json!({})))
+            .unwrap();
+        let out = litejob(&["--db", &file.location, "copy", "--to", &used.location]);
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(used.strings("SELECT idempotency_key FROM jobs"), ["live-1"]);
+    }
+}
+
+it! {
+    #[needs(Postgres)]
+    fn a_copy_that_fails_midway_leaves_the_database_empty() {
+        let dest = pg();
+        let file = full_file();
+        // Text SQLite stores and PostgreSQL cannot (a NUL character), in the
+        // last table copied: everything before it must go too.
+        file.exec(
+            "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome, error) \
+         VALUES (3, 1, 's-3', 'w', 1, 2, 'failed', 'a' || char(0) || 'b')",
+        );
+        let args = ["--db", &file.location, "copy", "--to", &dest.location];
+        let out = litejob(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", show(&args, &out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("a row of attempts cannot be stored"), "{err}");
+        for (table, _, _) in TABLES {
+            assert_eq!(
+                dest.count(&format!("SELECT count(*) FROM {table}")),
+                0,
+                "{table}"
+            );
+        }
+    }
+}
+
+it! {
+    #[needs(Postgres)]
+    fn a_copy_from_a_missing_file_or_to_a_bad_url_is_refused_with_nothing_written() {
+        let dest = pg();
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.db").display().to_string();
+        let run = |args: &[&str], status: i32, says: &str| {
+            let out = litejob(args);
+            assert_eq!(out.status.code(), Some(status), "{}", show(args, &out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(says), "{args:?}: {err}");
+            assert!(!err.contains(":litejob@"), "a password in {err}");
+            err.into_owned()
+        };
+        run(
+            &["--db", &missing, "copy", "--to", &dest.location],
+            1,
+            "no queue file",
+        );
+        assert!(!std::path::Path::new(&missing).exists());
+        assert!(!has_tables(&dest), "a refused copy created the tables");
+        let file = full_file();
+        let f = file.location.as_str();
+        run(
+            &["--db", f, "copy", "--to", "mysql://x@y/z"],
+            2,
+            "not a PostgreSQL URL",
+        );
+        run(
+            &["--db", f, "copy", "--to", "postgres://a@b:notaport/c"],
+            2,
+            "not a PostgreSQL URL",
+        );
+        run(
+            &["--db", &dest.location, "copy", "--to", &dest.location],
+            2,
+            "reads a queue file",
+        );
+        let base = crate::backends::pg_base_url();
+        let wrong = base.replacen(":litejob@", ":not-the-password@", 1);
+        assert_ne!(wrong, base, "the test URL names its password");
+        let err = run(&["--db", f, "copy", "--to", &wrong], 1, "refused the login");
+        assert!(
+            err.contains("litejob") && !err.contains("not-the-password"),
+            "{err}"
+        );
+        assert!(!has_tables(&dest));
+    }
+}
+
+it! {
+    /// A file still in use while it is copied (a runtime completing jobs, a
+    /// producer enqueueing): the copy is one moment of it, read in one
+    /// snapshot — each job copied succeeded exactly when its ledger row, its
+    /// outbox row and its succeeded run were copied too.
+    #[needs(Postgres)]
+    fn a_copy_of_a_file_in_use_is_one_moment_of_it() {
+        let dest = pg();
+        let file = TestQueue::new(Engine::Sqlite);
+        let src = file.open();
+        let src = src.file();
+        let jobs: Vec<NewJob> = (0..3000)
+            .map(|i| NewJob::new("work", format!("k-{i}"), &json!({})))
+            .collect();
+        src.enqueue_many(jobs).unwrap();
+        let mut rt = src
+            .runtime()
+            .workers(2)
+            .handler_with_prepare(
+                "work",
+                |ctx, _: Value| {
+                    // Slow enough that the copy lands in the middle.
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    Ok(ctx.key.clone())
+                },
+                |tx, key: String| {
+                    tx.outbox("mail", &format!("mail:{key}"), &key)?;
+                    Ok(Outcome::Done)
+                },
+            )
+            .start()
+            .unwrap();
+        wait_until("the runtime is under way", LONG, || {
+            file.count("SELECT count(*) FROM processed_jobs") >= 100
+        });
+        let report = src.copy_to(dest.open().pg()).unwrap();
+        rt.stop();
+        let done = file.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+        assert!(
+            (report.processed_jobs as i64) < done,
+            "the runtime finished before the copy: {report:?}, {done} done"
+        );
+        let q = |sql: &str| dest.count(sql);
+        let succeeded = q("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
+        assert!(succeeded > 0);
+        assert_eq!(q("SELECT count(*) FROM processed_jobs"), succeeded);
+        assert_eq!(
+            q(
+                "SELECT count(*) FROM processed_jobs p JOIN jobs j ON j.idempotency_key = p.key \
+           WHERE j.state = 'succeeded'"
+            ),
+            succeeded,
+            "a ledger row of a job the copy did not see succeed"
+        );
+        assert_eq!(q("SELECT count(*) FROM outbox"), succeeded);
+        assert_eq!(
+            q("SELECT count(*) FROM attempts WHERE job_id IS NOT NULL AND outcome = 'succeeded'"),
+            succeeded
         );
     }
-}
-
-#[test]
-fn a_copy_from_a_missing_file_or_to_a_bad_url_is_refused_with_nothing_written() {
-    let Some(dest) = pg() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("nope.db").display().to_string();
-    let run = |args: &[&str], status: i32, says: &str| {
-        let out = litejob(args);
-        assert_eq!(out.status.code(), Some(status), "{}", show(args, &out));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(says), "{args:?}: {err}");
-        assert!(!err.contains(":litejob@"), "a password in {err}");
-        err.into_owned()
-    };
-    run(
-        &["--db", &missing, "copy", "--to", &dest.location],
-        1,
-        "no queue file",
-    );
-    assert!(!std::path::Path::new(&missing).exists());
-    assert!(!has_tables(&dest), "a refused copy created the tables");
-    let file = full_file();
-    let f = file.location.as_str();
-    run(
-        &["--db", f, "copy", "--to", "mysql://x@y/z"],
-        2,
-        "not a PostgreSQL URL",
-    );
-    run(
-        &["--db", f, "copy", "--to", "postgres://a@b:notaport/c"],
-        2,
-        "not a PostgreSQL URL",
-    );
-    run(
-        &["--db", &dest.location, "copy", "--to", &dest.location],
-        2,
-        "reads a queue file",
-    );
-    let base = crate::backends::pg_base_url().unwrap();
-    let wrong = base.replacen(":litejob@", ":not-the-password@", 1);
-    assert_ne!(wrong, base, "the test URL names its password");
-    let err = run(&["--db", f, "copy", "--to", &wrong], 1, "refused the login");
-    assert!(
-        err.contains("litejob") && !err.contains("not-the-password"),
-        "{err}"
-    );
-    assert!(!has_tables(&dest));
-}
-
-/// A file still in use while it is copied (a runtime completing jobs, a
-/// producer enqueueing): the copy is one moment of it, read in one
-/// snapshot — each job copied succeeded exactly when its ledger row, its
-/// outbox row and its succeeded run were copied too.
-#[test]
-fn a_copy_of_a_file_in_use_is_one_moment_of_it() {
-    let Some(dest) = pg() else { return };
-    let file = TestQueue::new(Engine::Sqlite).unwrap();
-    let src = file.open();
-    let src = src.file();
-    let jobs: Vec<NewJob> = (0..3000)
-        .map(|i| NewJob::new("work", format!("k-{i}"), &json!({})))
-        .collect();
-    src.enqueue_many(jobs).unwrap();
-    let mut rt = src
-        .runtime()
-        .workers(2)
-        .handler_with_prepare(
-            "work",
-            |ctx, _: Value| {
-                // Slow enough that the copy lands in the middle.
-                std::thread::sleep(std::time::Duration::from_millis(2));
-                Ok(ctx.key.clone())
-            },
-            |tx, key: String| {
-                tx.outbox("mail", &format!("mail:{key}"), &key)?;
-                Ok(Outcome::Done)
-            },
-        )
-        .start()
-        .unwrap();
-    wait_until("the runtime is under way", LONG, || {
-        file.count("SELECT count(*) FROM processed_jobs") >= 100
-    });
-    let report = src.copy_to(dest.open().pg()).unwrap();
-    rt.stop();
-    let done = file.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
-    assert!(
-        (report.processed_jobs as i64) < done,
-        "the runtime finished before the copy: {report:?}, {done} done"
-    );
-    let q = |sql: &str| dest.count(sql);
-    let succeeded = q("SELECT count(*) FROM jobs WHERE state = 'succeeded'");
-    assert!(succeeded > 0);
-    assert_eq!(q("SELECT count(*) FROM processed_jobs"), succeeded);
-    assert_eq!(
-        q(
-            "SELECT count(*) FROM processed_jobs p JOIN jobs j ON j.idempotency_key = p.key \
-           WHERE j.state = 'succeeded'"
-        ),
-        succeeded,
-        "a ledger row of a job the copy did not see succeed"
-    );
-    assert_eq!(q("SELECT count(*) FROM outbox"), succeeded);
-    assert_eq!(
-        q("SELECT count(*) FROM attempts WHERE job_id IS NOT NULL AND outcome = 'succeeded'"),
-        succeeded
-    );
 }

@@ -78,45 +78,49 @@ fn succeeded(queue: &litejob::admin::AnyQueue, key: &str) -> bool {
         .is_some_and(|j| j.state == JobState::Succeeded)
 }
 
-#[test]
-fn a_notification_wakes_an_idle_runtime_long_before_its_poll() {
-    let Some(q) = pg() else { return };
-    q.create_app_table();
-    let proxy = Proxy::start(&upstream(&q.location));
-    // A poll this long never fires within the test: only a wake-up can
-    // start the job in time.
-    let (queue, mut rt) = idle_runtime(&q, &proxy, Duration::from_secs(120));
-    for key in ["w-1", "w-2"] {
-        enqueue_elsewhere(&q, key);
-        wait_until(
-            "a wake-up reaches the runtime (its poll is minutes away)",
-            Duration::from_secs(30),
-            || succeeded(&queue, key),
+it! {
+    #[needs(Postgres)]
+    fn a_notification_wakes_an_idle_runtime_long_before_its_poll() {
+        let q = pg();
+        q.create_app_table();
+        let proxy = Proxy::start(&upstream(&q.location));
+        // A poll this long never fires within the test: only a wake-up can
+        // start the job in time.
+        let (queue, mut rt) = idle_runtime(&q, &proxy, Duration::from_secs(120));
+        for key in ["w-1", "w-2"] {
+            enqueue_elsewhere(&q, key);
+            wait_until(
+                "a wake-up reaches the runtime (its poll is minutes away)",
+                Duration::from_secs(30),
+                || succeeded(&queue, key),
+            );
+        }
+        rt.stop();
+        assert!(
+            proxy.notifications_passed() >= 2,
+            "{}",
+            proxy.notifications_passed()
         );
+        assert_eq!(q.count("SELECT count(*) FROM app_rows"), 2);
     }
-    rt.stop();
-    assert!(
-        proxy.notifications_passed() >= 2,
-        "{}",
-        proxy.notifications_passed()
-    );
-    assert_eq!(q.count("SELECT count(*) FROM app_rows"), 2);
 }
 
-#[test]
-fn behind_a_pooler_that_drops_notifications_the_poll_finds_the_job() {
-    let Some(q) = pg() else { return };
-    q.create_app_table();
-    let proxy = Proxy::start(&upstream(&q.location));
-    proxy.drop_notifications(true);
-    let (queue, mut rt) = idle_runtime(&q, &proxy, Duration::from_secs(1));
-    enqueue_elsewhere(&q, "p-1");
-    wait_until("the poll finds the job", LONG, || succeeded(&queue, "p-1"));
-    rt.stop();
-    assert!(
-        proxy.notifications_dropped() >= 1,
-        "the enqueue's notification was dropped"
-    );
-    assert_eq!(proxy.notifications_passed(), 0);
-    assert_eq!(q.count("SELECT count(*) FROM app_rows"), 1);
+it! {
+    #[needs(Postgres)]
+    fn behind_a_pooler_that_drops_notifications_the_poll_finds_the_job() {
+        let q = pg();
+        q.create_app_table();
+        let proxy = Proxy::start(&upstream(&q.location));
+        proxy.drop_notifications(true);
+        let (queue, mut rt) = idle_runtime(&q, &proxy, Duration::from_secs(1));
+        enqueue_elsewhere(&q, "p-1");
+        wait_until("the poll finds the job", LONG, || succeeded(&queue, "p-1"));
+        rt.stop();
+        assert!(
+            proxy.notifications_dropped() >= 1,
+            "the enqueue's notification was dropped"
+        );
+        assert_eq!(proxy.notifications_passed(), 0);
+        assert_eq!(q.count("SELECT count(*) FROM app_rows"), 1);
+    }
 }

@@ -134,126 +134,102 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// Whether strace can trace here. Where CI installed it (`CI` is set), a
-/// missing or powerless strace fails the test instead of skipping it; on a
-/// developer's machine without it the test says loudly that it did not run.
-fn have_strace() -> bool {
-    let why = if Command::new("strace").arg("-V").output().is_err() {
-        "strace is not installed"
-    } else if !Command::new("strace")
-        .args(["-o", "/dev/null", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        "strace cannot trace here (no ptrace rights?)"
-    } else {
-        return true;
-    };
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{why}: CI must run the durability test (apt-get install strace)"
-    );
-    eprintln!("WARNING: {why}: durability test not run");
-    false
-}
-
-// Long: one traced run, then the trace read call by call.
-#[test]
-fn an_enqueue_returns_only_after_an_fsync_of_the_wal_frames_holding_its_job() {
-    if !have_strace() {
-        return;
-    }
-    let db = TestDb::new();
-    drop(db.open());
-    let dir = db.path.parent().unwrap();
-    let (trace_path, returned) = (dir.join("trace"), dir.join("returned"));
-    let mut strace = Command::new("strace");
-    strace
-        .args(["-f", "-y", "-xx", "-s", "65536"])
-        .args(["-e", "trace=pwrite64,pwritev,fsync,fdatasync,write"])
-        .arg("-o")
-        .arg(&trace_path)
-        // Not /proc/self/exe: strace would resolve that to itself.
-        .arg(std::env::current_exe().unwrap());
-    let mut c = super::harness::child_args(&mut strace)
-        .env("LITEJOB_CHILD_DB", &db.path)
-        .env("LITEJOB_CHILD_MODE", "enqueue-threads")
-        .env("LITEJOB_CHILD_RETURNED", &returned)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let st = wait_timeout(&mut c, Duration::from_secs(120)).unwrap_or_else(|| {
-        let _ = c.kill();
-        panic!("the traced child is stuck")
-    });
-    let out = c.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        st.success() && stdout.contains("enqueue-threads done"),
-        "child failed ({st:?}):\n{}\n{}",
-        tail(&stdout),
-        tail(&String::from_utf8_lossy(&out.stderr))
-    );
-    let trace = std::fs::read_to_string(&trace_path).unwrap();
-    let calls = parse(&trace);
-    let wal = |c: &&Call| c.path.ends_with("-wal");
-    let syncs: Vec<&Call> = calls
-        .iter()
-        .filter(wal)
-        .filter(|c| c.name == "fsync" || c.name == "fdatasync")
-        .collect();
-    let frames: Vec<&Call> = calls
-        .iter()
-        .filter(wal)
-        .filter(|c| c.name.starts_with("pwrite"))
-        .collect();
-    let returns: Vec<(String, usize)> = calls
-        .iter()
-        .filter(|c| c.name == "write" && c.path.ends_with("returned"))
-        .map(|c| {
-            let text = String::from_utf8_lossy(&c.bytes);
-            let key = text.trim().strip_prefix("returned ").unwrap().to_string();
-            (key, c.start)
-        })
-        .collect();
-    assert_eq!(
-        returns.len(),
-        ALONE + THREADS * PER_THREAD,
-        "every enqueue's return is in the trace"
-    );
-    for (key, returned_at) in &returns {
-        let first = frames
+it! {
+    // Long: one traced run, then the trace read call by call.
+    #[needs(Strace)]
+    fn an_enqueue_returns_only_after_an_fsync_of_the_wal_frames_holding_its_job() {
+        let db = TestDb::new();
+        drop(db.open());
+        let dir = db.path.parent().unwrap();
+        let (trace_path, returned) = (dir.join("trace"), dir.join("returned"));
+        let mut strace = Command::new("strace");
+        strace
+            .args(["-f", "-y", "-xx", "-s", "65536"])
+            .args(["-e", "trace=pwrite64,pwritev,fsync,fdatasync,write"])
+            .arg("-o")
+            .arg(&trace_path)
+            // Not /proc/self/exe: strace would resolve that to itself.
+            .arg(std::env::current_exe().unwrap());
+        let mut c = super::harness::child_args(&mut strace)
+            .env("LITEJOB_CHILD_DB", &db.path)
+            .env("LITEJOB_CHILD_MODE", "enqueue-threads")
+            .env("LITEJOB_CHILD_RETURNED", &returned)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let st = wait_timeout(&mut c, Duration::from_secs(120)).unwrap_or_else(|| {
+            let _ = c.kill();
+            panic!("the traced child is stuck")
+        });
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            st.success() && stdout.contains("enqueue-threads done"),
+            "child failed ({st:?}):\n{}\n{}",
+            tail(&stdout),
+            tail(&String::from_utf8_lossy(&out.stderr))
+        );
+        let trace = std::fs::read_to_string(&trace_path).unwrap();
+        let calls = parse(&trace);
+        let wal = |c: &&Call| c.path.ends_with("-wal");
+        let syncs: Vec<&Call> = calls
             .iter()
-            .position(|f| contains(&f.bytes, key.as_bytes()))
-            .unwrap_or_else(|| panic!("no WAL frame holds {key}"));
-        // Its commit ends with the frame whose 24-byte header carries the
-        // database size (non-zero only in a commit frame), then that
-        // frame's page: both written by the same thread after this frame.
-        let pid = &frames[first].pid;
-        let mut commit_header_seen = false;
-        let mut committed = None;
-        for f in frames[first..].iter().filter(|f| &f.pid == pid) {
-            if commit_header_seen {
-                committed = Some(f.end);
-                break;
-            }
-            commit_header_seen = f.bytes.len() == 24 && f.bytes[4..8] != [0, 0, 0, 0];
-        }
-        let committed =
-            committed.unwrap_or_else(|| panic!("{key}: no commit frame after its frames"));
-        assert!(
-            frames[first].start < *returned_at,
-            "{key}: its frames were written after its enqueue returned"
+            .filter(wal)
+            .filter(|c| c.name == "fsync" || c.name == "fdatasync")
+            .collect();
+        let frames: Vec<&Call> = calls
+            .iter()
+            .filter(wal)
+            .filter(|c| c.name.starts_with("pwrite"))
+            .collect();
+        let returns: Vec<(String, usize)> = calls
+            .iter()
+            .filter(|c| c.name == "write" && c.path.ends_with("returned"))
+            .map(|c| {
+                let text = String::from_utf8_lossy(&c.bytes);
+                let key = text.trim().strip_prefix("returned ").unwrap().to_string();
+                (key, c.start)
+            })
+            .collect();
+        assert_eq!(
+            returns.len(),
+            ALONE + THREADS * PER_THREAD,
+            "every enqueue's return is in the trace"
         );
-        assert!(
-            syncs
+        for (key, returned_at) in &returns {
+            let first = frames
                 .iter()
-                .any(|s| s.start > committed && s.end < *returned_at),
-            "{key}: its enqueue returned (trace line {}) with no fsync of the WAL \
+                .position(|f| contains(&f.bytes, key.as_bytes()))
+                .unwrap_or_else(|| panic!("no WAL frame holds {key}"));
+            // Its commit ends with the frame whose 24-byte header carries the
+            // database size (non-zero only in a commit frame), then that
+            // frame's page: both written by the same thread after this frame.
+            let pid = &frames[first].pid;
+            let mut commit_header_seen = false;
+            let mut committed = None;
+            for f in frames[first..].iter().filter(|f| &f.pid == pid) {
+                if commit_header_seen {
+                    committed = Some(f.end);
+                    break;
+                }
+                commit_header_seen = f.bytes.len() == 24 && f.bytes[4..8] != [0, 0, 0, 0];
+            }
+            let committed =
+                committed.unwrap_or_else(|| panic!("{key}: no commit frame after its frames"));
+            assert!(
+                frames[first].start < *returned_at,
+                "{key}: its frames were written after its enqueue returned"
+            );
+            assert!(
+                syncs
+                    .iter()
+                    .any(|s| s.start > committed && s.end < *returned_at),
+                "{key}: its enqueue returned (trace line {}) with no fsync of the WAL \
              between its commit (trace line {}) and the return",
-            returned_at + 1,
-            committed + 1
-        );
+                returned_at + 1,
+                committed + 1
+            );
+        }
     }
 }

@@ -162,11 +162,9 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The child process: runs when `LITEJOB_CHILD_DB` is set.
+/// The child process, on the file `LITEJOB_CHILD_DB`.
 pub fn child_main() {
-    let Ok(db) = std::env::var("LITEJOB_CHILD_DB") else {
-        return;
-    };
+    let db = std::env::var("LITEJOB_CHILD_DB").expect("LITEJOB_CHILD_DB");
     if std::env::var("LITEJOB_CHILD_MODE").as_deref() == Ok("power-loss") {
         // Before any logger: it installs its own, which acknowledges runs.
         super::power_loss::workloads::child(Path::new(&db));
@@ -361,13 +359,7 @@ pub fn spawn_child(
 /// Makes `cmd` (this test binary, run directly or under a tracer) run only
 /// the child entry point, with no fault point inherited.
 pub fn child_args(cmd: &mut Command) -> &mut Command {
-    cmd.args([
-        "--exact",
-        "reliability::child_worker",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env_remove("LITEJOB_FAULT")
+    crate::suite::as_child(cmd, "reliability::child_worker")
 }
 
 pub fn self_exe() -> PathBuf {

@@ -100,61 +100,63 @@ fn check_one(db: &TestDb, q: &Queue, kind: &str, key: &str, payload: &str) {
     }
 }
 
-#[test]
-fn arbitrary_input_through_the_library_never_panics_and_refusals_write_nothing() {
-    let db = TestDb::new();
-    let q = db.open();
-    runner(300)
-        .run(&(name(), name(), payload()), |(kind, key, payload)| {
-            check_one(&db, &q, &kind, &key, &payload);
-            Ok(())
-        })
-        .unwrap();
+it! {
+    fn arbitrary_input_through_the_library_never_panics_and_refusals_write_nothing() {
+        let db = TestDb::new();
+        let q = db.open();
+        runner(300)
+            .run(&(name(), name(), payload()), |(kind, key, payload)| {
+                check_one(&db, &q, &kind, &key, &payload);
+                Ok(())
+            })
+            .unwrap();
+    }
 }
 
-#[test]
-fn arbitrary_input_through_the_command_never_panics_and_refusals_write_nothing() {
-    let db = TestDb::new();
-    drop(db.open());
-    // A plain enqueue works, so a refusal below is the input's doing.
-    let args = ["enqueue", "k", "--key", "probe", "--payload", "{}"];
-    let probe = support::litejob(&db.path, &args);
-    assert!(
-        String::from_utf8_lossy(&probe.stdout).contains("enqueued"),
-        "{}",
-        support::show(&args, &probe)
-    );
-    runner(40)
-        .run(&(name(), name(), payload()), |(kind, key, payload)| {
-            if [&kind, &key, &payload].iter().any(|s| s.contains('\0')) {
-                // A NUL cannot be passed in argv at all.
-                return Ok(());
-            }
-            let before = snapshot(&db);
-            // A single argv string is limited to 128 KiB: big payloads go
-            // through --payload-file.
-            let file = db.dir.path().join("payload.json");
-            let (flag, value) = if payload.len() > 100_000 {
-                std::fs::write(&file, &payload).unwrap();
-                ("--payload-file", file.display().to_string())
-            } else {
-                ("--payload", payload.clone())
-            };
-            let args = ["enqueue", &kind, "--key", &key, flag, &value];
-            let out = support::litejob(&db.path, &args);
-            let after = snapshot(&db);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !stderr.contains("panicked"),
-                "{}",
-                support::show(&args, &out)
-            );
-            match out.status.code() {
-                Some(0) => assert!(after.1 == before.1 + 1, "{}", support::show(&args, &out)),
-                Some(2) => assert_eq!(before, after, "{}", support::show(&args, &out)),
-                _ => panic!("unexpected status: {}", support::show(&args, &out)),
-            }
-            Ok(())
-        })
-        .unwrap();
+it! {
+    fn arbitrary_input_through_the_command_never_panics_and_refusals_write_nothing() {
+        let db = TestDb::new();
+        drop(db.open());
+        // A plain enqueue works, so a refusal below is the input's doing.
+        let args = ["enqueue", "k", "--key", "probe", "--payload", "{}"];
+        let probe = support::litejob(&db.path, &args);
+        assert!(
+            String::from_utf8_lossy(&probe.stdout).contains("enqueued"),
+            "{}",
+            support::show(&args, &probe)
+        );
+        runner(40)
+            .run(&(name(), name(), payload()), |(kind, key, payload)| {
+                if [&kind, &key, &payload].iter().any(|s| s.contains('\0')) {
+                    // A NUL cannot be passed in argv at all.
+                    return Ok(());
+                }
+                let before = snapshot(&db);
+                // A single argv string is limited to 128 KiB: big payloads go
+                // through --payload-file.
+                let file = db.dir.path().join("payload.json");
+                let (flag, value) = if payload.len() > 100_000 {
+                    std::fs::write(&file, &payload).unwrap();
+                    ("--payload-file", file.display().to_string())
+                } else {
+                    ("--payload", payload.clone())
+                };
+                let args = ["enqueue", &kind, "--key", &key, flag, &value];
+                let out = support::litejob(&db.path, &args);
+                let after = snapshot(&db);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !stderr.contains("panicked"),
+                    "{}",
+                    support::show(&args, &out)
+                );
+                match out.status.code() {
+                    Some(0) => assert!(after.1 == before.1 + 1, "{}", support::show(&args, &out)),
+                    Some(2) => assert_eq!(before, after, "{}", support::show(&args, &out)),
+                    _ => panic!("unexpected status: {}", support::show(&args, &out)),
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
 }

@@ -262,27 +262,28 @@ fn check(db: &TestDb, m: &Model, after: &Op) {
     assert_eq!(ok, "ok");
 }
 
-#[test]
-fn runs_crashes_and_prunes_agree_with_a_model_of_the_queue() {
-    let mut runner = TestRunner::new(Config {
-        failure_persistence: None,
-        ..crate::support::proptest_config(20)
-    });
-    runner
-        .run(&proptest::collection::vec(op(), 1..30), |ops| {
-            let db = TestDb::new();
-            let q = db.open();
-            q.write(|tx| {
-                tx.execute_batch("CREATE TABLE effects (key TEXT NOT NULL)")?;
+it! {
+    fn runs_crashes_and_prunes_agree_with_a_model_of_the_queue() {
+        let mut runner = TestRunner::new(Config {
+            failure_persistence: None,
+            ..crate::support::proptest_config(20)
+        });
+        runner
+            .run(&proptest::collection::vec(op(), 1..30), |ops| {
+                let db = TestDb::new();
+                let q = db.open();
+                q.write(|tx| {
+                    tx.execute_batch("CREATE TABLE effects (key TEXT NOT NULL)")?;
+                    Ok(())
+                })
+                .unwrap();
+                let mut m = Model::default();
+                for op in &ops {
+                    step(&db, &q, &mut m, op);
+                    check(&db, &m, op);
+                }
                 Ok(())
             })
             .unwrap();
-            let mut m = Model::default();
-            for op in &ops {
-                step(&db, &q, &mut m, op);
-                check(&db, &m, op);
-            }
-            Ok(())
-        })
-        .unwrap();
+    }
 }

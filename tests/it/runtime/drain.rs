@@ -261,27 +261,28 @@ both! {
     }
 }
 
-/// The helper's queue is a file of its own on a clock standing at the
-/// time it was made, gone with its last handle.
-#[test]
-fn temp_queue_is_a_file_of_its_own_on_a_manual_clock_removed_with_the_queue() {
-    let (queue, clock) = temp_queue().unwrap();
-    let path = std::path::PathBuf::from(queue.location());
-    assert!(path.exists());
-    let id = queue
-        .enqueue(NewJob::new("k", "a", &json!({})))
-        .unwrap()
-        .id();
-    std::thread::sleep(Duration::from_millis(5));
-    let id2 = queue
-        .enqueue(NewJob::new("k", "b", &json!({})))
-        .unwrap()
-        .id();
-    let at = |id| queue.job(id).unwrap().unwrap().created_at;
-    assert_eq!(at(id), ms(clock.now()));
-    assert_eq!(at(id2), ms(clock.now()), "the clock stands still");
-    let (other, _) = temp_queue().unwrap();
-    assert_ne!(other.location(), queue.location());
-    drop(queue);
-    assert!(!path.exists(), "{} left behind", path.display());
+it! {
+    /// The helper's queue is a file of its own on a clock standing at the
+    /// time it was made, gone with its last handle.
+    fn temp_queue_is_a_file_of_its_own_on_a_manual_clock_removed_with_the_queue() {
+        let (queue, clock) = temp_queue().unwrap();
+        let path = std::path::PathBuf::from(queue.location());
+        assert!(path.exists());
+        let id = queue
+            .enqueue(NewJob::new("k", "a", &json!({})))
+            .unwrap()
+            .id();
+        std::thread::sleep(Duration::from_millis(5));
+        let id2 = queue
+            .enqueue(NewJob::new("k", "b", &json!({})))
+            .unwrap()
+            .id();
+        let at = |id| queue.job(id).unwrap().unwrap().created_at;
+        assert_eq!(at(id), ms(clock.now()));
+        assert_eq!(at(id2), ms(clock.now()), "the clock stands still");
+        let (other, _) = temp_queue().unwrap();
+        assert_ne!(other.location(), queue.location());
+        drop(queue);
+        assert!(!path.exists(), "{} left behind", path.display());
+    }
 }

@@ -122,60 +122,60 @@ both! {
     }
 }
 
-/// On PostgreSQL a batch's runs hold their jobs by lease, not by row lock:
-/// a run whose job was taken over while it ran (its lease lapsed, another
-/// process reaped it) cannot complete — the batch's end finds the job no
-/// longer its own, and the transaction, handler writes and ledger row with
-/// it, rolls back; the job's next run does the work, once.
-#[test]
-fn a_run_whose_job_was_taken_over_cannot_complete_on_postgres() {
-    let Some(q) = TestQueue::new(Engine::Postgres) else {
-        return;
-    };
-    q.create_app_table();
-    let queue = q.open();
-    let id = queue
-        .enqueue(NewJob::new("work", "taken", &json!({})))
-        .unwrap()
-        .id();
-    let loc = q.location.clone();
-    let once = Arc::new(AtomicBool::new(true));
-    let mut rt = app_handler(
-        q.engine,
-        queue.runtime().poll_interval(Duration::from_millis(50)),
-        "work",
-        move |job, _| {
-            if once.swap(false, Ordering::SeqCst) {
-                // The run stalls past its lease, and the reaper takes the job
-                // back meanwhile: the row is no longer fenced on this attempt.
-                let mut c = litejob::pg::Client::connect(&loc, litejob::pg::NoTls).unwrap();
-                let sql = format!("UPDATE jobs SET lease_expires_at = 1 WHERE id = {}", job.id);
-                c.batch_execute(&sql).unwrap();
-                let state = format!("SELECT state FROM jobs WHERE id = {}", job.id);
-                wait_until("reaped", LONG, || {
-                    c.query_one(&state, &[]).unwrap().get::<_, String>(0) != "running"
-                });
-                // Renewal must not have saved it: the lease was truly lost.
-            }
-            Ok(Outcome::Done)
-        },
-    )
-    .start()
-    .unwrap();
-    wait_state(&queue, id, JobState::Succeeded);
-    rt.stop();
-    assert_eq!(
-        q.count("SELECT count(*) FROM app_rows"),
-        1,
-        "only the second run's work committed"
-    );
-    assert_eq!(q.count("SELECT count(*) FROM processed_jobs"), 1);
-    assert_eq!(
-        q.count("SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"),
-        1
-    );
-    assert_eq!(
-        q.count("SELECT count(*) FROM attempts WHERE outcome = 'abandoned'"),
-        1
-    );
+it! {
+    /// On PostgreSQL a batch's runs hold their jobs by lease, not by row lock:
+    /// a run whose job was taken over while it ran (its lease lapsed, another
+    /// process reaped it) cannot complete — the batch's end finds the job no
+    /// longer its own, and the transaction, handler writes and ledger row with
+    /// it, rolls back; the job's next run does the work, once.
+    #[needs(Postgres)]
+    fn a_run_whose_job_was_taken_over_cannot_complete_on_postgres() {
+        let q = TestQueue::new(Engine::Postgres);
+        q.create_app_table();
+        let queue = q.open();
+        let id = queue
+            .enqueue(NewJob::new("work", "taken", &json!({})))
+            .unwrap()
+            .id();
+        let loc = q.location.clone();
+        let once = Arc::new(AtomicBool::new(true));
+        let mut rt = app_handler(
+            q.engine,
+            queue.runtime().poll_interval(Duration::from_millis(50)),
+            "work",
+            move |job, _| {
+                if once.swap(false, Ordering::SeqCst) {
+                    // The run stalls past its lease, and the reaper takes the job
+                    // back meanwhile: the row is no longer fenced on this attempt.
+                    let mut c = litejob::pg::Client::connect(&loc, litejob::pg::NoTls).unwrap();
+                    let sql = format!("UPDATE jobs SET lease_expires_at = 1 WHERE id = {}", job.id);
+                    c.batch_execute(&sql).unwrap();
+                    let state = format!("SELECT state FROM jobs WHERE id = {}", job.id);
+                    wait_until("reaped", LONG, || {
+                        c.query_one(&state, &[]).unwrap().get::<_, String>(0) != "running"
+                    });
+                    // Renewal must not have saved it: the lease was truly lost.
+                }
+                Ok(Outcome::Done)
+            },
+        )
+        .start()
+        .unwrap();
+        wait_state(&queue, id, JobState::Succeeded);
+        rt.stop();
+        assert_eq!(
+            q.count("SELECT count(*) FROM app_rows"),
+            1,
+            "only the second run's work committed"
+        );
+        assert_eq!(q.count("SELECT count(*) FROM processed_jobs"), 1);
+        assert_eq!(
+            q.count("SELECT count(*) FROM attempts WHERE outcome = 'succeeded'"),
+            1
+        );
+        assert_eq!(
+            q.count("SELECT count(*) FROM attempts WHERE outcome = 'abandoned'"),
+            1
+        );
+    }
 }

@@ -15,58 +15,59 @@ use crate::backends::{handler, handler_with_prepare, Engine};
 use crate::both;
 use crate::support::{wait_state, wait_until, TestDb, LONG};
 
-#[test]
-fn prepare_runs_outside_the_write_lock_and_in_parallel() {
-    let db = TestDb::new();
-    let q = db.open();
-    let active = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let lock_free = Arc::new(AtomicUsize::new(0));
-    let (a, m, l, path) = (
-        active.clone(),
-        most.clone(),
-        lock_free.clone(),
-        db.path.clone(),
-    );
-    let mut rt = q
-        .runtime()
-        .workers(4)
-        .handler_with_prepare(
-            "slow",
-            move |_ctx, _: Value| {
-                let now = a.fetch_add(1, Ordering::SeqCst) + 1;
-                m.fetch_max(now, Ordering::SeqCst);
-                // Nobody holds the write lock for us while we prepare:
-                // another connection takes it at once.
-                let c = rusqlite::Connection::open(&path)?;
-                c.busy_timeout(Duration::from_secs(5))?;
-                c.execute_batch("BEGIN IMMEDIATE; COMMIT")?;
-                l.fetch_add(1, Ordering::SeqCst);
-                // Wait (bounded) until all four prepares are in at once.
-                let t0 = Instant::now();
-                while m.load(Ordering::SeqCst) < 4 && t0.elapsed() < LONG {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                a.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
-            },
-            |_tx, ()| Ok(Outcome::Done),
-        )
-        .start()
-        .unwrap();
-    let ids = q
-        .enqueue_many(
-            (0..4)
-                .map(|i| NewJob::new("slow", format!("s:{i}"), &json!({})))
-                .collect(),
-        )
-        .unwrap();
-    for e in &ids {
-        wait_state(&q, e.id(), JobState::Succeeded);
+it! {
+    fn prepare_runs_outside_the_write_lock_and_in_parallel() {
+        let db = TestDb::new();
+        let q = db.open();
+        let active = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let lock_free = Arc::new(AtomicUsize::new(0));
+        let (a, m, l, path) = (
+            active.clone(),
+            most.clone(),
+            lock_free.clone(),
+            db.path.clone(),
+        );
+        let mut rt = q
+            .runtime()
+            .workers(4)
+            .handler_with_prepare(
+                "slow",
+                move |_ctx, _: Value| {
+                    let now = a.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    // Nobody holds the write lock for us while we prepare:
+                    // another connection takes it at once.
+                    let c = rusqlite::Connection::open(&path)?;
+                    c.busy_timeout(Duration::from_secs(5))?;
+                    c.execute_batch("BEGIN IMMEDIATE; COMMIT")?;
+                    l.fetch_add(1, Ordering::SeqCst);
+                    // Wait (bounded) until all four prepares are in at once.
+                    let t0 = Instant::now();
+                    while m.load(Ordering::SeqCst) < 4 && t0.elapsed() < LONG {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    a.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                },
+                |_tx, ()| Ok(Outcome::Done),
+            )
+            .start()
+            .unwrap();
+        let ids = q
+            .enqueue_many(
+                (0..4)
+                    .map(|i| NewJob::new("slow", format!("s:{i}"), &json!({})))
+                    .collect(),
+            )
+            .unwrap();
+        for e in &ids {
+            wait_state(&q, e.id(), JobState::Succeeded);
+        }
+        rt.stop();
+        assert_eq!(most.load(Ordering::SeqCst), 4, "prepares did not overlap");
+        assert_eq!(lock_free.load(Ordering::SeqCst), 4);
     }
-    rt.stop();
-    assert_eq!(most.load(Ordering::SeqCst), 4, "prepares did not overlap");
-    assert_eq!(lock_free.load(Ordering::SeqCst), 4);
 }
 
 both! {

@@ -40,31 +40,34 @@ fn restart_ten_minutes_later(policy: CatchUp) -> (Vec<i64>, i64, i64) {
     panic!("a minute turned during every try");
 }
 
-#[test]
-fn a_restart_fires_only_the_latest_missed_slot_by_default() {
-    let (fired, minute, _) = restart_ten_minutes_later(CatchUp::default());
-    assert_eq!(fired, vec![minute]);
+it! {
+    fn a_restart_fires_only_the_latest_missed_slot_by_default() {
+        let (fired, minute, _) = restart_ten_minutes_later(CatchUp::default());
+        assert_eq!(fired, vec![minute]);
+    }
 }
 
-#[test]
-fn a_restart_with_a_window_fires_every_missed_slot_inside_it() {
-    let (fired, minute, t0) = restart_ten_minutes_later(CatchUp::Window(Duration::from_secs(300)));
-    // Five minutes back from a time inside `minute`: the four minutes
-    // before it too (and a fifth if the start fell on the minute itself).
-    let back = |n: i64| {
-        (0..=n)
-            .rev()
-            .map(|i| minute - i * 60_000)
-            .collect::<Vec<i64>>()
-    };
-    assert!(
-        fired == back(4) || (t0 == minute && fired == back(5)),
-        "{fired:?} for a start at {t0}"
-    );
+it! {
+    fn a_restart_with_a_window_fires_every_missed_slot_inside_it() {
+        let (fired, minute, t0) = restart_ten_minutes_later(CatchUp::Window(Duration::from_secs(300)));
+        // Five minutes back from a time inside `minute`: the four minutes
+        // before it too (and a fifth if the start fell on the minute itself).
+        let back = |n: i64| {
+            (0..=n)
+                .rev()
+                .map(|i| minute - i * 60_000)
+                .collect::<Vec<i64>>()
+        };
+        assert!(
+            fired == back(4) || (t0 == minute && fired == back(5)),
+            "{fired:?} for a start at {t0}"
+        );
+    }
 }
 
-#[test]
-fn a_restart_with_catch_up_none_fires_nothing_missed() {
-    let (fired, _, _) = restart_ten_minutes_later(CatchUp::None);
-    assert!(fired.is_empty(), "{fired:?}");
+it! {
+    fn a_restart_with_catch_up_none_fires_nothing_missed() {
+        let (fired, _, _) = restart_ten_minutes_later(CatchUp::None);
+        assert!(fired.is_empty(), "{fired:?}");
+    }
 }

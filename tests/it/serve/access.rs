@@ -16,31 +16,32 @@ use crate::backends::{Engine, TestQueue};
 use crate::both;
 use crate::support::{litejob, litejob_ok, show, TestDb};
 
-#[test]
-fn a_non_loopback_bind_without_a_token_is_refused_with_exit_2() {
-    let db = TestDb::new();
-    db.open();
-    for (args, says) in [
-        (vec!["serve", "--bind", "0.0.0.0:0"], "--token"),
-        (
-            vec!["serve", "--bind", "0.0.0.0:0", "--token", "two words"],
-            "printable ASCII",
-        ),
-        (vec!["serve", "--bind", "nowhere"], "invalid"),
-    ] {
-        let out = litejob(&db.path, &args);
-        assert_eq!(out.status.code(), Some(2), "{}", show(&args, &out));
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(says),
-            "{}",
-            show(&args, &out)
-        );
-        assert!(out.stdout.is_empty(), "{}", show(&args, &out));
+it! {
+    fn a_non_loopback_bind_without_a_token_is_refused_with_exit_2() {
+        let db = TestDb::new();
+        db.open();
+        for (args, says) in [
+            (vec!["serve", "--bind", "0.0.0.0:0"], "--token"),
+            (
+                vec!["serve", "--bind", "0.0.0.0:0", "--token", "two words"],
+                "printable ASCII",
+            ),
+            (vec!["serve", "--bind", "nowhere"], "invalid"),
+        ] {
+            let out = litejob(&db.path, &args);
+            assert_eq!(out.status.code(), Some(2), "{}", show(&args, &out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains(says),
+                "{}",
+                show(&args, &out)
+            );
+            assert!(out.stdout.is_empty(), "{}", show(&args, &out));
+        }
+        let missing = db.dir.path().join("typo.db");
+        let out = litejob(&missing, &["serve", "--bind", "127.0.0.1:0"]);
+        assert_eq!(out.status.code(), Some(1), "{}", show(&["serve"], &out));
+        assert!(!missing.exists(), "serve never creates a file");
     }
-    let missing = db.dir.path().join("typo.db");
-    let out = litejob(&missing, &["serve", "--bind", "127.0.0.1:0"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&["serve"], &out));
-    assert!(!missing.exists(), "serve never creates a file");
 }
 
 both! {
@@ -358,129 +359,131 @@ fn contents(db: &TestDb) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
-#[test]
-fn by_default_the_file_is_opened_read_only_and_never_changes() {
-    let db = TestDb::new();
-    let q = db.open();
-    let dead = q.enqueue(NewJob::new("k", "ro-dead", &1)).unwrap().id();
-    q.enqueue(NewJob::new("k", "ro-queued", &1)).unwrap();
-    drop(q);
-    db.sql()
-        .execute(
-            "UPDATE jobs SET state = 'dead', finished_at = 1 WHERE id = ?1",
-            [dead],
-        )
-        .unwrap();
-    // Another process has the file open, as the application would: the
-    // server's connections then stay open between requests (on a closed
-    // file each read opens its own), so their descriptors can be looked at.
-    let holder = db.sql();
-    holder
-        .query_row("SELECT count(*) FROM jobs", [], |_| Ok(()))
-        .unwrap();
-    let before = contents(&db);
-    let s = Server::start(&db, &[]);
-    for path in [
-        "/",
-        "/jobs",
-        "/jobs/1",
-        "/keys/ro-dead",
-        "/failures",
-        "/outbox",
-        "/metrics",
-        "/healthz",
-    ] {
-        s.get(path).ok();
-    }
-    // Every file the server has open on the database is open read-only.
-    let fd_dir = format!("/proc/{}/fd", s.pid());
-    let mut seen = 0;
-    for fd in std::fs::read_dir(&fd_dir).unwrap() {
-        let fd = fd.unwrap();
-        let Ok(target) = std::fs::read_link(fd.path()) else {
-            continue;
-        };
-        if target != db.path.canonicalize().unwrap() {
-            continue;
+it! {
+    fn by_default_the_file_is_opened_read_only_and_never_changes() {
+        let db = TestDb::new();
+        let q = db.open();
+        let dead = q.enqueue(NewJob::new("k", "ro-dead", &1)).unwrap().id();
+        q.enqueue(NewJob::new("k", "ro-queued", &1)).unwrap();
+        drop(q);
+        db.sql()
+            .execute(
+                "UPDATE jobs SET state = 'dead', finished_at = 1 WHERE id = ?1",
+                [dead],
+            )
+            .unwrap();
+        // Another process has the file open, as the application would: the
+        // server's connections then stay open between requests (on a closed
+        // file each read opens its own), so their descriptors can be looked at.
+        let holder = db.sql();
+        holder
+            .query_row("SELECT count(*) FROM jobs", [], |_| Ok(()))
+            .unwrap();
+        let before = contents(&db);
+        let s = Server::start(&db, &[]);
+        for path in [
+            "/",
+            "/jobs",
+            "/jobs/1",
+            "/keys/ro-dead",
+            "/failures",
+            "/outbox",
+            "/metrics",
+            "/healthz",
+        ] {
+            s.get(path).ok();
         }
-        seen += 1;
-        let info = std::fs::read_to_string(format!(
-            "/proc/{}/fdinfo/{}",
-            s.pid(),
-            fd.file_name().to_string_lossy()
-        ))
-        .unwrap();
-        let flags = u32::from_str_radix(between(&info, "flags:\t", "\n").trim(), 8).unwrap();
-        assert_eq!(flags & 0o3, 0, "the database is open for writing: {info}");
+        // Every file the server has open on the database is open read-only.
+        let fd_dir = format!("/proc/{}/fd", s.pid());
+        let mut seen = 0;
+        for fd in std::fs::read_dir(&fd_dir).unwrap() {
+            let fd = fd.unwrap();
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if target != db.path.canonicalize().unwrap() {
+                continue;
+            }
+            seen += 1;
+            let info = std::fs::read_to_string(format!(
+                "/proc/{}/fdinfo/{}",
+                s.pid(),
+                fd.file_name().to_string_lossy()
+            ))
+            .unwrap();
+            let flags = u32::from_str_radix(between(&info, "flags:\t", "\n").trim(), 8).unwrap();
+            assert_eq!(flags & 0o3, 0, "the database is open for writing: {info}");
+        }
+        assert!(seen > 0, "no open database file found under {fd_dir}");
+        let page = s.get(&format!("/jobs/{dead}")).ok();
+        assert!(
+            !page.contains("name=\"csrf\""),
+            "no action form when actions are off"
+        );
+        for path in [
+            format!("/jobs/{dead}/retry"),
+            "/queues/default/pause".into(),
+        ] {
+            let r = s.request("POST", &path, &[], "csrf=x");
+            assert_eq!(r.status, 403, "{path}");
+            assert!(r.body.contains("--allow-actions"), "{}", r.body);
+        }
+        drop(s);
+        assert!(contents(&db) == before, "the file changed");
+        drop(holder);
     }
-    assert!(seen > 0, "no open database file found under {fd_dir}");
-    let page = s.get(&format!("/jobs/{dead}")).ok();
-    assert!(
-        !page.contains("name=\"csrf\""),
-        "no action form when actions are off"
-    );
-    for path in [
-        format!("/jobs/{dead}/retry"),
-        "/queues/default/pause".into(),
-    ] {
-        let r = s.request("POST", &path, &[], "csrf=x");
-        assert_eq!(r.status, 403, "{path}");
-        assert!(r.body.contains("--allow-actions"), "{}", r.body);
-    }
-    drop(s);
-    assert!(contents(&db) == before, "the file changed");
-    drop(holder);
 }
 
-#[test]
-fn a_read_only_queue_refuses_every_write_and_reads_beside_a_writer() {
-    let db = TestDb::new();
-    let missing = db.dir.path().join("missing.db");
-    assert!(matches!(
-        Queue::<litejob::sqlite::Sqlite>::open_with(
-            &missing,
+it! {
+    fn a_read_only_queue_refuses_every_write_and_reads_beside_a_writer() {
+        let db = TestDb::new();
+        let missing = db.dir.path().join("missing.db");
+        assert!(matches!(
+            Queue::<litejob::sqlite::Sqlite>::open_with(
+                &missing,
+                QueueOptions::default().with_read_only(true)
+            ),
+            Err(Error::Open(_))
+        ));
+        assert!(!missing.exists());
+        std::fs::write(db.dir.path().join("plain.db"), b"").unwrap();
+        assert!(Queue::<litejob::sqlite::Sqlite>::open_with(
+            db.dir.path().join("plain.db"),
             QueueOptions::default().with_read_only(true)
-        ),
-        Err(Error::Open(_))
-    ));
-    assert!(!missing.exists());
-    std::fs::write(db.dir.path().join("plain.db"), b"").unwrap();
-    assert!(Queue::<litejob::sqlite::Sqlite>::open_with(
-        db.dir.path().join("plain.db"),
-        QueueOptions::default().with_read_only(true)
-    )
-    .is_err());
+        )
+        .is_err());
 
-    let writer = db.open();
-    writer.enqueue(NewJob::new("k", "first", &1)).unwrap();
-    let ro = Queue::open_with(&db.path, QueueOptions::default().with_read_only(true)).unwrap();
-    assert!(ro.is_read_only());
-    assert!(matches!(
-        ro.enqueue(NewJob::new("k", "x", &1)),
-        Err(Error::ReadOnly(_))
-    ));
-    assert!(matches!(ro.admin().retry_job(1), Err(Error::ReadOnly(_))));
-    assert!(matches!(ro.runtime().start(), Err(Error::ReadOnly(_))));
-    assert!(matches!(ro.connect(), Err(Error::ReadOnly(_))));
-    // Another connection holds the write lock: reads go on, never waiting.
-    let mut lock = db.sql();
-    let tx = lock
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .unwrap();
-    tx.execute("UPDATE jobs SET priority = 1", []).unwrap();
-    let t0 = std::time::Instant::now();
-    assert_eq!(ro.admin().stats().unwrap().jobs.total, 1);
-    ro.admin().metrics().unwrap();
-    assert!(
-        t0.elapsed() < std::time::Duration::from_secs(20),
-        "a read waited for the lock"
-    );
-    tx.commit().unwrap();
-    // Work written by another process shows at the next read.
-    let child = litejob(&db.path, &["enqueue", "k", "--key", "from-another-process"]);
-    assert!(child.status.success(), "{}", show(&["enqueue"], &child));
-    assert!(ro.job_by_key("from-another-process").unwrap().is_some());
-    assert_eq!(ro.admin().stats().unwrap().jobs.total, 2);
+        let writer = db.open();
+        writer.enqueue(NewJob::new("k", "first", &1)).unwrap();
+        let ro = Queue::open_with(&db.path, QueueOptions::default().with_read_only(true)).unwrap();
+        assert!(ro.is_read_only());
+        assert!(matches!(
+            ro.enqueue(NewJob::new("k", "x", &1)),
+            Err(Error::ReadOnly(_))
+        ));
+        assert!(matches!(ro.admin().retry_job(1), Err(Error::ReadOnly(_))));
+        assert!(matches!(ro.runtime().start(), Err(Error::ReadOnly(_))));
+        assert!(matches!(ro.connect(), Err(Error::ReadOnly(_))));
+        // Another connection holds the write lock: reads go on, never waiting.
+        let mut lock = db.sql();
+        let tx = lock
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        tx.execute("UPDATE jobs SET priority = 1", []).unwrap();
+        let t0 = std::time::Instant::now();
+        assert_eq!(ro.admin().stats().unwrap().jobs.total, 1);
+        ro.admin().metrics().unwrap();
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "a read waited for the lock"
+        );
+        tx.commit().unwrap();
+        // Work written by another process shows at the next read.
+        let child = litejob(&db.path, &["enqueue", "k", "--key", "from-another-process"]);
+        assert!(child.status.success(), "{}", show(&["enqueue"], &child));
+        assert!(ro.job_by_key("from-another-process").unwrap().is_some());
+        assert_eq!(ro.admin().stats().unwrap().jobs.total, 2);
+    }
 }
 
 /// Every row of litejob's tables, and which tables the schema holds: what
@@ -535,52 +538,52 @@ fn repairable(q: &TestQueue) -> i64 {
     dead
 }
 
-#[test]
-fn by_default_a_database_is_served_read_only_and_its_tables_never_change() {
-    let Some(q) = TestQueue::new(Engine::Postgres) else {
-        return;
-    };
-    let dead = repairable(&q);
-    let before = fingerprint(&q);
-    let s = Server::on(&q.location, &[]);
-    for path in [
-        "/",
-        "/jobs",
-        &format!("/jobs/{dead}"),
-        "/keys/ro-dead",
-        "/failures",
-        "/outbox",
-        "/schedules",
-        "/metrics",
-        "/healthz",
-    ] {
-        s.get(path).ok();
+it! {
+    #[needs(Postgres)]
+    fn by_default_a_database_is_served_read_only_and_its_tables_never_change() {
+        let q = TestQueue::new(Engine::Postgres);
+        let dead = repairable(&q);
+        let before = fingerprint(&q);
+        let s = Server::on(&q.location, &[]);
+        for path in [
+            "/",
+            "/jobs",
+            &format!("/jobs/{dead}"),
+            "/keys/ro-dead",
+            "/failures",
+            "/outbox",
+            "/schedules",
+            "/metrics",
+            "/healthz",
+        ] {
+            s.get(path).ok();
+        }
+        let page = s.get(&format!("/jobs/{dead}")).ok();
+        assert!(
+            !page.contains("name=\"csrf\""),
+            "no action form when actions are off"
+        );
+        for path in [
+            format!("/jobs/{dead}/retry"),
+            "/queues/default/pause".into(),
+        ] {
+            let r = s.request("POST", &path, &[], "csrf=x");
+            assert_eq!(r.status, 403, "{path}");
+            assert!(r.body.contains("--allow-actions"), "{}", r.body);
+        }
+        // No notifier and no async thread: nothing in the process would write.
+        let names = threads(s.pid());
+        assert!(
+            !names.iter().any(|n| n.starts_with("litejob-pg-")),
+            "{names:?}"
+        );
+        drop(s);
+        assert_eq!(fingerprint(&q), before, "the tables changed");
+        // With actions the queue is opened for writing (its notifier runs).
+        let s = Server::on(&q.location, &["--allow-actions"]);
+        s.get("/").ok();
+        assert!(threads(s.pid()).iter().any(|n| n == "litejob-pg-noti"));
     }
-    let page = s.get(&format!("/jobs/{dead}")).ok();
-    assert!(
-        !page.contains("name=\"csrf\""),
-        "no action form when actions are off"
-    );
-    for path in [
-        format!("/jobs/{dead}/retry"),
-        "/queues/default/pause".into(),
-    ] {
-        let r = s.request("POST", &path, &[], "csrf=x");
-        assert_eq!(r.status, 403, "{path}");
-        assert!(r.body.contains("--allow-actions"), "{}", r.body);
-    }
-    // No notifier and no async thread: nothing in the process would write.
-    let names = threads(s.pid());
-    assert!(
-        !names.iter().any(|n| n.starts_with("litejob-pg-")),
-        "{names:?}"
-    );
-    drop(s);
-    assert_eq!(fingerprint(&q), before, "the tables changed");
-    // With actions the queue is opened for writing (its notifier runs).
-    let s = Server::on(&q.location, &["--allow-actions"]);
-    s.get("/").ok();
-    assert!(threads(s.pid()).iter().any(|n| n == "litejob-pg-noti"));
 }
 
 /// Runs `litejob --db <location> <args>`, which must exit on its own: a
@@ -604,136 +607,136 @@ fn exits_within(location: &str, args: &[&str]) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-#[test]
-fn serving_a_database_without_litejobs_tables_is_refused_and_creates_none() {
-    let Some(q) = TestQueue::new(Engine::Postgres) else {
-        return;
-    };
-    let empty = fingerprint(&q);
-    for args in [
-        &["serve", "--bind", "127.0.0.1:0"][..],
-        &["serve", "--bind", "127.0.0.1:0", "--allow-actions"],
-    ] {
-        let out = exits_within(&q.location, args);
-        assert_eq!(out.status.code(), Some(1), "{}", show(args, &out));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("no litejob tables"), "{err}");
-        assert!(
-            !err.contains(":litejob@"),
-            "the password is not shown: {err}"
-        );
-        assert!(out.stdout.is_empty(), "{}", show(args, &out));
+it! {
+    #[needs(Postgres)]
+    fn serving_a_database_without_litejobs_tables_is_refused_and_creates_none() {
+        let q = TestQueue::new(Engine::Postgres);
+        let empty = fingerprint(&q);
+        for args in [
+            &["serve", "--bind", "127.0.0.1:0"][..],
+            &["serve", "--bind", "127.0.0.1:0", "--allow-actions"],
+        ] {
+            let out = exits_within(&q.location, args);
+            assert_eq!(out.status.code(), Some(1), "{}", show(args, &out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("no litejob tables"), "{err}");
+            assert!(
+                !err.contains(":litejob@"),
+                "the password is not shown: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{}", show(args, &out));
+        }
+        assert_eq!(fingerprint(&q), empty, "serve created something");
     }
-    assert_eq!(fingerprint(&q), empty, "serve created something");
 }
 
-#[test]
-fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
-    let Some(q) = TestQueue::new(Engine::Postgres) else {
-        return;
-    };
-    let opts = QueueOptions::default;
-    // No tables: refused, and none are created.
-    let empty = fingerprint(&q);
-    let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
-    assert!(matches!(e, Error::NotADatabase(_)), "{e}");
-    assert_eq!(fingerprint(&q), empty);
-    let dead = repairable(&q);
-    // Another version of the tables: refused untouched, newer or older.
-    q.exec("UPDATE litejob_schema SET version = 99");
-    let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
-    assert!(matches!(e, Error::SchemaTooNew { found: 99, .. }), "{e}");
-    q.exec("UPDATE litejob_schema SET version = 1");
-    let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
-    assert!(matches!(&e, Error::Open(m) if m.contains("older")), "{e}");
-    q.exec(&format!(
-        "UPDATE litejob_schema SET version = {}",
-        litejob::admin::SCHEMA_VERSION
-    ));
-    let before = fingerprint(&q);
+it! {
+    #[needs(Postgres)]
+    fn a_read_only_database_queue_refuses_every_write_before_sending_it() {
+        let q = TestQueue::new(Engine::Postgres);
+        let opts = QueueOptions::default;
+        // No tables: refused, and none are created.
+        let empty = fingerprint(&q);
+        let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
+        assert!(matches!(e, Error::NotADatabase(_)), "{e}");
+        assert_eq!(fingerprint(&q), empty);
+        let dead = repairable(&q);
+        // Another version of the tables: refused untouched, newer or older.
+        q.exec("UPDATE litejob_schema SET version = 99");
+        let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
+        assert!(matches!(e, Error::SchemaTooNew { found: 99, .. }), "{e}");
+        q.exec("UPDATE litejob_schema SET version = 1");
+        let e = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap_err();
+        assert!(matches!(&e, Error::Open(m) if m.contains("older")), "{e}");
+        q.exec(&format!(
+            "UPDATE litejob_schema SET version = {}",
+            litejob::admin::SCHEMA_VERSION
+        ));
+        let before = fingerprint(&q);
 
-    let ro = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap();
-    assert!(ro.is_read_only());
-    let outbox = q.count("SELECT id FROM outbox");
-    let refused = |what: &str, r: litejob::Result<()>| match r {
-        Err(Error::ReadOnly(m)) => assert!(m.contains("nothing was sent"), "{what}: {m}"),
-        other => panic!("{what}: {other:?}"),
-    };
-    refused("enqueue", ro.enqueue(NewJob::new("k", "x", &1)).map(drop));
-    refused(
-        "enqueue_many",
-        ro.enqueue_many(vec![NewJob::new("k", "y", &1)]).map(drop),
-    );
-    refused("retry_job", ro.admin().retry_job(dead));
-    refused("cancel_job", ro.admin().cancel_job(dead + 1));
-    refused("retry_outbox", ro.admin().retry_outbox(outbox));
-    refused(
-        "prune",
-        ro.admin()
-            .prune(&litejob::admin::PruneOptions::new(
-                std::time::Duration::ZERO,
-            ))
-            .map(drop),
-    );
-    refused(
-        "write",
-        ro.pg().write(|tx| {
-            tx.execute("DELETE FROM jobs", &[])
-                .map_err(|e| Error::Internal(e.to_string()))?;
-            Ok(())
-        }),
-    );
-    // The application's own transaction is not read-only: the queue
-    // refuses to enqueue through it all the same.
-    let mut app = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
-    let mut tx = app.transaction().unwrap();
-    refused(
-        "enqueue_in",
-        ro.pg()
-            .enqueue_in(&mut tx, &NewJob::new("k", "z", &1))
-            .map(drop),
-    );
-    tx.commit().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    refused(
-        "enqueue_async",
-        rt.block_on(ro.enqueue_async(NewJob::new("k", "w", &1)))
-            .map(drop),
-    );
-    refused(
-        "write_async",
-        rt.block_on(ro.pg().write_async(|_tx| Ok(()))),
-    );
-    let started = ro
-        .runtime()
-        .handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
-        .schedule("every-second", "* * * * * *", "k", &1)
-        .start();
-    refused("runtime", started.map(drop));
-    let started = ro
-        .runtime()
-        .handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
-        .start();
-    refused("runtime without schedules", started.map(drop));
-    assert_eq!(
-        fingerprint(&q),
-        before,
-        "a refused write changed the tables"
-    );
+        let ro = AnyQueue::open_with(&q.location, opts().with_read_only(true)).unwrap();
+        assert!(ro.is_read_only());
+        let outbox = q.count("SELECT id FROM outbox");
+        let refused = |what: &str, r: litejob::Result<()>| match r {
+            Err(Error::ReadOnly(m)) => assert!(m.contains("nothing was sent"), "{what}: {m}"),
+            other => panic!("{what}: {other:?}"),
+        };
+        refused("enqueue", ro.enqueue(NewJob::new("k", "x", &1)).map(drop));
+        refused(
+            "enqueue_many",
+            ro.enqueue_many(vec![NewJob::new("k", "y", &1)]).map(drop),
+        );
+        refused("retry_job", ro.admin().retry_job(dead));
+        refused("cancel_job", ro.admin().cancel_job(dead + 1));
+        refused("retry_outbox", ro.admin().retry_outbox(outbox));
+        refused(
+            "prune",
+            ro.admin()
+                .prune(&litejob::admin::PruneOptions::new(
+                    std::time::Duration::ZERO,
+                ))
+                .map(drop),
+        );
+        refused(
+            "write",
+            ro.pg().write(|tx| {
+                tx.execute("DELETE FROM jobs", &[])
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                Ok(())
+            }),
+        );
+        // The application's own transaction is not read-only: the queue
+        // refuses to enqueue through it all the same.
+        let mut app = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
+        let mut tx = app.transaction().unwrap();
+        refused(
+            "enqueue_in",
+            ro.pg()
+                .enqueue_in(&mut tx, &NewJob::new("k", "z", &1))
+                .map(drop),
+        );
+        tx.commit().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        refused(
+            "enqueue_async",
+            rt.block_on(ro.enqueue_async(NewJob::new("k", "w", &1)))
+                .map(drop),
+        );
+        refused(
+            "write_async",
+            rt.block_on(ro.pg().write_async(|_tx| Ok(()))),
+        );
+        let started = ro
+            .runtime()
+            .handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+            .schedule("every-second", "* * * * * *", "k", &1)
+            .start();
+        refused("runtime", started.map(drop));
+        let started = ro
+            .runtime()
+            .handler("k", |_tx, _v: serde_json::Value| Ok(litejob::Outcome::Done))
+            .start();
+        refused("runtime without schedules", started.map(drop));
+        assert_eq!(
+            fingerprint(&q),
+            before,
+            "a refused write changed the tables"
+        );
 
-    // It reads what others write, at once.
-    let writer = q.open();
-    writer
-        .enqueue(NewJob::new("k", "from-a-writer", &1))
-        .unwrap();
-    assert!(ro.job_by_key("from-a-writer").unwrap().is_some());
-    assert_eq!(ro.admin().stats().unwrap().jobs.total, 3);
-    assert!(ro
-        .admin()
-        .metrics()
-        .unwrap()
-        .contains("litejob_jobs{queue=\"default\",kind=\"k\",state=\"queued\"} 2"));
-    assert_eq!(ro.admin().schedules().unwrap().len(), 1);
+        // It reads what others write, at once.
+        let writer = q.open();
+        writer
+            .enqueue(NewJob::new("k", "from-a-writer", &1))
+            .unwrap();
+        assert!(ro.job_by_key("from-a-writer").unwrap().is_some());
+        assert_eq!(ro.admin().stats().unwrap().jobs.total, 3);
+        assert!(ro
+            .admin()
+            .metrics()
+            .unwrap()
+            .contains("litejob_jobs{queue=\"default\",kind=\"k\",state=\"queued\"} 2"));
+        assert_eq!(ro.admin().schedules().unwrap().len(), 1);
+    }
 }

@@ -305,21 +305,22 @@ both! {
     }
 }
 
-#[test]
-fn healthz_is_200_while_the_file_reads_and_503_once_it_is_gone() {
-    let db = TestDb::new();
-    db.open().enqueue(NewJob::new("k", "h", &1)).unwrap();
-    let s = Server::start(&db, &[]);
-    let r = s.get("/healthz");
-    assert_eq!(r.status, 200, "{}", r.body);
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = db.path.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
+it! {
+    fn healthz_is_200_while_the_file_reads_and_503_once_it_is_gone() {
+        let db = TestDb::new();
+        db.open().enqueue(NewJob::new("k", "h", &1)).unwrap();
+        let s = Server::start(&db, &[]);
+        let r = s.get("/healthz");
+        assert_eq!(r.status, 200, "{}", r.body);
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = db.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+        let r = s.get("/healthz");
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(r.body.contains("gone"), "{}", r.body);
     }
-    let r = s.get("/healthz");
-    assert_eq!(r.status, 503, "{}", r.body);
-    assert!(r.body.contains("gone"), "{}", r.body);
 }
 
 /// A TCP relay in front of the PostgreSQL server that the test can cut and
@@ -391,41 +392,41 @@ impl Relay {
     }
 }
 
-#[test]
-fn healthz_is_503_while_the_database_server_is_out_of_reach_and_200_again_after() {
-    let Some(q) = TestQueue::new(Engine::Postgres) else {
-        return;
-    };
-    q.open().enqueue(NewJob::new("k", "h", &1)).unwrap();
-    // The server's host:port in the URL, reached through the relay instead.
-    let authority = q
-        .location
-        .split('@')
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap();
-    let (relay, addr) = Relay::start("127.0.0.1:0", authority);
-    let url = q.location.replacen(authority, &addr, 1);
-    let s = Server::on(&url, &[]);
-    let r = s.get("/healthz");
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("schema version"), "{}", r.body);
-    s.get("/").ok();
+it! {
+    #[needs(Postgres)]
+    fn healthz_is_503_while_the_database_server_is_out_of_reach_and_200_again_after() {
+        let q = TestQueue::new(Engine::Postgres);
+        q.open().enqueue(NewJob::new("k", "h", &1)).unwrap();
+        // The server's host:port in the URL, reached through the relay instead.
+        let authority = q
+            .location
+            .split('@')
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap();
+        let (relay, addr) = Relay::start("127.0.0.1:0", authority);
+        let url = q.location.replacen(authority, &addr, 1);
+        let s = Server::on(&url, &[]);
+        let r = s.get("/healthz");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.body.contains("schema version"), "{}", r.body);
+        s.get("/").ok();
 
-    relay.cut();
-    let t0 = Instant::now();
-    let r = s.get("/healthz");
-    assert_eq!(r.status, 503, "{}", r.body);
-    assert!(r.body.starts_with("unhealthy:"), "{}", r.body);
-    eprintln!("503 after {:?}", t0.elapsed());
-    // A page says the same: the server is unavailable.
-    assert_eq!(s.get("/").status, 503);
+        relay.cut();
+        let t0 = Instant::now();
+        let r = s.get("/healthz");
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(r.body.starts_with("unhealthy:"), "{}", r.body);
+        eprintln!("503 after {:?}", t0.elapsed());
+        // A page says the same: the server is unavailable.
+        assert_eq!(s.get("/").status, 503);
 
-    // The server is back on the same address: healthy again.
-    let (relay, _) = Relay::start(&addr, authority);
-    let r = s.get("/healthz");
-    assert_eq!(r.status, 200, "{}", r.body);
-    relay.cut();
+        // The server is back on the same address: healthy again.
+        let (relay, _) = Relay::start(&addr, authority);
+        let r = s.get("/healthz");
+        assert_eq!(r.status, 200, "{}", r.body);
+        relay.cut();
+    }
 }

@@ -15,47 +15,48 @@ use super::Server;
 use crate::both;
 use crate::support::{wait_until, TestDb, LONG};
 
-#[test]
-fn slow_and_greedy_clients_do_not_stall_the_others() {
-    let db = TestDb::new();
-    let q = db.open();
-    let jobs: Vec<NewJob> = (0..500)
-        .map(|i| NewJob::new("k", format!("slow-{i:04}"), &i))
-        .collect();
-    q.enqueue_many(jobs).unwrap();
-    drop(q);
-    let s = Server::start(&db, &["--timeout", "1s"]);
-    // More half-sent requests than the server has handler threads.
-    let mut half: Vec<TcpStream> = (0..12)
-        .map(|_| {
-            let mut c = TcpStream::connect(&s.addr).unwrap();
-            c.write_all(b"GET /jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-                .unwrap();
-            c
-        })
-        .collect();
-    // Clients that pipeline requests for big pages and never read.
-    let greedy: Vec<TcpStream> = (0..6)
-        .map(|_| {
-            let mut c = TcpStream::connect(&s.addr).unwrap();
-            let one = "GET /jobs?limit=500 HTTP/1.1\r\nHost: x\r\n\r\n";
-            c.write_all(one.repeat(150).as_bytes()).unwrap();
-            c
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let t0 = Instant::now();
-    for _ in 0..5 {
-        assert_eq!(s.get("/healthz").status, 200);
-        assert_eq!(s.get("/jobs").status, 200);
+it! {
+    fn slow_and_greedy_clients_do_not_stall_the_others() {
+        let db = TestDb::new();
+        let q = db.open();
+        let jobs: Vec<NewJob> = (0..500)
+            .map(|i| NewJob::new("k", format!("slow-{i:04}"), &i))
+            .collect();
+        q.enqueue_many(jobs).unwrap();
+        drop(q);
+        let s = Server::start(&db, &["--timeout", "1s"]);
+        // More half-sent requests than the server has handler threads.
+        let mut half: Vec<TcpStream> = (0..12)
+            .map(|_| {
+                let mut c = TcpStream::connect(&s.addr).unwrap();
+                c.write_all(b"GET /jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                    .unwrap();
+                c
+            })
+            .collect();
+        // Clients that pipeline requests for big pages and never read.
+        let greedy: Vec<TcpStream> = (0..6)
+            .map(|_| {
+                let mut c = TcpStream::connect(&s.addr).unwrap();
+                let one = "GET /jobs?limit=500 HTTP/1.1\r\nHost: x\r\n\r\n";
+                c.write_all(one.repeat(150).as_bytes()).unwrap();
+                c
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            assert_eq!(s.get("/healthz").status, 200);
+            assert_eq!(s.get("/jobs").status, 200);
+        }
+        // Far less than the greedy clients' answers would take to time out one
+        // by one (900 answers of a second each).
+        assert!(t0.elapsed() < LONG, "the others waited {:?}", t0.elapsed());
+        for c in &mut half {
+            let _ = c.write_all(b"1\r\n\r\n");
+        }
+        drop(greedy);
     }
-    // Far less than the greedy clients' answers would take to time out one
-    // by one (900 answers of a second each).
-    assert!(t0.elapsed() < LONG, "the others waited {:?}", t0.elapsed());
-    for c in &mut half {
-        let _ = c.write_all(b"1\r\n\r\n");
-    }
-    drop(greedy);
 }
 
 both! {

@@ -54,8 +54,8 @@
 //!
 //! Debug builds (CI's `cargo test`) check fewer states per workload than
 //! release builds; `LITEJOB_SOAK=1` checks many more. Linux with glibc only
-//! (the shim); under `CI` a missing gcc fails the tests, elsewhere they are
-//! skipped with a warning. `LITEJOB_SEED` replays the states' random
+//! (the shim); without gcc the tests are reported ignored (under `CI`,
+//! failed). `LITEJOB_SEED` replays the states' random
 //! choices; `LITEJOB_POWER_DUMP=1` prints the recorded log. Not modelled:
 //! writes through `mmap` (SQLite maps only the `-shm`), descriptors
 //! duplicated with `fcntl(F_DUPFD)`, and a sector written half (a sector
@@ -125,10 +125,9 @@ fn snapshot(dir: &Path) -> Initial {
 }
 
 /// Records `w` with `sync` (its children get `env` too: a fault to
-/// inject), then builds and checks its states. None when the recorder
-/// cannot be built here (no gcc, outside CI).
-fn run(w: Workload, sync: Synchronous, env: &[(&str, &str)]) -> Option<(Stats, Report)> {
-    let shim = recorder::shim()?;
+/// inject), then builds and checks its states.
+fn run(w: Workload, sync: Synchronous, env: &[(&str, &str)]) -> (Stats, Report) {
+    let shim = recorder::shim();
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("queue");
     std::fs::create_dir(&dir).unwrap();
@@ -159,12 +158,12 @@ fn run(w: Workload, sync: Synchronous, env: &[(&str, &str)]) -> Option<(Stats, R
         t0.elapsed() - recorded,
         checker.report.summary()
     );
-    Some((stats, checker.report))
+    (stats, checker.report)
 }
 
 /// Runs `w` with FULL and asserts that no state breaks a promise.
-fn full(w: Workload) -> Option<Stats> {
-    let (stats, report) = run(w, Synchronous::Full, &[])?;
+fn full(w: Workload) -> Stats {
+    let (stats, report) = run(w, Synchronous::Full, &[]);
     let acks = w.deliveries().len();
     assert!(
         stats.markers >= acks,
@@ -184,75 +183,83 @@ fn full(w: Workload) -> Option<Stats> {
         w.name(),
         report.summary()
     );
-    Some(stats)
+    stats
 }
 
-#[test]
-fn a_power_cut_never_loses_an_acknowledged_enqueue_with_full_from_one_thread() {
-    full(Workload::Single);
+it! {
+    #[needs(Gcc)]
+    fn a_power_cut_never_loses_an_acknowledged_enqueue_with_full_from_one_thread() {
+        full(Workload::Single);
+    }
 }
 
-#[test]
-fn a_power_cut_never_loses_an_acknowledged_enqueue_with_full_from_eight_producers() {
-    full(Workload::Producers);
+it! {
+    #[needs(Gcc)]
+    fn a_power_cut_never_loses_an_acknowledged_enqueue_with_full_from_eight_producers() {
+        full(Workload::Producers);
+    }
 }
 
-#[test]
-fn a_power_cut_never_loses_an_acknowledged_batch_enqueue_with_full() {
-    full(Workload::Batches);
+it! {
+    #[needs(Gcc)]
+    fn a_power_cut_never_loses_an_acknowledged_batch_enqueue_with_full() {
+        full(Workload::Batches);
+    }
 }
 
-#[test]
-fn a_power_cut_never_loses_an_acknowledged_completion_or_effect_with_full() {
-    full(Workload::Backlog);
+it! {
+    #[needs(Gcc)]
+    fn a_power_cut_never_loses_an_acknowledged_completion_or_effect_with_full() {
+        full(Workload::Backlog);
+    }
 }
 
-#[test]
-fn a_power_cut_while_the_wal_checkpoints_and_restarts_loses_nothing_acknowledged() {
-    let Some(stats) = full(Workload::Checkpoints) else {
-        return;
-    };
-    assert!(
-        stats.db_writes_after_wal > 0,
-        "no checkpoint copied the WAL back during the recording: {stats:?}"
-    );
-    assert!(
-        stats.wal_headers >= 2,
-        "the WAL never restarted during the recording: {stats:?}"
-    );
-}
-
-#[test]
-fn a_power_cut_with_two_processes_writing_one_file_loses_nothing_acknowledged() {
-    let Some(stats) = full(Workload::TwoProcesses) else {
-        return;
-    };
-    assert!(
-        stats.wal_writers.len() >= 2,
-        "only one process wrote the WAL: {stats:?}"
-    );
-}
-
-/// With NORMAL nothing syncs a lone producer's commit before it returns
-/// (the syncer's background fsync serves the writer thread only): the cut
-/// right after its first acknowledgement, with only the synced data, has
-/// lost that enqueue. The harness must find it; and nothing else, in any
-/// state: no corruption, no broken invariant.
-#[test]
-fn with_normal_a_power_cut_may_lose_acknowledged_commits_and_nothing_else() {
-    for w in [Workload::Single, Workload::Backlog] {
-        let Some((_, report)) = run(w, Synchronous::Normal, &[]) else {
-            return;
-        };
-        let unexpected = report.unexpected(Violation::is_acknowledged_loss);
+it! {
+    #[needs(Gcc)]
+    fn a_power_cut_while_the_wal_checkpoints_and_restarts_loses_nothing_acknowledged() {
+        let stats = full(Workload::Checkpoints);
         assert!(
-            unexpected.is_empty(),
-            "{}: with NORMAL a power cut broke more than acknowledged ⇒ present: {}",
-            w.name(),
-            report.summary()
+            stats.db_writes_after_wal > 0,
+            "no checkpoint copied the WAL back during the recording: {stats:?}"
         );
-        if w == Workload::Single {
-            assert_losses(&report, "with NORMAL");
+        assert!(
+            stats.wal_headers >= 2,
+            "the WAL never restarted during the recording: {stats:?}"
+        );
+    }
+}
+
+it! {
+    #[needs(Gcc)]
+    fn a_power_cut_with_two_processes_writing_one_file_loses_nothing_acknowledged() {
+        let stats = full(Workload::TwoProcesses);
+        assert!(
+            stats.wal_writers.len() >= 2,
+            "only one process wrote the WAL: {stats:?}"
+        );
+    }
+}
+
+it! {
+    /// With NORMAL nothing syncs a lone producer's commit before it returns
+    /// (the syncer's background fsync serves the writer thread only): the cut
+    /// right after its first acknowledgement, with only the synced data, has
+    /// lost that enqueue. The harness must find it; and nothing else, in any
+    /// state: no corruption, no broken invariant.
+    #[needs(Gcc)]
+    fn with_normal_a_power_cut_may_lose_acknowledged_commits_and_nothing_else() {
+        for w in [Workload::Single, Workload::Backlog] {
+            let (_, report) = run(w, Synchronous::Normal, &[]);
+            let unexpected = report.unexpected(Violation::is_acknowledged_loss);
+            assert!(
+                unexpected.is_empty(),
+                "{}: with NORMAL a power cut broke more than acknowledged ⇒ present: {}",
+                w.name(),
+                report.summary()
+            );
+            if w == Workload::Single {
+                assert_losses(&report, "with NORMAL");
+            }
         }
     }
 }
@@ -271,22 +278,24 @@ fn assert_losses(report: &Report, why: &str) {
     );
 }
 
-#[test]
-fn the_harness_finds_the_losses_of_a_wal_fsync_made_a_no_op() {
-    let env = [("LITEJOB_FAULT_SKIP_WAL_FSYNC", "1")];
-    if let Some((_, report)) = run(Workload::Single, Synchronous::Full, &env) {
+it! {
+    #[needs(Gcc)]
+    fn the_harness_finds_the_losses_of_a_wal_fsync_made_a_no_op() {
+        let env = [("LITEJOB_FAULT_SKIP_WAL_FSYNC", "1")];
+        let (_, report) = run(Workload::Single, Synchronous::Full, &env);
         assert_losses(&report, "litejob's WAL fsync was a no-op");
     }
 }
 
-/// SQLite fsyncs the directory the first time it syncs a WAL it opened
-/// (its header, at the first frame): that is what makes the file's and
-/// the WAL's directory entries durable before anything is acknowledged.
-/// Without it, every acknowledged enqueue could vanish with its file.
-#[test]
-fn the_harness_finds_the_losses_of_a_directory_never_synced() {
-    let env = [("LITEJOB_POWER_NO_DIRSYNC", "1")];
-    if let Some((_, report)) = run(Workload::Single, Synchronous::Full, &env) {
+it! {
+    /// SQLite fsyncs the directory the first time it syncs a WAL it opened
+    /// (its header, at the first frame): that is what makes the file's and
+    /// the WAL's directory entries durable before anything is acknowledged.
+    /// Without it, every acknowledged enqueue could vanish with its file.
+    #[needs(Gcc)]
+    fn the_harness_finds_the_losses_of_a_directory_never_synced() {
+        let env = [("LITEJOB_POWER_NO_DIRSYNC", "1")];
+        let (_, report) = run(Workload::Single, Synchronous::Full, &env);
         assert_losses(&report, "the directory was never synced");
     }
 }

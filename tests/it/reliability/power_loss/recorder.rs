@@ -196,14 +196,14 @@ pub fn dump(recs: &[Rec]) -> String {
 }
 
 /// The compiled shim, built once per test process into the target
-/// directory; None (after a loud warning) when gcc is missing outside CI.
-/// Under `CI` a missing gcc fails: `.ci/run` installs it.
-pub fn shim() -> Option<PathBuf> {
-    static SHIM: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// directory (the test declares `#[needs(Gcc)]`).
+pub fn shim() -> PathBuf {
+    static SHIM: OnceLock<PathBuf> = OnceLock::new();
     SHIM.get_or_init(build_shim).clone()
 }
 
-fn build_shim() -> Option<PathBuf> {
+fn build_shim() -> PathBuf {
+    crate::suite::Need::Gcc.require();
     let src = include_str!("shim.c");
     // FNV-1a: the file name follows the source, so a changed shim is
     // rebuilt and test processes running at once share a finished one.
@@ -214,7 +214,7 @@ fn build_shim() -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("power-loss-shim-{hash:016x}.so"));
     if out.exists() {
-        return Some(out);
+        return out;
     }
     let pid = std::process::id();
     let c = dir.join(format!("power-loss-shim-{hash:016x}-{pid}.c"));
@@ -225,27 +225,16 @@ fn build_shim() -> Option<PathBuf> {
         .arg(&tmp)
         .arg(&c)
         .args(["-ldl", "-lpthread"])
-        .output();
+        .output()
+        .expect("run gcc");
     let _ = std::fs::remove_file(&c);
-    match built {
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "gcc cannot run ({e}): CI must build the power-loss recorder (apt-get install gcc)"
-            );
-            eprintln!("WARNING: gcc cannot run ({e}): power-loss tests not run");
-            None
-        }
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "the power-loss shim does not compile:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            std::fs::rename(&tmp, &out).unwrap();
-            Some(out)
-        }
-    }
+    assert!(
+        built.status.success(),
+        "the power-loss shim does not compile:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::rename(&tmp, &out).unwrap();
+    out
 }
 
 /// Runs one child per entry of `children` (its extra environment), all at

@@ -16,7 +16,9 @@
  * not logged: SQLite rebuilds it after a crash, and writes it through mmap.
  *
  * Order: a per-process mutex is held across the real call and the append of
- * its record, so a process's records are in the order of its effects. A
+ * its record, so a process's records are in the order of its effects; an
+ * open that may create a file also holds an flock on the log, so that its
+ * creation is logged before any other process's open of the file. A
  * sync logs SYNC_BEGIN before the real call and SYNC_END after it (the
  * mutex is not held meanwhile, so other threads go on): it covers the
  * writes logged before its begin, and counts once its end is logged. Every
@@ -37,6 +39,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -253,6 +256,13 @@ static int do_open(int which, int dirfd, const char *path, int flags, mode_t mod
     if (where == 0 || (where == 1 && ends_with(name, "-shm")))
         return call_open(which, dirfd, path, flags, mode);
     pthread_mutex_lock(&lock);
+    /* Another process may open the file between this open's creation of it
+     * and its record: its open would be logged first, an open of a file not
+     * yet created. The log's flock makes create-and-record one step for all
+     * the processes. */
+    int xlock = (flags & O_CREAT) && where == 1 && log_fd >= 0;
+    if (xlock)
+        flock(log_fd, LOCK_EX);
     int fd, created = 0;
     if ((flags & O_CREAT) && !(flags & O_EXCL) && where == 1) {
         /* Whether this open creates the file: try exclusively first. */
@@ -294,6 +304,11 @@ static int do_open(int which, int dirfd, const char *path, int flags, mode_t mod
                 }
             }
         }
+        errno = saved;
+    }
+    if (xlock) {
+        int saved = errno;
+        flock(log_fd, LOCK_UN);
         errno = saved;
     }
     pthread_mutex_unlock(&lock);

@@ -683,71 +683,75 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_synced_file_whose_directory_was_never_synced_may_vanish() {
-        let mut recs = vec![open("f", 1), write(1, 0, 7, 100)];
-        recs.extend(sync(false, 1, 1));
-        let states = final_states(&recs);
-        assert!(states.iter().any(|s| !s.contains_key("f")));
-        assert!(states.iter().any(|s| s.get("f") == Some(&vec![7; 100])));
-        recs.extend(sync(true, 0, 2));
-        let states = final_states(&recs);
-        assert!(states.iter().all(|s| s.get("f") == Some(&vec![7; 100])));
+    it! {
+        fn a_synced_file_whose_directory_was_never_synced_may_vanish() {
+            let mut recs = vec![open("f", 1), write(1, 0, 7, 100)];
+            recs.extend(sync(false, 1, 1));
+            let states = final_states(&recs);
+            assert!(states.iter().any(|s| !s.contains_key("f")));
+            assert!(states.iter().any(|s| s.get("f") == Some(&vec![7; 100])));
+            recs.extend(sync(true, 0, 2));
+            let states = final_states(&recs);
+            assert!(states.iter().all(|s| s.get("f") == Some(&vec![7; 100])));
+        }
     }
 
-    #[test]
-    fn a_sync_covers_only_the_writes_logged_before_it_began() {
-        let mut recs = vec![open("f", 1)];
-        recs.extend(sync(true, 0, 1));
-        recs.push(write(1, 0, 1, 512));
-        recs.push(rec(Op::SyncBegin {
-            dir: false,
-            ino: 1,
-            serial: 2,
-        }));
-        recs.push(write(1, 512, 2, 512));
-        recs.push(rec(Op::SyncEnd {
-            dir: false,
-            ino: 1,
-            serial: 2,
-            ok: true,
-        }));
-        let states = final_states(&recs);
-        assert!(states.iter().all(|s| s["f"][..512] == [1; 512]));
-        assert!(states.iter().any(|s| s["f"].len() == 512));
-        assert!(states.iter().any(|s| s["f"].len() == 1024));
+    it! {
+        fn a_sync_covers_only_the_writes_logged_before_it_began() {
+            let mut recs = vec![open("f", 1)];
+            recs.extend(sync(true, 0, 1));
+            recs.push(write(1, 0, 1, 512));
+            recs.push(rec(Op::SyncBegin {
+                dir: false,
+                ino: 1,
+                serial: 2,
+            }));
+            recs.push(write(1, 512, 2, 512));
+            recs.push(rec(Op::SyncEnd {
+                dir: false,
+                ino: 1,
+                serial: 2,
+                ok: true,
+            }));
+            let states = final_states(&recs);
+            assert!(states.iter().all(|s| s["f"][..512] == [1; 512]));
+            assert!(states.iter().any(|s| s["f"].len() == 512));
+            assert!(states.iter().any(|s| s["f"].len() == 1024));
+        }
     }
 
-    #[test]
-    fn a_pending_write_may_be_torn_but_only_at_sector_boundaries() {
-        let mut recs = vec![open("f", 1), write(1, 0, 0, 2048)];
-        recs.extend(sync(false, 1, 1));
-        recs.extend(sync(true, 0, 2));
-        recs.push(write(1, 0, 9, 2048));
-        let states = final_states(&recs);
-        let mixed = states.iter().any(|s| {
-            let f = &s["f"];
-            f.contains(&0) && f.contains(&9)
-        });
-        assert!(mixed, "no torn write among {} states", states.len());
-        for s in &states {
-            for sector in s["f"].chunks(SECTOR) {
-                assert!(
-                    sector.iter().all(|&b| b == sector[0]),
-                    "a sector half written"
-                );
+    it! {
+        fn a_pending_write_may_be_torn_but_only_at_sector_boundaries() {
+            let mut recs = vec![open("f", 1), write(1, 0, 0, 2048)];
+            recs.extend(sync(false, 1, 1));
+            recs.extend(sync(true, 0, 2));
+            recs.push(write(1, 0, 9, 2048));
+            let states = final_states(&recs);
+            let mixed = states.iter().any(|s| {
+                let f = &s["f"];
+                f.contains(&0) && f.contains(&9)
+            });
+            assert!(mixed, "no torn write among {} states", states.len());
+            for s in &states {
+                for sector in s["f"].chunks(SECTOR) {
+                    assert!(
+                        sector.iter().all(|&b| b == sector[0]),
+                        "a sector half written"
+                    );
+                }
             }
         }
     }
 
-    #[test]
-    fn an_unlink_not_yet_synced_may_not_have_happened() {
-        let mut recs = vec![open("f", 1), write(1, 0, 3, 10)];
-        recs.extend(sync(false, 1, 1));
-        recs.extend(sync(true, 0, 2));
-        recs.push(rec(Op::Unlink { name: "f".into() }));
-        let states = final_states(&recs);
-        assert!(states.iter().any(|s| s.get("f") == Some(&vec![3; 10])));
-        assert!(states.iter().any(|s| !s.contains_key("f")));
+    it! {
+        fn an_unlink_not_yet_synced_may_not_have_happened() {
+            let mut recs = vec![open("f", 1), write(1, 0, 3, 10)];
+            recs.extend(sync(false, 1, 1));
+            recs.extend(sync(true, 0, 2));
+            recs.push(rec(Op::Unlink { name: "f".into() }));
+            let states = final_states(&recs);
+            assert!(states.iter().any(|s| s.get("f") == Some(&vec![3; 10])));
+            assert!(states.iter().any(|s| !s.contains_key("f")));
+        }
     }
 }
