@@ -87,7 +87,7 @@ it! {
         // A short busy timeout, so an enqueue during the outage gives up
         // within it instead of waiting for the server.
         let opts = QueueOptions::default().with_busy_timeout(Duration::from_millis(500));
-        let queue = litejob::admin::AnyQueue::open_with(&proxy.url(&q.location), opts).unwrap();
+        let queue = litejob::admin::AnyQueue::open_with(proxy.url(&q.location), opts).unwrap();
         let mut rt = crate::backends::app_handler(
             Engine::Postgres,
             queue
@@ -204,7 +204,7 @@ it! {
         q.create_app_table();
         drop(q.open());
         let proxy = Proxy::start(&upstream(&q.location));
-        let queue = litejob::admin::AnyQueue::open_with(&proxy.url(&q.location), QueueOptions::default()).unwrap();
+        let queue = litejob::admin::AnyQueue::open_with(proxy.url(&q.location), QueueOptions::default()).unwrap();
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let c2 = calls.clone();
         let mut rt = crate::backends::app_handler(
