@@ -218,6 +218,7 @@ pub mod admin {
     pub use crate::core::reports::stats::{
         Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
     };
+    pub use crate::core::reports::verify::{Broken, Invariant, VerifyReport};
     pub use crate::core::schedule::ScheduleRow;
     pub use crate::core::SCHEMA_VERSION;
     pub use crate::queue::any::is_postgres_url;

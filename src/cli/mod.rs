@@ -20,6 +20,7 @@ pub mod rng;
 pub mod schedules;
 pub mod serve;
 pub mod time;
+pub mod verify;
 
 // The library's clock, time formatting and random source, compiled into the
 // command from the very same files (the library keeps them private): what
@@ -105,6 +106,8 @@ pub enum Command {
     /// Copy the queue file into an empty PostgreSQL database: every job,
     /// ledger row, outbox row, attempt and schedule, ids and keys kept.
     Copy(copy::CopyArgs),
+    /// Check the file's (or database's) integrity and litejob's invariants.
+    Verify(verify::VerifyArgs),
     /// Measure enqueue and processing rates on this machine's disk.
     #[command(
         after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json\n\n\
@@ -250,6 +253,11 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::QueueCmd(a) => queues::queue_cmd(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
         Command::Copy(a) => copy::copy(&db, a, json, &mut out)?,
+        Command::Verify(a) => {
+            let status = verify::verify(&db, a, json, &mut out)?;
+            out.flush()?;
+            return Ok(status);
+        }
         Command::Demo(a) => {
             let status = demo::run(&db, a, json)?;
             out.flush()?;
@@ -481,20 +489,4 @@ pub fn parse_outbox_state(s: &str) -> Result<OutboxState, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn tables_align_and_escape() {
-        let mut t = Table::new(&["ID", "KEY"]);
-        t.row(vec!["1".into(), cell("a\nb")]);
-        t.row(vec!["1000".into(), "x".into()]);
-        assert_eq!(t.render(), vec!["ID    KEY", "1     a\\nb", "1000  x"]);
-    }
-}
+mod tests;

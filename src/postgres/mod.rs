@@ -44,6 +44,7 @@ pub(crate) mod tally;
 #[cfg(test)]
 pub(crate) mod testing;
 pub(crate) mod tx;
+pub(crate) mod verify;
 
 use crate::core::options::{EngineKind, QueueOptions};
 use crate::core::time::Millis;

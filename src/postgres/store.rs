@@ -16,6 +16,7 @@ use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
+use crate::core::reports::verify::{report as verify_report, VerifyReport};
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
@@ -419,6 +420,17 @@ impl Store for PgStore {
     fn schema_version(&self) -> Result<i64> {
         let _ = self.schema_version;
         self.with_conn(true, |c| schema::read_version(&mut c.client))
+    }
+
+    fn verify(&self) -> Result<VerifyReport> {
+        let (version, how, findings) = self.with_conn(true, super::verify::verify)?;
+        Ok(verify_report(
+            &self.location,
+            EngineKind::Postgres,
+            version,
+            how,
+            findings,
+        ))
     }
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {

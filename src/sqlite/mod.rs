@@ -7,7 +7,7 @@
 // WAL's fsync), the reader pool (`db`), the schema and its migrations,
 // a module per table or concern with its named statements (`enqueue`,
 // `claim`, `leases`, `run`, `ledger`, `history`, `outbox`, `controls`,
-// `admin`, `reads`, `reports`, `tally`, `schedules`, `copy`), the
+// `admin`, `reads`, `reports`, `tally`, `schedules`, `copy`, `verify`), the
 // transactions user code gets (`tx`), the store (`store`), and the job
 // pipeline on the writer (`pipeline/`). Every queue table is written only
 // through these, on the writer.
@@ -45,6 +45,7 @@ mod sql_check;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;
+pub(crate) mod verify;
 pub(crate) mod writer;
 
 /// The SQLite engine: a queue in one file ([`crate::queue::Queue::open`]). Its

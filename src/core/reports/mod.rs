@@ -7,3 +7,4 @@ pub(crate) mod overview;
 pub(crate) mod prune;
 pub(crate) mod stats;
 pub(crate) mod tally;
+pub(crate) mod verify;
