@@ -212,6 +212,7 @@ pub mod admin {
     pub use crate::core::controls::{QueueControl, QueueLimits, Rate};
     pub use crate::core::copy::CopyReport;
     pub use crate::core::options::EngineKind;
+    pub use crate::core::reports::backup::{BackupOptions, BackupProgress, BackupReport};
     pub use crate::core::reports::failures::{FailureGroup, Failures};
     pub use crate::core::reports::overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
     pub use crate::core::reports::prune::{PruneOptions, PruneReport};

@@ -8,6 +8,7 @@
 //! stderr as `litejob: error: ...`.
 
 pub mod admin_cmds;
+pub mod backup;
 pub mod bench;
 pub mod copy;
 pub mod demo;
@@ -106,6 +107,8 @@ pub enum Command {
     /// Copy the queue file into an empty PostgreSQL database: every job,
     /// ledger row, outbox row, attempt and schedule, ids and keys kept.
     Copy(copy::CopyArgs),
+    /// Take a consistent copy of the queue file while it is in use.
+    Backup(backup::BackupArgs),
     /// Check the file's (or database's) integrity and litejob's invariants.
     Verify(verify::VerifyArgs),
     /// Measure enqueue and processing rates on this machine's disk.
@@ -253,6 +256,7 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::QueueCmd(a) => queues::queue_cmd(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
         Command::Copy(a) => copy::copy(&db, a, json, &mut out)?,
+        Command::Backup(a) => backup::backup(&db, a, json, &mut out)?,
         Command::Verify(a) => {
             let status = verify::verify(&db, a, json, &mut out)?;
             out.flush()?;
