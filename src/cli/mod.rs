@@ -104,8 +104,9 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Serve a dashboard, Prometheus metrics and a health check over HTTP.
     Serve(serve::ServeArgs),
-    /// Copy the queue file into an empty PostgreSQL database: every job,
-    /// ledger row, outbox row, attempt and schedule, ids and keys kept.
+    /// Copy a queue file into an empty PostgreSQL database, or a database
+    /// into a new file: every job, ledger row, outbox row, attempt and
+    /// schedule, ids and keys kept.
     Copy(copy::CopyArgs),
     /// Take a consistent copy of the queue file while it is in use.
     Backup(backup::BackupArgs),
