@@ -12,5 +12,6 @@ mod outbox;
 mod postgres;
 mod reliability;
 mod runtime;
+mod safety;
 mod schedules;
 mod serve;

@@ -1,7 +1,7 @@
-//! The reading commands on a queue file the user may only read, in a
-//! directory the user may not write: they work, whether or not a process
-//! has the file open, and no command (a failing one included) leaves a
-//! `-wal` or `-shm` file behind.
+//! The reading commands (and `verify`, `backup`) on a queue file the user
+//! may only read, in a directory the user may not write: they work,
+//! whether or not a process has the file open, and no command (a failing
+//! one included) leaves a `-wal` or `-shm` file behind.
 //!
 //! The commands run as a user without write permission: as `nobody`
 //! through `setpriv` when the tests run as root (root may write anything),
@@ -165,6 +165,14 @@ fn reading_commands_work_on_a_file_the_user_may_only_read() {
     for args in [vec!["stats"], vec!["jobs"], vec!["explain", "done"]] {
         reader.ok(db, &args, 0);
     }
+    // verify, and a backup into a directory the reader may write.
+    let v = reader.json(db, &["verify"]);
+    assert_eq!(v["broken"], serde_json::json!([]), "{v}");
+    let backups = tempfile::tempdir().unwrap();
+    chmod(backups.path(), 0o777);
+    let backup = backups.path().join("b.db");
+    reader.ok(db, &["backup", backup.to_str().unwrap()], 0);
+    assert_eq!(files(backups.path()), ["b.db"]);
     assert!(
         std::fs::read(db).unwrap() == bytes,
         "a read changed the file"
