@@ -16,7 +16,7 @@ use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
-use crate::core::reports::verify::{report as verify_report, VerifyReport};
+use crate::core::reports::verify::VerifyReport;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
@@ -423,14 +423,7 @@ impl Store for PgStore {
     }
 
     fn verify(&self) -> Result<VerifyReport> {
-        let (version, how, findings) = self.with_conn(true, super::verify::verify)?;
-        Ok(verify_report(
-            &self.location,
-            EngineKind::Postgres,
-            version,
-            how,
-            findings,
-        ))
+        super::verify::report(self)
     }
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {

@@ -14,7 +14,9 @@ use postgres::Transaction;
 
 use super::conn::{read_err, PgConn};
 use super::reads::in_snapshot;
-use crate::core::reports::verify::{Findings, Invariant};
+use super::store::PgStore;
+use crate::core::options::EngineKind;
+use crate::core::reports::verify::{self, Findings, Invariant, VerifyReport};
 use crate::error::Result;
 
 /// Each cross-table invariant as `SELECT count(*), <an example id as
@@ -96,9 +98,21 @@ const INDEXES: &str = "SELECT c.oid::regclass::text FROM pg_index i \
                          'queue_starts', 'litejob_schema') \
      ORDER BY 1";
 
+/// The database's report, on a pooled connection.
+pub(crate) fn report(store: &PgStore) -> Result<VerifyReport> {
+    let (version, how, findings) = store.with_conn(true, verify)?;
+    Ok(verify::report(
+        &store.location,
+        EngineKind::Postgres,
+        version,
+        how,
+        findings,
+    ))
+}
+
 /// Checks the database, in one snapshot: (its schema version, what its
 /// integrity check was, the findings).
-pub(crate) fn verify(c: &mut PgConn) -> Result<(i64, String, Findings)> {
+fn verify(c: &mut PgConn) -> Result<(i64, String, Findings)> {
     in_snapshot(c, |tx| {
         let mut findings: Findings = Vec::new();
         let (how, messages) = amcheck(tx)?;

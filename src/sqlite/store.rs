@@ -19,7 +19,7 @@ use crate::core::reports::overview;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::{Runs, Tally};
-use crate::core::reports::verify::{report as verify_report, VerifyReport};
+use crate::core::reports::verify::VerifyReport;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::{now_ms, Millis};
 use crate::core::validate::ValidJob;
@@ -167,14 +167,7 @@ impl Store for SqliteStore {
     }
 
     fn verify(&self) -> Result<VerifyReport> {
-        let (version, how, findings) = self.read(crate::sqlite::verify::verify)?;
-        Ok(verify_report(
-            &self.location,
-            EngineKind::Sqlite,
-            version,
-            how,
-            findings,
-        ))
+        crate::sqlite::verify::report(self)
     }
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {

@@ -5,10 +5,12 @@
 
 use rusqlite::Connection;
 
-use crate::core::reports::verify::{Findings, Invariant};
+use crate::core::options::EngineKind;
+use crate::core::reports::verify::{self, Findings, Invariant, VerifyReport};
 use crate::error::Result;
 use crate::sqlite::reports::in_snapshot;
 use crate::sqlite::schema;
+use crate::sqlite::store::SqliteStore;
 
 /// At most 100 messages: a badly damaged file can have millions, and the
 /// first few say what is wrong.
@@ -83,9 +85,21 @@ const CHECKS: [(Invariant, &str); 10] = [
     ),
 ];
 
+/// The file's report, on one of its reader connections.
+pub(crate) fn report(store: &SqliteStore) -> Result<VerifyReport> {
+    let (version, how, findings) = store.read(verify)?;
+    Ok(verify::report(
+        &store.location,
+        EngineKind::Sqlite,
+        version,
+        how,
+        findings,
+    ))
+}
+
 /// Checks the file `conn` reads, in one snapshot: (its schema version,
 /// what its integrity check was, the findings).
-pub(crate) fn verify(conn: &Connection) -> Result<(i64, String, Findings)> {
+fn verify(conn: &Connection) -> Result<(i64, String, Findings)> {
     in_snapshot(conn, |conn| {
         let mut findings: Findings = Vec::new();
         let messages = integrity(conn)?;
