@@ -86,6 +86,7 @@ pub(crate) fn backup(
     progress: &mut dyn FnMut(&BackupProgress),
     still_valid: &dyn Fn() -> bool,
 ) -> Result<BackupReport> {
+    not_the_source(src, dest)?;
     let replaced = check_dest(dest, opts.overwrite)?;
     let tmp = Temp::beside(dest)?;
     let (pages, page_size) = copy_snapshot(src, &tmp.path, opts, progress)?;
@@ -134,6 +135,55 @@ fn check_dest(dest: &Path, overwrite: bool) -> Result<bool> {
         )));
     }
     Ok(exists)
+}
+
+/// Refuses a destination that is the queue file itself, or one of the
+/// files SQLite keeps beside it: renaming a copy over either, under the
+/// processes that have the file open, would corrupt it.
+fn not_the_source(src: &Connection, dest: &Path) -> Result<()> {
+    let Some(source) = src.path().filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let source = std::fs::canonicalize(source).unwrap_or_else(|_| PathBuf::from(source));
+    let named = match (std::fs::canonicalize(parent_of(dest)), dest.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => dest.to_path_buf(),
+    };
+    // Through a symbolic link, or another hard link to the same file.
+    let resolved = std::fs::canonicalize(dest).unwrap_or_else(|_| named.clone());
+    let same_file = same_inode(&source, dest);
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut beside = source.clone().into_os_string();
+        beside.push(suffix);
+        let beside = PathBuf::from(beside);
+        if named == beside || resolved == beside || (suffix.is_empty() && same_file) {
+            return Err(Error::InvalidInput(format!(
+                "{} is the queue file itself{}: name another file for the backup; nothing \
+                 was written",
+                dest.display(),
+                if suffix.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (its {suffix} file)")
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn same_inode(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_inode(_: &Path, _: &Path) -> bool {
+    false
 }
 
 fn parent_of(p: &Path) -> &Path {

@@ -105,3 +105,29 @@ fn a_failed_backup_leaves_no_file_behind() {
         .collect();
     assert_eq!(names, ["src.db"], "no temporary file left");
 }
+
+#[test]
+fn the_queue_file_itself_and_the_files_beside_it_are_refused_even_when_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, c) = wal_file(dir.path());
+    c.execute("INSERT INTO t (b) VALUES (x'00')", []).unwrap();
+    let opts = BackupOptions::default().with_overwrite(true);
+    let link = dir.path().join("link.db");
+    std::fs::hard_link(&path, &link).unwrap();
+    let relative = dir.path().join(".").join("src.db");
+    for dest in [
+        path.clone(),
+        relative,
+        link,
+        dir.path().join("src.db-wal"),
+        dir.path().join("src.db-shm"),
+    ] {
+        let e = backup(&c, &dest, &opts, &mut |_| {}, &|| true).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidInput(ref m) if m.contains("the queue file itself")),
+            "{}: {e}",
+            dest.display()
+        );
+    }
+    assert_eq!(count(&path), 1);
+}
