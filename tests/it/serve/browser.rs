@@ -125,7 +125,7 @@ both! {
         .unwrap();
     wait_until("the runnable jobs and effects are done, a slot fired", LONG, || {
         q.count(
-            "SELECT count(*) FROM jobs WHERE state = 'queued' AND kind IN ('payment.succeeded', 'send_digest')",
+            "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running') AND kind IN ('payment.succeeded', 'send_digest')",
         ) == 0
             && q.count("SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')") == 0
             && q.count("SELECT count(*) FROM jobs WHERE kind = 'tick' AND state = 'succeeded'") > 0
