@@ -216,12 +216,14 @@ pub mod admin {
     pub use crate::core::controls::{QueueControl, QueueLimits, Rate};
     pub use crate::core::copy::CopyReport;
     pub use crate::core::options::EngineKind;
+    pub use crate::core::reports::backup::{BackupOptions, BackupProgress, BackupReport};
     pub use crate::core::reports::failures::{FailureGroup, Failures};
     pub use crate::core::reports::overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
     pub use crate::core::reports::prune::{PruneOptions, PruneReport};
     pub use crate::core::reports::stats::{
         Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
     };
+    pub use crate::core::reports::verify::{Broken, Invariant, VerifyReport};
     pub use crate::core::reports::workflow::{Linked, Workflow};
     pub use crate::core::schedule::ScheduleRow;
     pub use crate::core::time::{format_duration, format_millis};

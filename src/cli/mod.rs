@@ -8,6 +8,7 @@
 //! stderr as `litejob: error: ...`.
 
 pub mod admin_cmds;
+pub mod backup;
 pub mod bench;
 pub mod copy;
 pub mod demo;
@@ -20,6 +21,7 @@ pub mod rng;
 pub mod schedules;
 pub mod serve;
 pub mod time;
+pub mod verify;
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -91,9 +93,14 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Serve a dashboard, Prometheus metrics and a health check over HTTP.
     Serve(serve::ServeArgs),
-    /// Copy the queue file into an empty PostgreSQL database: every job,
-    /// ledger row, outbox row, attempt and schedule, ids and keys kept.
+    /// Copy a queue file into an empty PostgreSQL database, or a database
+    /// into a new file: every job, ledger row, outbox row, attempt and
+    /// schedule, ids and keys kept.
     Copy(copy::CopyArgs),
+    /// Take a consistent copy of the queue file while it is in use.
+    Backup(backup::BackupArgs),
+    /// Check the file's (or database's) integrity and litejob's invariants.
+    Verify(verify::VerifyArgs),
     /// Measure enqueue and processing rates on this machine's disk.
     #[command(
         after_help = "Example:\n  litejob bench --jobs 20000 --workers 4 --json\n\n\
@@ -239,6 +246,12 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::QueueCmd(a) => queues::queue_cmd(&open_existing(&db)?, a, json, &mut out)?,
         Command::Prune(a) => admin_cmds::prune(&open_existing(&db)?, a, json, &mut out)?,
         Command::Copy(a) => copy::copy(&db, a, json, &mut out)?,
+        Command::Backup(a) => backup::backup(&db, a, json, &mut out)?,
+        Command::Verify(a) => {
+            let status = verify::verify(&db, a, json, &mut out)?;
+            out.flush()?;
+            return Ok(status);
+        }
         Command::Demo(a) => {
             let status = demo::run(&db, a, json)?;
             out.flush()?;
@@ -470,20 +483,4 @@ pub fn parse_outbox_state(s: &str) -> Result<OutboxState, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn tables_align_and_escape() {
-        let mut t = Table::new(&["ID", "KEY"]);
-        t.row(vec!["1".into(), cell("a\nb")]);
-        t.row(vec!["1000".into(), "x".into()]);
-        assert_eq!(t.render(), vec!["ID    KEY", "1     a\\nb", "1000  x"]);
-    }
-}
+mod tests;

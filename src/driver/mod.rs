@@ -31,6 +31,7 @@ use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
+use crate::core::reports::verify::VerifyReport;
 use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
@@ -122,6 +123,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn now(&self) -> Millis;
     /// The schema version the database holds.
     fn schema_version(&self) -> Result<i64>;
+    /// The storage's own check and litejob's invariants, in one read
+    /// snapshot; writes nothing.
+    fn verify(&self) -> Result<VerifyReport>;
 
     // The producer's side.
 

@@ -5,7 +5,8 @@
 //! the id sequences past every id the file ever gave out, and commits —
 //! all of it or nothing. Writes `jobs`, `processed_jobs`, `outbox`,
 //! `attempts`, `schedules`, `queues` and `queue_starts` (rows as the file
-//! holds them, ids kept).
+//! holds them, ids kept). The sending side of a copy into a file is
+//! `export` ([`PgStore::export`]).
 
 use postgres::Transaction;
 
@@ -16,6 +17,8 @@ use crate::core::copy::{
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
+
+mod export;
 
 /// Taken first: concurrent copies (or a producer) into the same database
 /// wait for this one instead of interleaving with it; readers go on.

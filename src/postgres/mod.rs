@@ -43,6 +43,7 @@ pub(crate) mod schema;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;
+pub(crate) mod verify;
 pub(crate) mod workflow;
 
 use crate::core::options::{EngineKind, QueueOptions};

@@ -11,6 +11,7 @@ use crate::core::reports::failures::Failures;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::Tally;
+use crate::core::reports::verify::VerifyReport;
 use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
@@ -49,6 +50,10 @@ impl Store for PgStore {
     fn schema_version(&self) -> Result<i64> {
         let _ = self.schema_version;
         self.with_conn(true, |c| schema::read_version(&mut c.client))
+    }
+
+    fn verify(&self) -> Result<VerifyReport> {
+        super::verify::report(self)
     }
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {

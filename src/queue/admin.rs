@@ -23,6 +23,7 @@ use crate::core::reports::prune::PruneReport;
 use crate::core::reports::stats::Explanation;
 use crate::core::reports::stats::JobDetail;
 use crate::core::reports::stats::Stats;
+use crate::core::reports::verify::VerifyReport;
 use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::driver::PruneWhat;
@@ -315,6 +316,19 @@ impl Admin {
         }
         Ok(report)
     }
+    /// Checks that the queue is sound, in one read snapshot, writing
+    /// nothing (it works on a queue opened read-only): the storage's own
+    /// check (`PRAGMA integrity_check` on a file; amcheck on PostgreSQL
+    /// when it is installed), the schema version, and litejob's invariants
+    /// across its tables ([`crate::admin::Invariant`]): a succeeded job's
+    /// key in the ledger, an outbox row only of a job that succeeded, a
+    /// running job on a running attempt, attempts' outcomes that agree
+    /// with their jobs' and outbox rows' states. It reads every row of
+    /// `jobs`, `outbox` and `attempts` a few times.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.store.verify()
+    }
+
     /// Every schedule declared on this queue (by any process), by name.
     pub fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         self.store.schedules()

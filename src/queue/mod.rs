@@ -22,6 +22,7 @@ use crate::sqlite::Sqlite;
 pub(crate) mod admin;
 pub(crate) mod any;
 mod async_ops;
+mod backup;
 #[cfg(feature = "postgres")]
 mod copy;
 #[cfg(feature = "postgres")]

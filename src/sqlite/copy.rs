@@ -1,7 +1,8 @@
 //! The sending side of a copy out of a file: every queue table read in
 //! the caller's one read snapshot and streamed, in batches, into the
 //! destination's sink, ids and keys kept; then the highest id each table
-//! ever gave out. Writes no table.
+//! ever gave out. Writes no table. The receiving side of a copy into a
+//! file is `import` ([`copy_in`]).
 
 use rusqlite::{Connection, Row};
 
@@ -11,6 +12,9 @@ use crate::core::copy::{
 };
 use crate::driver::copy::CopySink;
 use crate::error::Result;
+
+mod import;
+pub(crate) use import::copy_in;
 
 /// Rows per insert statement: large enough that a round trip is spent on
 /// thousands of rows, small enough that a batch's arrays stay a few MB.

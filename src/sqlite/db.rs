@@ -160,7 +160,7 @@ fn read_only_flags() -> OpenFlags {
 }
 
 /// The `-wal` file beside `path`.
-fn wal_of(path: &Path) -> PathBuf {
+pub(crate) fn wal_of(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push("-wal");
     PathBuf::from(name)

@@ -7,10 +7,11 @@
 // WAL's fsync), the reader pool (`db`), the schema and its migrations,
 // a module per table or concern with its named statements (`enqueue`,
 // `claim`, `leases`, `run`, `ledger`, `history`, `outbox`, `controls`,
-// `admin`, `reads`, `reports`, `tally`, `schedules`, `copy`), the
-// transactions user code gets (`tx`), the store (`store`), and the job
-// pipeline on the writer (`pipeline/`). Every queue table is written only
-// through these, on the writer.
+// `admin`, `reads`, `reports`, `tally`, `schedules`, `copy`, `verify`),
+// a consistent copy of the file (`backup`), the transactions user code
+// gets (`tx`), the store (`store`), and the job pipeline on the writer
+// (`pipeline/`). Every queue table is written only through these, on the
+// writer (a copy into a new file, on a connection of its own).
 
 pub use db::immediate;
 pub use tx::{JobTx, WriteTx};
@@ -23,6 +24,7 @@ use crate::driver::schedules::SlotTx;
 use crate::error::Result;
 
 pub(crate) mod admin;
+pub(crate) mod backup;
 pub(crate) mod checkpoint;
 pub(crate) mod claim;
 pub(crate) mod controls;
@@ -43,6 +45,7 @@ pub(crate) mod schema;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;
+pub(crate) mod verify;
 pub(crate) mod workflow;
 pub(crate) mod writer;
 

@@ -19,6 +19,7 @@ use crate::core::reports::overview;
 use crate::core::reports::overview::Overview;
 use crate::core::reports::stats::{Explanation, JobDetail, Stats};
 use crate::core::reports::tally::{Runs, Tally};
+use crate::core::reports::verify::VerifyReport;
 use crate::core::reports::workflow::Workflow;
 use crate::core::schedule::ScheduleRow;
 use crate::core::time::{Clock, Millis};
@@ -174,6 +175,10 @@ impl Store for SqliteStore {
 
     fn schema_version(&self) -> Result<i64> {
         self.read(schema::read_version)
+    }
+
+    fn verify(&self) -> Result<VerifyReport> {
+        crate::sqlite::verify::report(self)
     }
 
     fn enqueue(&self, job: ValidJob, now: Millis) -> Result<Enqueued> {

@@ -17,6 +17,7 @@ mod outbox;
 mod postgres;
 mod reliability;
 mod runtime;
+mod safety;
 mod schedules;
 mod serve;
 

@@ -44,9 +44,11 @@ pub enum Need {
     /// A user whom file permissions stop: the tests' own, or, for root,
     /// `nobody` through `setpriv` (util-linux).
     Unprivileged,
+    /// The `litestream` binary (`LITESTREAM`, or on the `PATH`).
+    Litestream,
 }
 
-const NEEDS: [Need; 8] = [
+const NEEDS: [Need; 9] = [
     Need::Postgres,
     Need::PostgresBinaries,
     Need::Sqlite3,
@@ -55,6 +57,7 @@ const NEEDS: [Need; 8] = [
     Need::Gcc,
     Need::Immutable,
     Need::Unprivileged,
+    Need::Litestream,
 ];
 
 impl Need {
@@ -68,6 +71,7 @@ impl Need {
             Need::Gcc => "gcc",
             Need::Immutable => "chattr +i",
             Need::Unprivileged => "an unprivileged user",
+            Need::Litestream => "litestream",
         }
     }
 
@@ -89,6 +93,11 @@ impl Need {
             Need::Gcc => runs("gcc", &["--version"], "apt-get install gcc libc6-dev"),
             Need::Immutable => immutable_works(),
             Need::Unprivileged => unprivileged_works(),
+            Need::Litestream => runs(
+                &litestream_name(),
+                &["version"],
+                "npm install @flydotio/litestream-linux-x64, and set LITESTREAM to its binary",
+            ),
         })
     }
 
@@ -126,6 +135,14 @@ fn runs(program: &str, args: &[&str], install: &str) -> Result<(), Missing> {
         ))),
         Err(e) => Err(Missing::here(format!("{program}: {e} ({install})"))),
     }
+}
+
+/// The litestream binary the replication test runs.
+pub fn litestream_name() -> String {
+    std::env::var("LITESTREAM")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "litestream".into())
 }
 
 /// The browser the browser test runs.

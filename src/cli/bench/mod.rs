@@ -8,7 +8,8 @@
 //! `--preload N` first fills the file with N extra jobs (half finished, half
 //! queued for a kind nobody handles) with plain SQL, so the same figures can
 //! be compared at scale; `--prune-check` then prunes the finished half while
-//! a producer enqueues, and reports the longest single enqueue. Last, it
+//! a producer enqueues, and reports the longest single enqueue;
+//! `--backup-check` does the same while the file is backed up. Last, it
 //! times the machine itself: a 4 KiB overwrite plus `fdatasync` of a
 //! scratch file beside the queue file (`<db>-fsync-probe`, removed), and a
 //! thread wake round trip.
@@ -22,6 +23,7 @@ use litejob::admin::AnyQueue;
 use litejob::{Error, QueueOptions, Schedule, Synchronous};
 use serde::{Deserialize, Serialize};
 
+mod backup_check;
 mod executor;
 mod machine;
 mod phases;
@@ -63,6 +65,13 @@ pub struct BenchArgs {
     /// afterwards: the succeeded count is then --jobs.
     #[arg(long)]
     pub prune_check: bool,
+    /// After measuring, back the file up (`Queue::backup_to`), then copy it
+    /// with SQLite's `VACUUM INTO`, each while another thread enqueues one
+    /// `bench.idle` job per call, and report the longest single enqueue
+    /// during each copy, and during 3 s without one (the copy goes beside
+    /// the file and is removed).
+    #[arg(long)]
+    pub backup_check: bool,
     /// Jobs one claim takes beyond one per worker (`RuntimeBuilder::claim_ahead`, default 64); on
     /// PostgreSQL a worker's batch (default 100, at most 100). Fewer shorten the writer's cycles
     /// or the batches, and with them the enqueue -> handler start latency at full rate, at some
@@ -142,6 +151,9 @@ pub struct BenchReport {
     /// `--prune-check`: enqueues made during the prune.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prune_enqueues: Option<usize>,
+    /// `--backup-check`: each copy's duration and the enqueues meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup_check: Option<Vec<backup_check::BackupCheck>>,
     /// The file used.
     pub db: String,
     /// Whether the file was kept.
@@ -209,10 +221,12 @@ pub fn run(db: Option<&Path>, args: &BenchArgs, json: bool) -> Result<i32, Error
     if let Some(cron) = &args.schedule {
         Schedule::new("bench.tick", cron, "bench.tick", &()).check()?;
     }
-    if super::is_url(db.unwrap_or(Path::new(""))) && (args.preload > 0 || args.prune_check) {
+    if super::is_url(db.unwrap_or(Path::new("")))
+        && (args.preload > 0 || args.prune_check || args.backup_check)
+    {
         return Err(Error::InvalidInput(
-            "--preload and --prune-check write their rows with SQLite's SQL: they measure a file, \
-             not a PostgreSQL database"
+            "--preload, --prune-check and --backup-check measure a file, not a PostgreSQL \
+             database"
                 .into(),
         ));
     }
@@ -291,6 +305,18 @@ fn text(report: &BenchReport, kept: bool) -> String {
              the longest {block:.1} ms\n"
         );
     }
+    for c in report.backup_check.iter().flatten() {
+        text += &format!(
+            "{:<11} of the file ({:.0} MB): {:.1} s; {} enqueues meanwhile, p99 {:.1} ms, \
+             the longest {:.1} ms\n",
+            c.method,
+            c.bytes as f64 / 1e6,
+            c.secs,
+            c.enqueues,
+            c.p99_enqueue_ms,
+            c.max_enqueue_ms
+        );
+    }
     text += &format!(
         "machine: 4 KiB write + fdatasync  {:>10.0} us\n\
          machine: thread wake round trip   {:>10.0} us\n",
@@ -366,6 +392,11 @@ fn measure(
     } else {
         None
     };
+    let backups = if args.backup_check {
+        Some(backup_check::backup_check(&queue, &run_id)?)
+    } else {
+        None
+    };
 
     Ok(BenchReport {
         enqueue_per_sec,
@@ -400,6 +431,7 @@ fn measure(
         prune_secs: prune.as_ref().map(|p| p.secs),
         prune_max_enqueue_block_ms: prune.as_ref().map(|p| p.max_enqueue_ms),
         prune_enqueues: prune.as_ref().map(|p| p.enqueues),
+        backup_check: backups,
         db: queue.location().to_string(),
         kept,
     })

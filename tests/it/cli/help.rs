@@ -20,6 +20,9 @@ both! {
             "demo",
             "bench",
             "schedules",
+            "copy",
+            "backup",
+            "verify",
         ] {
             let out = ok(q, &[cmd, "--help"], 0);
             assert!(out.contains("Example"), "litejob {cmd} --help:\n{out}");

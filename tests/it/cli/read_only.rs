@@ -1,7 +1,7 @@
-//! The reading commands on a queue file the user may only read, in a
-//! directory the user may not write: they work, whether or not a process
-//! has the file open, and no command (a failing one included) leaves a
-//! `-wal` or `-shm` file behind.
+//! The reading commands (and `verify`, `backup`) on a queue file the user
+//! may only read, in a directory the user may not write: they work,
+//! whether or not a process has the file open, and no command (a failing
+//! one included) leaves a `-wal` or `-shm` file behind.
 //!
 //! The commands run as a user without write permission: as `nobody`
 //! through `setpriv` when the tests run as root (root may write anything),
@@ -139,6 +139,14 @@ it! {
         for args in [vec!["stats"], vec!["jobs"], vec!["explain", "done"]] {
             reader.ok(db, &args, 0);
         }
+        // verify, and a backup into a directory the reader may write.
+        let v = reader.json(db, &["verify"]);
+        assert_eq!(v["broken"], serde_json::json!([]), "{v}");
+        let backups = tempfile::tempdir().unwrap();
+        chmod(backups.path(), 0o777);
+        let backup = backups.path().join("b.db");
+        reader.ok(db, &["backup", backup.to_str().unwrap()], 0);
+        assert_eq!(files(backups.path()), ["b.db"]);
         assert!(
             std::fs::read(db).unwrap() == bytes,
             "a read changed the file"
@@ -149,46 +157,57 @@ it! {
                 let r = server.get(page);
                 assert_eq!(r.status, 200, "{page}: {}", r.body);
             }
-            // A process that writes and closes the file meanwhile (no -wal
-            // left): the next page shows its job.
-            let r = server.get("/keys/later-on");
-            assert!(r.body.contains("no job has this key"), "{}", r.body);
-            chmod(db, 0o644);
-            super::ok(&q, &["enqueue", "k", "--key", "later-on"], 0);
-            chmod(db, 0o444);
-            assert_eq!(files(&dir), ["test.db"]);
-            let r = server.get("/keys/later-on");
-            assert_eq!(r.status, 200, "{}", r.body);
-            assert!(!r.body.contains("no job has this key"), "{}", r.body);
-        }
-        // Failing commands: a write, and a read of a missing row.
-        let out = reader.run(db, &["enqueue", "k", "--key", "new"]);
-        assert_eq!(out.status.code(), Some(1), "{}", show(&["enqueue"], &out));
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("read-only"),
-            "{}",
-            show(&["enqueue"], &out)
-        );
-        reader.ok(db, &["show", "999"], 1);
-        assert_eq!(
-            files(&dir),
-            ["test.db"],
-            "a command left files beside the queue"
-        );
+            assert!(
+                std::fs::read(db).unwrap() == bytes,
+                "a read changed the file"
+            );
+            {
+                let server = Server::spawn(reader.command(db, &["serve", "--bind", "127.0.0.1:0"]));
+                for page in ["/healthz", "/", "/jobs", "/metrics", "/keys/done"] {
+                    let r = server.get(page);
+                    assert_eq!(r.status, 200, "{page}: {}", r.body);
+                }
+                // A process that writes and closes the file meanwhile (no -wal
+                // left): the next page shows its job.
+                let r = server.get("/keys/later-on");
+                assert!(r.body.contains("no job has this key"), "{}", r.body);
+                chmod(db, 0o644);
+                super::ok(&q, &["enqueue", "k", "--key", "later-on"], 0);
+                chmod(db, 0o444);
+                assert_eq!(files(&dir), ["test.db"]);
+                let r = server.get("/keys/later-on");
+                assert_eq!(r.status, 200, "{}", r.body);
+                assert!(!r.body.contains("no job has this key"), "{}", r.body);
+            }
+            // Failing commands: a write, and a read of a missing row.
+            let out = reader.run(db, &["enqueue", "k", "--key", "new"]);
+            assert_eq!(out.status.code(), Some(1), "{}", show(&["enqueue"], &out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("read-only"),
+                "{}",
+                show(&["enqueue"], &out)
+            );
+            reader.ok(db, &["show", "999"], 1);
+            assert_eq!(
+                files(&dir),
+                ["test.db"],
+                "a command left files beside the queue"
+            );
 
-        // In a directory the user may write, a read creates nothing either,
-        // and a refused write leaves nothing behind.
-        chmod(&dir, 0o777);
-        reader.json(db, &["stats"]);
-        reader.ok(db, &["enqueue", "k", "--key", "new"], 1);
-        reader.ok(db, &["queue", "pause", "mail"], 1);
-        assert_eq!(
-            files(&dir),
-            ["test.db"],
-            "a command left files beside the queue"
-        );
-        chmod(&dir, 0o755);
-        assert_eq!(q.count("SELECT count(*) FROM jobs"), 3);
+            // In a directory the user may write, a read creates nothing either,
+            // and a refused write leaves nothing behind.
+            chmod(&dir, 0o777);
+            reader.json(db, &["stats"]);
+            reader.ok(db, &["enqueue", "k", "--key", "new"], 1);
+            reader.ok(db, &["queue", "pause", "mail"], 1);
+            assert_eq!(
+                files(&dir),
+                ["test.db"],
+                "a command left files beside the queue"
+            );
+            chmod(&dir, 0o755);
+            assert_eq!(q.count("SELECT count(*) FROM jobs"), 3);
+        }
     }
 }
 

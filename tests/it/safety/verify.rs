@@ -1,0 +1,209 @@
+//! `litejob verify`: a queue that went through runs, retries, failures and
+//! effects verifies on both engines; each invariant an operator's SQL can
+//! break is reported with its count and an example id (exit 1); a copy
+//! whose succeeded job lost its ledger row fails; the storage's own check
+//! is amcheck on PostgreSQL where it is installed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use litejob::{NewJob, Outcome};
+use serde_json::{json, Value};
+
+use super::{assert_verifies, json, run, DemoRows};
+use crate::backends::{handler, Runtimes, TestQueue};
+use crate::both;
+use crate::support::{wait_until, LONG};
+
+/// The broken invariants of a `verify --json` document: name → (count,
+/// example).
+fn broken(v: &Value) -> Vec<(String, u64, String)> {
+    v["broken"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap().to_string(),
+                b["count"].as_u64().unwrap(),
+                b["example"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Six jobs run: four succeed (each writing an outbox row whose effect
+/// runs), one fails for good (dead), one is cancelled before it runs.
+fn a_queue_that_lived(q: &TestQueue) {
+    let queue = q.open();
+    for i in 0..4 {
+        queue
+            .enqueue(NewJob::new("ok", format!("ok-{i}"), &i))
+            .unwrap();
+    }
+    queue
+        .enqueue(NewJob::new("bad", "bad-1", &0).with_max_retries(1))
+        .unwrap();
+    let cancelled = queue.enqueue(NewJob::new("never", "never-1", &0)).unwrap();
+    queue.admin().cancel_job(cancelled.id()).unwrap();
+    let b = queue
+        .runtime()
+        .poll_interval(Duration::from_millis(10))
+        .backoff(crate::support::tiny_backoff())
+        .effect("mail", |_, _: Value| Ok(()));
+    let b = handler(b, "ok", |tx, _: Value| {
+        let key = tx.job().key.clone();
+        tx.outbox("mail", &format!("mail:{key}"), &key)?;
+        Ok(Outcome::Done)
+    });
+    let mut rt = handler(b, "bad", |_, _: Value| Err("always".into()))
+        .start()
+        .unwrap();
+    wait_until("every job and effect finished", LONG, || {
+        q.count("SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'dead', 'cancelled')") == 6
+            && q.count("SELECT count(*) FROM outbox WHERE state = 'sent'") == 4
+    });
+    rt.stop();
+}
+
+both! {
+    /// Sound after real work; then each cross-table invariant broken by
+    /// SQL is reported, with its count and an example id, and exit 1.
+    fn verify_finds_each_broken_invariant_with_a_count_and_an_example(q) {
+        a_queue_that_lived(q);
+        let db = Path::new(&q.location);
+        let v = json(db, &["verify"], 0);
+        assert_eq!(v["broken"], json!([]), "{v}");
+        assert_eq!(v["schema_version"], litejob::admin::SCHEMA_VERSION, "{v}");
+        let report = q.open().admin().verify().unwrap();
+        assert!(report.is_sound(), "{report:?}");
+
+        let id = |key: &str| q.count(&format!("SELECT id FROM jobs WHERE idempotency_key = '{key}'"));
+        let (ok0, ok1, bad) = (id("ok-0"), id("ok-1"), id("bad-1"));
+        // A succeeded job made dead by hand: its outbox row, its ledger
+        // row and its successful run now belong to a job that did not
+        // succeed.
+        q.exec(&format!("UPDATE jobs SET state = 'dead' WHERE id = {ok0}"));
+        // A dead job's failed run marked running: it is not its job's
+        // current run.
+        let stale = q.count(&format!("SELECT min(id) FROM attempts WHERE job_id = {bad}"));
+        q.exec(&format!(
+            "UPDATE attempts SET outcome = 'running', finished_at = NULL WHERE id = {stale}"
+        ));
+        // A sent outbox row whose sending attempt is gone.
+        let mail = q.count("SELECT id FROM outbox WHERE key = 'mail:ok-1'");
+        q.exec(&format!("DELETE FROM attempts WHERE outbox_id = {mail}"));
+        // A running job whose current attempt is another job's finished run.
+        let other = q.count(&format!("SELECT min(id) FROM attempts WHERE job_id = {ok1}"));
+        q.exec(&format!(
+            "INSERT INTO jobs (id, kind, idempotency_key, payload, state, run_at, created_at, \
+             lease_owner, lease_expires_at, current_attempt) \
+             VALUES (900, 'ok', 'stray', '{{}}', 'running', 1, 1, 'x', 99999999999999, {other})"
+        ));
+        let v = json(db, &["verify"], 1);
+        let found = broken(&v);
+        let names: Vec<&str> = found.iter().map(|b| b.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ledger_row_of_another_job",
+                "outbox_row_of_unsucceeded_job",
+                "running_job_on_ended_run",
+                "running_run_not_current",
+                "successful_run_of_unsucceeded_job",
+                "sent_row_without_successful_send",
+            ],
+            "{v}"
+        );
+        for (name, count, example) in &found {
+            assert_eq!(*count, 1, "{name}: {v}");
+            let want = match name.as_str() {
+                "ledger_row_of_another_job" => "ok-0".to_string(),
+                "outbox_row_of_unsucceeded_job" => {
+                    q.count("SELECT id FROM outbox WHERE key = 'mail:ok-0'").to_string()
+                }
+                "running_job_on_ended_run" => "900".to_string(),
+                "running_run_not_current" => stale.to_string(),
+                "sent_row_without_successful_send" => mail.to_string(),
+                _ => ok0.to_string(),
+            };
+            assert_eq!(example, &want, "{name}: {v}");
+        }
+        // The text names each, with its count and example.
+        let text = run(db, &["verify"], 1);
+        assert!(text.contains("BROKEN: 6 invariants"), "{text}");
+        assert!(text.contains("job 900"), "{text}");
+    }
+}
+
+it! {
+    fn verify_exits_1_on_a_copy_whose_succeeded_job_lost_its_ledger_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("app.db");
+        let summary = json(&db, &["demo", "--events", "200"], 0);
+        assert_eq!(summary["invoices"], 200, "{summary}");
+        let copy = dir.path().join("copy.db");
+        run(&db, &["backup", copy.to_str().unwrap()], 0);
+        assert_verifies(&copy);
+        DemoRows::of(&copy).assert_one_moment("the copy");
+
+        // The job that finished last loses its ledger row, as an operator's
+        // stray DELETE in the sqlite3 shell would do it.
+        let c = rusqlite::Connection::open(&copy).unwrap();
+        let (job, key): (i64, String) = c
+            .query_row(
+                "SELECT id, idempotency_key FROM jobs ORDER BY finished_at DESC, id DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        drop(c);
+        let delete = format!("DELETE FROM processed_jobs WHERE key = '{key}'");
+        rusqlite::Connection::open(&copy)
+            .unwrap()
+            .execute_batch(&delete)
+            .unwrap();
+        let v = json(&copy, &["verify"], 1);
+        assert_eq!(
+            broken(&v),
+            [(
+                "succeeded_job_without_ledger_row".to_string(),
+                1,
+                job.to_string()
+            )],
+            "{v}"
+        );
+        // The positional FILE wins over --db; the original still verifies.
+        let out = crate::support::litejob(&db, &["verify", copy.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("succeeded_job_without_ledger_row") && text.contains(&format!("job {job}")),
+            "{text}"
+        );
+        assert_verifies(&db);
+    }
+}
+
+it! {
+    /// Where the server has amcheck, a database it is installed in gets its
+    /// indexes checked by it.
+    #[needs(Postgres)]
+    fn on_postgres_verify_checks_the_indexes_with_amcheck_where_it_is_installed() {
+        let q = crate::postgres::pg();
+        drop(q.open());
+        let available =
+            q.count("SELECT count(*) FROM pg_available_extensions WHERE name = 'amcheck'") == 1;
+        let v = json(Path::new(&q.location), &["verify"], 0);
+        if !available {
+            eprintln!("amcheck is not available on this server: only its absence is checked");
+            assert!(v["integrity"].as_str().unwrap().starts_with("none"), "{v}");
+            return;
+        }
+        // In the test's own schema, dropped with it.
+        q.exec("CREATE EXTENSION IF NOT EXISTS amcheck");
+        let v = json(Path::new(&q.location), &["verify"], 0);
+        let how = v["integrity"].as_str().unwrap();
+        assert!(how.starts_with("amcheck: bt_index_check of"), "{v}");
+    }
+}
