@@ -100,7 +100,7 @@ fn state_index(s: &[u8]) -> Option<usize> {
 fn jobs(conn: &Connection, now: Millis, t: &mut Tally) -> Result<Kinds> {
     let (mut queues, mut kinds) = (Names::default(), Names::default());
     // [queue][kind] -> counts per state, in `JobState::ALL` order.
-    let mut pairs: Vec<Vec<Option<[Group; 5]>>> = Vec::new();
+    let mut pairs: Vec<Vec<Option<[Group; JobState::ALL.len()]>>> = Vec::new();
     let mut ids = Vec::new();
     let mut st = conn.prepare_cached(JOB_ROWS)?;
     let mut rows = st.query([])?;

@@ -157,7 +157,7 @@ both! {
         let r = s.request("POST", &format!("/jobs/{queued}/cancel"), &[], &form("/"));
         assert_eq!(r.status, 409);
         assert!(
-            r.body.contains("only a queued job can be cancelled"),
+            r.body.contains("only a queued or waiting job can be cancelled"),
             "{}",
             r.body
         );
