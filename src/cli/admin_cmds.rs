@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::ArgGroup;
 use litejob::admin::{AnyQueue, JobCounts, OutboxCounts, PruneOptions};
+use litejob::JobState;
 use serde::Serialize;
 
 use super::{cell, span, CliResult, Out, Table};
@@ -79,9 +80,10 @@ fn plural(n: usize) -> &'static str {
 /// Flags of `litejob cancel`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "Example:\n  litejob cancel 42\n\n\
-    Only a queued job can be cancelled; a running one is already under way.")]
+    Only a queued or waiting job can be cancelled; a running one is already under way.\n\
+    The jobs that depend on it, directly or through others, are cancelled with it.")]
 pub struct CancelArgs {
-    /// The queued job to cancel.
+    /// The queued or waiting job to cancel.
     pub id: i64,
 }
 
@@ -89,19 +91,60 @@ pub struct CancelArgs {
 struct Cancelled {
     id: i64,
     state: &'static str,
+    dependents_cancelled: usize,
 }
 
 /// `litejob cancel ID`.
 pub fn cancel(queue: &AnyQueue, a: &CancelArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
+    let before = unfinished_dependents(queue, id)?;
     queue.admin().cancel_job(id)?;
+    // The library cancels them in the cancel's own transaction; read
+    // again to count the ones it took (not those cancelled before).
+    let after = unfinished_dependents(queue, id)?;
+    let n = before.len() - before.iter().filter(|d| after.contains(d)).count();
     if json {
         return out.json(&Cancelled {
             id,
             state: "cancelled",
+            dependents_cancelled: n,
         });
     }
-    out.line(format!("job {id} cancelled"))
+    match n {
+        0 => out.line(format!("job {id} cancelled")),
+        1 => out.line(format!("job {id} cancelled, and 1 job that depends on it")),
+        n => out.line(format!(
+            "job {id} cancelled, and {n} jobs that depend on it"
+        )),
+    }
+}
+
+/// The ids of the jobs that depend on job `id`, directly or through
+/// others, and have not finished (within the workflow the library reads).
+fn unfinished_dependents(queue: &AnyQueue, id: i64) -> CliResult<Vec<i64>> {
+    let Some(job) = queue.job(id)? else {
+        return Ok(Vec::new());
+    };
+    let Some(w) = queue.admin().workflow(&job.idempotency_key)? else {
+        return Ok(Vec::new());
+    };
+    let mut found = vec![id];
+    let mut i = 0;
+    while let Some(&at) = found.get(i) {
+        for &(job, dep) in &w.edges {
+            if dep == at && !found.contains(&job) {
+                found.push(job);
+            }
+        }
+        i += 1;
+    }
+    // A job with an unfinished dependency is waiting, nothing else.
+    let open = |j: &i64| {
+        w.jobs
+            .iter()
+            .any(|l| l.id == *j && l.state == JobState::Waiting)
+    };
+    Ok(found.into_iter().skip(1).filter(open).collect())
 }
 
 /// Flags of `litejob stats`.
@@ -129,8 +172,8 @@ pub fn stats(queue: &AnyQueue, _a: &StatsArgs, json: bool, out: &mut Out) -> Cli
     t.row(vec![
         "jobs".into(),
         format!(
-            "{} in all: {} queued, {} running, {} succeeded, {} dead, {} cancelled",
-            j.total, j.queued, j.running, j.succeeded, j.dead, j.cancelled
+            "{} in all: {} waiting, {} queued, {} running, {} succeeded, {} dead, {} cancelled",
+            j.total, j.waiting, j.queued, j.running, j.succeeded, j.dead, j.cancelled
         ),
     ]);
     t.row(vec![
@@ -191,6 +234,7 @@ fn job_counts(title: &str, col: &str, m: &BTreeMap<String, JobCounts>, out: &mut
     out.line(format!("jobs {title}:"))?;
     let mut t = Table::new(&[
         "TOTAL",
+        "WAITING",
         "QUEUED",
         "RUNNING",
         "SUCCEEDED",
@@ -202,6 +246,7 @@ fn job_counts(title: &str, col: &str, m: &BTreeMap<String, JobCounts>, out: &mut
     for (name, c) in m {
         t.row(vec![
             c.total.to_string(),
+            c.waiting.to_string(),
             c.queued.to_string(),
             c.running.to_string(),
             c.succeeded.to_string(),

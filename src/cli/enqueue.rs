@@ -15,8 +15,11 @@ use super::{CliError, CliResult, Out};
 #[command(after_help = "Examples:\n  \
     litejob enqueue payment.succeeded --key evt_42 --payload '{\"cents\": 4200}'\n  \
     litejob enqueue digest --key digest:2026-11-29 --queue mail --delay 1h --max-retries 3\n  \
-    litejob enqueue import --key import:7 --payload-file import.json --run-at '2026-11-29 08:00:00'\n\n\
-    Prints `enqueued <id>`, or `duplicate <id>` when the key was seen before (exit 0 both).")]
+    litejob enqueue import --key import:7 --payload-file import.json --run-at '2026-11-29 08:00:00'\n  \
+    litejob enqueue report --key report:7 --depends-on import:7 --depends-on fx:2026-11-29\n\n\
+    Prints `enqueued <id>`, or `duplicate <id>` when the key was seen before (exit 0 both).\n\
+    With --depends-on the job waits (state waiting) until those jobs succeeded; a key that\n\
+    is no job's is refused (exit 2) and nothing is written.")]
 pub struct EnqueueArgs {
     /// The job's kind: which handler runs it.
     pub kind: String,
@@ -45,6 +48,11 @@ pub struct EnqueueArgs {
     /// How many times a failed run is retried [default: 1, or the kind's].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_retries: Option<i64>,
+    /// Run only after the job of this key succeeded (repeatable); until
+    /// then it is `waiting`. If that job ends dead or cancelled, this one
+    /// is cancelled.
+    #[arg(long = "depends-on", value_name = "KEY")]
+    pub depends_on: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -107,7 +115,11 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
     if let Some(t) = a.run_at {
         job = job.with_run_at(t);
     }
+    if !a.depends_on.is_empty() {
+        job = job.with_depends_on(a.depends_on.iter().cloned());
+    }
     opts.check(&job)?;
+    no_queue_no_dependency(db, a)?;
     let queue = super::open(db, opts)?;
     let r = queue.enqueue(job)?;
     if json {
@@ -119,6 +131,22 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
         out.line(format!("duplicate {}", r.id()))
     } else {
         out.line(format!("enqueued {}", r.id()))
+    }
+}
+
+/// A dependency names a job, so on a file that does not exist yet every
+/// `--depends-on` key is missing: refused here, before the open would
+/// create the file (the library refuses it too, but only once the file is
+/// there). A database's tables are the library's to check.
+fn no_queue_no_dependency(db: &Path, a: &EnqueueArgs) -> CliResult {
+    match a.depends_on.first() {
+        Some(dep) if !super::is_url(db) && !db.exists() => Err(CliError::Input(format!(
+            "job {:?} depends on {dep:?}, which is no job's key: there is no queue at {} yet; \
+             nothing was enqueued",
+            a.key,
+            db.display()
+        ))),
+        _ => Ok(()),
     }
 }
 

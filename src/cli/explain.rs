@@ -1,12 +1,13 @@
 //! `litejob explain KEY`: everything known for one idempotency key, under
 //! one sentence answering "ten events, or one event ten times?". Reads only.
 
-use litejob::admin::{AnyQueue, Explanation, LedgerEntry, OutboxEntry, QueueControl};
+use litejob::admin::{AnyQueue, Explanation, LedgerEntry, Linked, OutboxEntry, QueueControl};
 use litejob::{Attempt, AttemptOutcome, Job, JobState, OutboxState};
 use serde::Serialize;
 
 use super::jobs::{print_attempts, print_outbox};
 use super::time::{format_duration, format_millis, now_ms};
+use super::workflow::{describe, link_rows, list, waiting_on};
 use super::{cell, cell_cut, when, CliResult, Out, Table};
 
 /// Flags of `litejob explain`.
@@ -34,6 +35,9 @@ struct Explained<'a> {
     outbox: &'a [OutboxEntry],
     queue_control: &'a Option<QueueControl>,
     waiting: Option<String>,
+    dependencies: &'a [Linked],
+    dependents: &'a [Linked],
+    waiting_on: Vec<&'a Linked>,
     /// The key's work committed (the ledger has it) but its job row was
     /// pruned, and with it the delivery count: `deliveries` is 0 then.
     job_pruned: bool,
@@ -50,7 +54,7 @@ pub fn explain(queue: &AnyQueue, a: &ExplainArgs, json: bool, out: &mut Out) -> 
         &e.outbox,
         now_ms(),
     );
-    let waiting = waiting_on_controls(&e, now_ms());
+    let waiting = waiting_on_dependencies(&e).or_else(|| waiting_on_controls(&e, now_ms()));
     if json {
         return out.json(&Explained {
             key: &e.key,
@@ -62,10 +66,37 @@ pub fn explain(queue: &AnyQueue, a: &ExplainArgs, json: bool, out: &mut Out) -> 
             outbox: &e.outbox,
             queue_control: &e.queue_control,
             waiting,
+            dependencies: &e.dependencies,
+            dependents: &e.dependents,
+            waiting_on: e
+                .job
+                .as_ref()
+                .map_or_else(Vec::new, |j| waiting_on(j, &e.dependencies)),
             job_pruned: e.job.is_none() && e.ledger.is_some(),
         });
     }
     print(&e, &summary, waiting.as_deref(), out)
+}
+
+/// Which dependencies the key's job, waiting, still waits for.
+fn waiting_on_dependencies(e: &Explanation) -> Option<String> {
+    let pending = waiting_on(e.job.as_ref()?, &e.dependencies);
+    let (first, hint) = (
+        pending.first()?,
+        format!(" (litejob workflow {})", cell(&e.key)),
+    );
+    let total = e.dependencies.len();
+    Some(match pending.len() {
+        1 if total == 1 => format!("waiting: for its dependency {}", describe(first)),
+        n if n == total => format!(
+            "waiting: for its {n} dependencies: {}",
+            list(&pending, &hint)
+        ),
+        n => format!(
+            "waiting: for {n} of its {total} dependencies: {}",
+            list(&pending, &hint)
+        ),
+    })
 }
 
 /// Why the key's job, queued and due, waits on its queue's controls.
@@ -119,6 +150,12 @@ fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -
             t.row(vec!["finished".into(), when(j.finished_at)]);
             if let Some(err) = &j.last_error {
                 t.row(vec!["last error".into(), cell_cut(err, 200)]);
+            }
+            if let Some(o) = &j.output {
+                t.row(vec!["output".into(), cell_cut(o, 200)]);
+            }
+            for row in link_rows(j, &e.dependencies, &e.dependents) {
+                t.row(row);
             }
         }
         None if e.ledger.is_some() => {}

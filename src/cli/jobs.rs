@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use litejob::admin::{AnyQueue, EngineKind, JobDetail, OutboxEntry};
+use litejob::admin::{AnyQueue, EngineKind, JobDetail, Linked, OutboxEntry};
 use litejob::{Attempt, Job, JobFilter, JobState};
 use serde::Serialize;
 
@@ -17,7 +17,8 @@ use super::{cell, cell_cut, span, when, CliError, CliResult, Out, Table};
     litejob jobs --limit 20 --after 4711\n\n\
     A full page says on stderr how many jobs match and the --after of the next page.")]
 pub struct JobsArgs {
-    /// Only jobs in this state: queued, running, succeeded, dead, cancelled.
+    /// Only jobs in this state: waiting, queued, running, succeeded, dead,
+    /// cancelled.
     #[arg(long, value_parser = super::parse_job_state)]
     pub state: Option<JobState>,
     /// Only jobs of this kind.
@@ -187,6 +188,15 @@ pub struct ShowArgs {
     pub id: i64,
 }
 
+/// The `--json` document: the library's detail, and the dependencies a
+/// waiting job still waits for.
+#[derive(Serialize)]
+struct Shown<'a> {
+    #[serde(flatten)]
+    detail: &'a JobDetail,
+    waiting_on: Vec<&'a Linked>,
+}
+
 /// `litejob show ID`.
 pub fn show(queue: &AnyQueue, a: &ShowArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
@@ -195,21 +205,24 @@ pub fn show(queue: &AnyQueue, a: &ShowArgs, json: bool, out: &mut Out) -> CliRes
         .job_detail(id)?
         .ok_or_else(|| CliError::Failed(format!("no job with id {id}")))?;
     if json {
-        return out.json(&detail);
+        return out.json(&Shown {
+            detail: &detail,
+            waiting_on: super::workflow::waiting_on(&detail.job, &detail.dependencies),
+        });
     }
     print_detail(&detail, out)
 }
 
-/// The human form of a job with its attempts and outbox rows; `explain`
-/// uses it too.
+/// The human form of a job with its dependencies, attempts and outbox
+/// rows.
 pub fn print_detail(d: &JobDetail, out: &mut Out) -> CliResult {
-    print_job(&d.job, out)?;
+    print_job(&d.job, &d.dependencies, &d.dependents, out)?;
     out.line("")?;
     print_attempts(&format!("attempts of job {}", d.job.id), &d.attempts, out)?;
     print_outbox(&d.outbox, out)
 }
 
-fn print_job(j: &Job, out: &mut Out) -> CliResult {
+fn print_job(j: &Job, dependencies: &[Linked], dependents: &[Linked], out: &mut Out) -> CliResult {
     let mut t = Table::new(&["job", &j.id.to_string()]);
     let mut field = |k: &str, v: String| t.row(vec![k.to_string(), v]);
     field("key", cell(&j.idempotency_key));
@@ -239,6 +252,13 @@ fn print_job(j: &Job, out: &mut Out) -> CliResult {
         j.last_error.as_deref().map_or("-".into(), cell),
     );
     field("payload", cell_cut(&j.payload, 200));
+    field(
+        "output",
+        j.output.as_deref().map_or("-".into(), |o| cell_cut(o, 200)),
+    );
+    for row in super::workflow::link_rows(j, dependencies, dependents) {
+        t.row(row);
+    }
     out.table(&t)
 }
 

@@ -22,6 +22,7 @@ pub mod schedules;
 pub mod serve;
 pub mod time;
 pub mod verify;
+pub mod workflow;
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -67,9 +68,12 @@ pub enum Command {
     /// Everything known for an idempotency key, and one sentence:
     /// ten events, or one event ten times?
     Explain(explain::ExplainArgs),
+    /// The jobs linked to a job by their dependencies, either way, with
+    /// their states: a workflow, by level.
+    Workflow(workflow::WorkflowArgs),
     /// Requeue a dead job (or all dead jobs) with a renewed attempt budget.
     Retry(admin_cmds::RetryArgs),
-    /// Cancel a queued job.
+    /// Cancel a queued or waiting job, and the jobs that depend on it.
     Cancel(admin_cmds::CancelArgs),
     /// List outbox rows; `outbox retry ID` requeues a dead one.
     Outbox(outbox_cmd::OutboxArgs),
@@ -231,6 +235,7 @@ fn run(cli: &Cli) -> CliResult<i32> {
         Command::Jobs(a) => jobs::jobs(&open_for_reading(&db)?, a, json, &mut out)?,
         Command::Show(a) => jobs::show(&open_for_reading(&db)?, a, json, &mut out)?,
         Command::Explain(a) => explain::explain(&open_for_reading(&db)?, a, json, &mut out)?,
+        Command::Workflow(a) => workflow::workflow(&open_for_reading(&db)?, a, json, &mut out)?,
         Command::Retry(a) => admin_cmds::retry(&open_existing(&db)?, a, json, &mut out)?,
         Command::Cancel(a) => admin_cmds::cancel(&open_existing(&db)?, a, json, &mut out)?,
         Command::Outbox(a) => {

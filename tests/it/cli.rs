@@ -19,6 +19,7 @@ mod queue_names;
 mod read_only;
 mod repairs;
 mod robustness;
+mod workflows;
 
 use crate::backends::Runtimes;
 use std::path::Path;

@@ -14,6 +14,7 @@ mod browser;
 mod metrics;
 mod pages;
 mod robustness;
+mod workflow;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

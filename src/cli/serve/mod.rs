@@ -8,7 +8,8 @@
 //!
 //! The parts: [`http`] (requests, limits, responses), [`auth`] (the token
 //! and the CSRF token), [`routes`] (which page answers what), [`pages`]
-//! (one file per page), [`html`] (the escaping builder), [`svg`] (charts).
+//! (one file per page), [`html`] (the escaping builder), [`svg`] (charts),
+//! [`graph`] (a workflow drawn).
 //!
 //! Threads: tiny_http reads each connection's request head on a thread of
 //! its own pool (so a slow client holds only its own), and [`HANDLERS`]
@@ -22,6 +23,7 @@
 //! head (a larger body is refused unread).
 
 mod auth;
+mod graph;
 mod html;
 mod http;
 mod pages;
@@ -65,7 +67,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "T")]
     pub token: Option<String>,
     /// Offer the repairs as buttons (retry a dead job or outbox row, cancel
-    /// a queued job). Without it the queue is opened read-only.
+    /// a queued or waiting job). Without it the queue is opened read-only.
     #[arg(long)]
     pub allow_actions: bool,
     /// How long an answer may wait for a client that does not read it.

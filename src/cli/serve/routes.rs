@@ -1,9 +1,10 @@
 //! Which page answers what: the token check first, then the method and
 //! path. GETs only read; a POST is an action (retry a dead job, cancel a
-//! queued one, retry a dead outbox row, pause or resume a queue), refused
-//! (403, nothing written) unless actions are allowed and its form carries
-//! this process's CSRF token. Unknown paths are 404, a bad id or an empty
-//! queue name 400, a known path with the wrong method 405.
+//! queued or waiting one with its dependents, retry a dead outbox row,
+//! pause or resume a queue), refused (403, nothing written) unless
+//! actions are allowed and its form carries this process's CSRF token.
+//! Unknown paths are 404, a bad id or an empty queue name 400, a known
+//! path with the wrong method 405.
 
 use litejob::admin::{AnyQueue, EngineKind};
 use litejob::Error;

@@ -53,7 +53,7 @@ both! {
 
         // cancel: a queued job only.
         let v = json_of(q, &["cancel", "4"], 0);
-        assert_eq!(v, json!({"id": 4, "state": "cancelled"}));
+        assert_eq!(v, json!({"id": 4, "state": "cancelled", "dependents_cancelled": 0}));
         assert_eq!(state_of(q, 4), "cancelled");
         assert_eq!(
             q.count("SELECT count(*) FROM jobs WHERE id = 4 AND finished_at IS NOT NULL"),

@@ -208,3 +208,36 @@ both! {
     }
 }
 }
+
+both! {
+    /// The workflow on a job's page, as the browser builds it: a node per
+    /// job of the graph, each a link to that job's page, and no console
+    /// message; the screenshot shows the picture.
+    #[needs(Chromium)]
+    fn a_job_page_draws_its_workflow_with_a_linked_node_per_job(q) {
+        let browser = chromium();
+        let ids = crate::serve::workflow::fan_in(q);
+        let s = Server::on(&q.location, &[]);
+        let url = format!("http://{}/jobs/{}", s.addr, ids[2]);
+        let (dom, log) = browse(&browser, &url, "--dump-dom");
+        let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+        assert!(console.is_empty(), "console messages:\n{}", console.join("\n"));
+        let svg = crate::serve::workflow::picture(&dom);
+        let linked: Vec<i64> = svg
+            .split("<a href=\"/jobs/")
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].parse().unwrap())
+            .collect();
+        assert_eq!(linked, ids[..4], "a node per job of the workflow, x apart:\n{svg}");
+        assert_eq!(svg.matches("<rect").count(), 4, "{svg}");
+        let engine = match q.engine {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgres",
+        };
+        let png = shots().join(format!("{engine}-workflow.png"));
+        let _ = std::fs::remove_file(&png);
+        let (_, log) = browse(&browser, &url, &format!("--screenshot={}", png.display()));
+        let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 5_000, "no screenshot at {} ({size} bytes):\n{log}", png.display());
+    }
+}

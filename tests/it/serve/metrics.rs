@@ -169,7 +169,7 @@ both! {
             .collect();
         assert_eq!(pairs.len(), 6);
         for (queue, kind) in &pairs {
-            for state in ["queued", "running", "succeeded", "dead", "cancelled"] {
+            for state in ["waiting", "queued", "running", "succeeded", "dead", "cancelled"] {
                 let want = q.count(&format!(
                     "SELECT count(*) FROM jobs WHERE queue = {} AND kind = {} AND state = '{state}'",
                     lit(queue),

@@ -1,9 +1,10 @@
-//! `/jobs/<id>`: one job — its facts, payload, the attempts on a time line
-//! and in a table with their errors, the ledger row, the outbox rows it
-//! wrote with their attempts — and the actions that apply to it. The key
-//! page shows the same detail under its sentence.
+//! `/jobs/<id>`: one job — its facts, payload and output, the workflow
+//! around it, the attempts on a time line and in a table with their
+//! errors, the ledger row, the outbox rows it wrote with their attempts —
+//! and the actions that apply to it. The key page shows the same detail
+//! under its sentence.
 
-use litejob::admin::{LedgerEntry, OutboxEntry};
+use litejob::admin::{LedgerEntry, Linked, OutboxEntry};
 use litejob::{Attempt, Job, JobState, OutboxState};
 
 use super::super::html::{human_span, pct, url, Html};
@@ -25,31 +26,60 @@ pub fn page(app: &App, req: &Req, id: i64) -> litejob::Result<Resp> {
     h.close("h1");
     flash(&mut h, req.param("done"));
     let back = format!("/jobs/{id}");
-    detail(
-        &mut h,
-        app,
-        &d.job,
-        &d.attempts,
-        &d.outbox,
-        d.ledger.as_ref(),
-        now,
-        &back,
-    );
+    let story = Story {
+        job: &d.job,
+        attempts: &d.attempts,
+        outbox: &d.outbox,
+        ledger: d.ledger.as_ref(),
+        dependencies: &d.dependencies,
+        dependents: &d.dependents,
+    };
+    detail(&mut h, app, &story, now, &back)?;
     Ok(layout(app, &format!("Job {id}"), "/jobs", now, h))
 }
 
+/// What a job's page shows of it, as the job page and the key page read
+/// it.
+pub struct Story<'a> {
+    /// The job.
+    pub job: &'a Job,
+    /// Its runs, oldest first.
+    pub attempts: &'a [Attempt],
+    /// The outbox rows it wrote, with their attempts.
+    pub outbox: &'a [OutboxEntry],
+    /// Its key's ledger row.
+    pub ledger: Option<&'a LedgerEntry>,
+    /// The jobs it depends on.
+    pub dependencies: &'a [Linked],
+    /// The jobs that depend on it.
+    pub dependents: &'a [Linked],
+}
+
 /// A job's whole story; `back` is the page its action forms return to.
-#[allow(clippy::too_many_arguments)]
-pub fn detail(
-    h: &mut Html,
-    app: &App,
-    j: &Job,
-    attempts: &[Attempt],
-    outbox: &[OutboxEntry],
-    ledger: Option<&LedgerEntry>,
-    now: i64,
-    back: &str,
-) {
+/// Reads the workflow around the job when it has one.
+pub fn detail(h: &mut Html, app: &App, s: &Story, now: i64, back: &str) -> litejob::Result<()> {
+    facts(h, app, s.job, now, back);
+    if let Some(o) = &s.job.output {
+        h.raw("<section id=\"output\"><h2>Output</h2>");
+        h.tag("pre", &[], &pretty(o));
+        h.raw("</section>");
+    }
+    let w = if s.dependencies.is_empty() && s.dependents.is_empty() {
+        None
+    } else {
+        app.queue.admin().workflow(&s.job.idempotency_key)?
+    };
+    super::workflow::section(h, s.job, s.dependencies, s.dependents, w.as_ref());
+    h.raw("<section id=\"attempts\"><h2>Attempts</h2>");
+    attempt_table(h, s.attempts, now);
+    h.raw("</section>");
+    ledger(h, s.ledger, now);
+    outbox_rows(h, app, s.outbox, now, back);
+    Ok(())
+}
+
+/// The job's facts and payload, with the actions that apply to it.
+fn facts(h: &mut Html, app: &App, j: &Job, now: i64, back: &str) {
     h.raw("<section id=\"facts\"><h2>The job</h2><dl class=\"facts\">");
     let id = j.id.to_string();
     fact(h, "id", |h| {
@@ -106,7 +136,9 @@ pub fn detail(
     let path = format!("/jobs/{id}");
     match j.state {
         JobState::Dead => action(h, app, &format!("{path}/retry"), back, "Retry", false),
-        JobState::Queued => action(h, app, &format!("{path}/cancel"), back, "Cancel", true),
+        JobState::Queued | JobState::Waiting => {
+            action(h, app, &format!("{path}/cancel"), back, "Cancel", true)
+        }
         _ => {}
     }
     h.raw("</section>");
@@ -114,11 +146,9 @@ pub fn detail(
     h.raw("<section id=\"payload\"><h2>Payload</h2>");
     h.tag("pre", &[], &pretty(&j.payload));
     h.raw("</section>");
+}
 
-    h.raw("<section id=\"attempts\"><h2>Attempts</h2>");
-    attempt_table(h, attempts, now);
-    h.raw("</section>");
-
+fn ledger(h: &mut Html, ledger: Option<&LedgerEntry>, now: i64) {
     h.raw("<section id=\"ledger\"><h2>Ledger</h2>");
     match ledger {
         Some(l) => {
@@ -134,7 +164,9 @@ pub fn detail(
         }
     }
     h.raw("</section>");
+}
 
+fn outbox_rows(h: &mut Html, app: &App, outbox: &[OutboxEntry], now: i64, back: &str) {
     h.raw("<section id=\"outbox-rows\"><h2>Outbox rows it wrote</h2>");
     if outbox.is_empty() {
         h.raw("<p class=\"none\">None.</p>");

@@ -1,6 +1,6 @@
 //! `/keys/<key>`: the `explain` view of one idempotency key — its sentence
-//! ("1 event, delivered 10 times, run once"), then the job, every run, the
-//! ledger row and the outbox rows.
+//! ("1 event, delivered 10 times, run once"), then the job, the workflow
+//! around it, every run, the ledger row and the outbox rows.
 
 use super::super::super::explain::summarize;
 use super::super::html::Html;
@@ -30,16 +30,17 @@ pub fn page(app: &App, req: &Req, key: &str) -> litejob::Result<Resp> {
     flash(&mut h, req.param("done"));
     let back = format!("/keys/{}", super::super::html::pct(key));
     match &e.job {
-        Some(j) => super::job::detail(
-            &mut h,
-            app,
-            j,
-            &e.attempts,
-            &e.outbox,
-            e.ledger.as_ref(),
-            now,
-            &back,
-        ),
+        Some(j) => {
+            let story = super::job::Story {
+                job: j,
+                attempts: &e.attempts,
+                outbox: &e.outbox,
+                ledger: e.ledger.as_ref(),
+                dependencies: &e.dependencies,
+                dependents: &e.dependents,
+            };
+            super::job::detail(&mut h, app, &story, now, &back)?;
+        }
         None => {
             h.raw("<section id=\"ledger\"><h2>Ledger</h2><p>");
             if let Some(l) = &e.ledger {

@@ -12,6 +12,7 @@ pub mod key;
 pub mod outbox;
 pub mod overview;
 pub mod schedules;
+pub mod workflow;
 
 use super::html::{url, Html};
 use super::http::Resp;
@@ -139,7 +140,7 @@ pub fn action(h: &mut Html, app: &App, path: &str, back: &str, label: &str, dang
 pub fn flash(h: &mut Html, done: Option<&str>) {
     let msg = match done {
         Some("retried") => "Requeued with a fresh attempt budget.",
-        Some("cancelled") => "Cancelled: it will not run.",
+        Some("cancelled") => "Cancelled: it will not run, nor will the jobs that depend on it.",
         Some("paused") => "Paused: nothing new of the queue starts; its running jobs finish.",
         Some("resumed") => "Resumed: its jobs start again (a cap or a rate stays in force).",
         _ => return,
