@@ -19,13 +19,14 @@ use super::{CliError, CliResult, Out};
 #[command(after_help = "Example:\n  \
     litejob --db /var/lib/app/jobs.db copy --to postgres://app:secret@db.internal/app\n  \
     litejob --db postgres://app:secret@db.internal/app copy --to /var/lib/app/jobs.db\n\n\
-    Copies every job, ledger row, outbox row, attempt, schedule and queue control,\n\
-    with their ids and keys, read in one snapshot and written in one transaction:\n\
-    all of it or nothing. Into PostgreSQL, the tables are created if missing; into\n\
-    a file, a new file is created (its id counters continue past every id the\n\
-    database gave out). A destination that already holds any litejob row is\n\
-    refused (exit 1) and nothing is written. Stop the application first: what it\n\
-    writes to the source afterwards is not copied.")]
+    Copies every job (with its output), workflow edge, ledger row, outbox row,\n\
+    attempt, schedule and queue control, with their ids and keys, read in one\n\
+    snapshot and written in one transaction: all of it or nothing. Into\n\
+    PostgreSQL, the tables are created if missing; into a file, a new file is\n\
+    created (its id counters continue past every id the database gave out). A\n\
+    destination that already holds any litejob row is refused (exit 1) and\n\
+    nothing is written. Stop the application first: what it writes to the\n\
+    source afterwards is not copied.")]
 pub struct CopyArgs {
     /// Where to copy to: a PostgreSQL database (postgres://user:password@host:port/database)
     /// when --db is a file, or a new file when --db is a PostgreSQL database.
@@ -45,6 +46,7 @@ struct CopyOut {
     schedules: u64,
     queues: u64,
     queue_starts: u64,
+    job_dependencies: u64,
 }
 
 /// `litejob copy --to URL|FILE`.
@@ -135,17 +137,19 @@ fn report(
             schedules: r.schedules,
             queues: r.queues,
             queue_starts: r.queue_starts,
+            job_dependencies: r.job_dependencies,
         });
     }
     out.line(format!(
         "copied {from} to {to} in {:.1} s: {} jobs, {} ledger rows, {} outbox rows, {} attempts, \
-         {} schedules, {} queue controls",
+         {} schedules, {} queue controls, {} workflow edges",
         t0.elapsed().as_secs_f64(),
         r.jobs,
         r.processed_jobs,
         r.outbox,
         r.attempts,
         r.schedules,
-        r.queues
+        r.queues,
+        r.job_dependencies
     ))
 }

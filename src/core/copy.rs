@@ -20,6 +20,9 @@ pub struct CopyReport {
     pub queues: u64,
     /// Rows of `queue_starts` (the starts inside each rate's window).
     pub queue_starts: u64,
+    /// Rows of `job_dependencies` (the edges of workflows, between the
+    /// copied jobs' ids).
+    pub job_dependencies: u64,
 }
 
 /// Rows of `jobs`, column by column.
@@ -44,6 +47,7 @@ pub(crate) struct JobRows {
     pub lease_owner: Vec<Option<String>>,
     pub lease_expires_at: Vec<Option<i64>>,
     pub current_attempt: Vec<Option<i64>>,
+    pub output: Vec<Option<String>>,
 }
 
 /// Rows of `processed_jobs`.
@@ -130,6 +134,15 @@ pub(crate) struct QueueRows {
 pub(crate) struct QueueStartRows {
     pub queue: Vec<String>,
     pub started_at: Vec<i64>,
+}
+
+/// Rows of `job_dependencies`: `job_id` runs only after `depends_on`
+/// succeeded.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct DependencyRows {
+    pub job_id: Vec<i64>,
+    pub depends_on: Vec<i64>,
 }
 
 /// The highest ids the file ever gave out, per table with an id.

@@ -3,7 +3,8 @@
 //! table itself (the destination engine does).
 
 use crate::core::copy::{
-    AttemptRows, JobRows, LedgerRows, OutboxRows, QueueRows, QueueStartRows, ScheduleRows,
+    AttemptRows, DependencyRows, JobRows, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
+    ScheduleRows,
 };
 use crate::error::Result;
 
@@ -24,4 +25,8 @@ pub(crate) trait CopySink {
     fn queues(&mut self, r: &QueueRows) -> Result<()>;
     /// A batch of rate-limited queues' starts.
     fn queue_starts(&mut self, r: &QueueStartRows) -> Result<()>;
+    /// A batch of workflow edges; sent after every job, so both ends of
+    /// each are in the destination already (its foreign keys hold at
+    /// every insert).
+    fn dependencies(&mut self, r: &DependencyRows) -> Result<()>;
 }

@@ -3,9 +3,10 @@
 //! database already holding any litejob row, inserts the file's rows in
 //! batches (one statement per batch, the columns passed as arrays), sets
 //! the id sequences past every id the file ever gave out, and commits —
-//! all of it or nothing. Writes `jobs`, `processed_jobs`, `outbox`,
-//! `attempts`, `schedules`, `queues` and `queue_starts` (rows as the file
-//! holds them, ids kept). The sending side of a copy into a file is
+//! all of it or nothing. Writes `jobs` (outputs included),
+//! `processed_jobs`, `outbox`, `attempts`, `schedules`, `queues`,
+//! `queue_starts` and `job_dependencies` (rows as the file holds them, ids
+//! kept). The sending side of a copy into a file is
 //! `export` ([`PgStore::export`]).
 
 use postgres::Transaction;
@@ -13,7 +14,8 @@ use postgres::Transaction;
 use super::conn::{read_err, write_err, Col, PgConn};
 use super::store::PgStore;
 use crate::core::copy::{
-    AttemptRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows, ScheduleRows,
+    AttemptRows, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
+    QueueStartRows, ScheduleRows,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -23,17 +25,17 @@ mod export;
 /// Taken first: concurrent copies (or a producer) into the same database
 /// wait for this one instead of interleaving with it; readers go on.
 const LOCK_TABLES: &str = "LOCK TABLE jobs, processed_jobs, outbox, attempts, schedules, \
-     queues, queue_starts IN EXCLUSIVE MODE";
+     queues, queue_starts, job_dependencies IN EXCLUSIVE MODE";
 
 /// Which tables already hold rows.
 const NON_EMPTY: &str =
     "SELECT EXISTS (SELECT 1 FROM jobs), EXISTS (SELECT 1 FROM processed_jobs), \
      EXISTS (SELECT 1 FROM outbox), EXISTS (SELECT 1 FROM attempts), \
      EXISTS (SELECT 1 FROM schedules), EXISTS (SELECT 1 FROM queues), \
-     EXISTS (SELECT 1 FROM queue_starts)";
+     EXISTS (SELECT 1 FROM queue_starts), EXISTS (SELECT 1 FROM job_dependencies)";
 
 /// The tables [`NON_EMPTY`] looks at, in its order.
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "jobs",
     "processed_jobs",
     "outbox",
@@ -41,15 +43,17 @@ const TABLES: [&str; 7] = [
     "schedules",
     "queues",
     "queue_starts",
+    "job_dependencies",
 ];
 
 const INSERT_JOBS: &str = "\
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
     max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt)
+    lease_expires_at, current_attempt, output)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
-    $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[])";
+    $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
+    $19::text[])";
 
 const INSERT_LEDGER: &str = "\
 INSERT INTO processed_jobs (key, completed_at, job_id)
@@ -82,6 +86,10 @@ SELECT * FROM unnest($1::text[], $2::boolean[], $3::bigint[], $4::bigint[], $5::
 
 const INSERT_QUEUE_STARTS: &str = "\
 INSERT INTO queue_starts (queue, started_at) SELECT * FROM unnest($1::text[], $2::bigint[])";
+
+const INSERT_DEPENDENCIES: &str = "\
+INSERT INTO job_dependencies (job_id, depends_on)
+SELECT * FROM unnest($1::bigint[], $2::bigint[])";
 
 /// Moves the identity sequence of table `$1` to `$2` (the highest id the
 /// file ever gave out), unless it is already past it: a new row never
@@ -142,6 +150,7 @@ impl CopySink for CopyTx<'_, '_> {
                 &r.lease_owner,
                 &r.lease_expires_at,
                 &r.current_attempt,
+                &r.output,
             ],
         )
     }
@@ -246,6 +255,15 @@ impl CopySink for CopyTx<'_, '_> {
             "queue_starts",
             INSERT_QUEUE_STARTS,
             &[&r.queue, &r.started_at],
+        )
+    }
+
+    /// Inserts a batch of workflow edges.
+    fn dependencies(&mut self, r: &DependencyRows) -> Result<()> {
+        self.insert(
+            "job_dependencies",
+            INSERT_DEPENDENCIES,
+            &[&r.job_id, &r.depends_on],
         )
     }
 }

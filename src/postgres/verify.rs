@@ -21,7 +21,7 @@ use crate::error::Result;
 
 /// Each cross-table invariant as `SELECT count(*), <an example id as
 /// text>` (see the file's `CHECKS` for why each reads as it does).
-const CHECKS: [(Invariant, &str); 10] = [
+const CHECKS: [(Invariant, &str); 13] = [
     (
         Invariant::SucceededJobWithoutLedgerRow,
         "SELECT count(*), min(j.id)::text FROM jobs j \
@@ -83,6 +83,26 @@ const CHECKS: [(Invariant, &str); 10] = [
            AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.outbox_id = o.id \
                            AND a.outcome = 'succeeded')",
     ),
+    (
+        Invariant::WaitingJobNotPromoted,
+        "SELECT count(*), min(j.id)::text FROM jobs j WHERE j.state = 'waiting' \
+           AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on \
+                           WHERE d.job_id = j.id AND p.state <> 'succeeded')",
+    ),
+    (
+        Invariant::DependentAheadOfDependency,
+        "SELECT count(DISTINCT d.job_id), min(d.job_id)::text FROM job_dependencies d \
+         JOIN jobs j ON j.id = d.job_id JOIN jobs p ON p.id = d.depends_on \
+         WHERE p.state <> 'succeeded' \
+           AND (j.state IN ('queued', 'running', 'succeeded') \
+                OR (j.state = 'dead' AND EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id)))",
+    ),
+    (
+        Invariant::WaitingJobNotCancelled,
+        "SELECT count(DISTINCT d.job_id), min(d.job_id)::text FROM job_dependencies d \
+         JOIN jobs j ON j.id = d.job_id JOIN jobs p ON p.id = d.depends_on \
+         WHERE j.state = 'waiting' AND p.state IN ('dead', 'cancelled')",
+    ),
 ];
 
 /// Where amcheck is installed, if it is.
@@ -95,7 +115,7 @@ const INDEXES: &str = "SELECT c.oid::regclass::text FROM pg_index i \
      JOIN pg_am am ON am.oid = c.relam \
      WHERE t.relnamespace = current_schema()::regnamespace AND am.amname = 'btree' \
        AND t.relname IN ('jobs', 'processed_jobs', 'outbox', 'attempts', 'schedules', 'queues', \
-                         'queue_starts', 'litejob_schema') \
+                         'queue_starts', 'job_dependencies', 'litejob_schema') \
      ORDER BY 1";
 
 /// The database's report, on a pooled connection.

@@ -15,9 +15,10 @@ use super::Queue;
 
 impl Queue<Sqlite> {
     /// Copies this queue's file into `dest`, a queue on PostgreSQL (whose
-    /// open creates the tables when they are missing): every job, ledger
-    /// row, outbox row, attempt, schedule and queue control (with the
-    /// starts counted in each rate's window), with their ids and keys,
+    /// open creates the tables when they are missing): every job (its
+    /// output and state, `waiting` included), workflow edge, ledger row,
+    /// outbox row, attempt, schedule and queue control (with the starts
+    /// counted in each rate's window), with their ids and keys,
     /// read in one snapshot of the file and written in one PostgreSQL
     /// transaction: all of it, or nothing. The destination's id sequences
     /// then continue past every id the file gave out. Refused with
@@ -37,8 +38,9 @@ impl Queue<Sqlite> {
 impl Queue<Postgres> {
     /// Copies this queue's database into `dest`, a queue file that holds
     /// no queue row yet (a new file: [`Queue::open`] creates it): every
-    /// job, ledger row, outbox row, attempt, schedule and queue control,
-    /// with their ids and keys, read in one snapshot of the database
+    /// job (its output and state, `waiting` included), workflow edge,
+    /// ledger row, outbox row, attempt, schedule and queue control, with
+    /// their ids and keys, read in one snapshot of the database
     /// (a read-only REPEATABLE READ transaction) and written in one
     /// transaction of the file: all of it, or nothing. The file's
     /// AUTOINCREMENT counters (`sqlite_sequence`) then continue past every

@@ -1,14 +1,15 @@
 //! The sending side of a copy out of a file: every queue table read in
 //! the caller's one read snapshot and streamed, in batches, into the
-//! destination's sink, ids and keys kept; then the highest id each table
-//! ever gave out. Writes no table. The receiving side of a copy into a
+//! destination's sink, ids and keys kept (jobs with their outputs, and the
+//! workflows' edges after every job); then the highest id each table ever
+//! gave out. Writes no table. The receiving side of a copy into a
 //! file is `import` ([`copy_in`]).
 
 use rusqlite::{Connection, Row};
 
 use crate::core::copy::{
-    AttemptRows, CopyReport, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
-    ScheduleRows,
+    AttemptRows, CopyReport, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
+    QueueStartRows, ScheduleRows,
 };
 use crate::driver::copy::CopySink;
 use crate::error::Result;
@@ -22,7 +23,7 @@ const BATCH: usize = 5000;
 
 const READ_JOBS: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt FROM jobs ORDER BY id";
+     lease_owner, lease_expires_at, current_attempt, output FROM jobs ORDER BY id";
 const READ_LEDGER: &str = "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";
 const READ_OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
      next_attempt_at, last_error, created_at, sent_at, lease_owner, lease_expires_at, \
@@ -36,6 +37,8 @@ const READ_QUEUES: &str = "SELECT name, paused, concurrency, rate_limit, rate_wi
      updated_at FROM queues ORDER BY name";
 const READ_QUEUE_STARTS: &str =
     "SELECT queue, started_at FROM queue_starts ORDER BY queue, started_at";
+const READ_DEPENDENCIES: &str =
+    "SELECT job_id, depends_on FROM job_dependencies ORDER BY job_id, depends_on";
 /// The highest id each table ever gave out: `AUTOINCREMENT` remembers the
 /// ids of rows deleted since (pruned jobs, whose keys the ledger still
 /// names), and the destination must never give them out again.
@@ -97,6 +100,7 @@ fn copy_jobs(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
             b.lease_owner.push(r.get(15)?);
             b.lease_expires_at.push(r.get(16)?);
             b.current_attempt.push(r.get(17)?);
+            b.output.push(r.get(18)?);
             Ok(())
         },
         |b| tx.jobs(b),
@@ -219,6 +223,19 @@ fn copy_queue_starts(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     )
 }
 
+fn copy_dependencies(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
+    stream(
+        conn,
+        READ_DEPENDENCIES,
+        |b: &mut DependencyRows, r| {
+            b.job_id.push(r.get(0)?);
+            b.depends_on.push(r.get(1)?);
+            Ok(())
+        },
+        |b| tx.dependencies(b),
+    )
+}
+
 /// Streams every queue table of the file into `sink` (the caller holds
 /// one read snapshot); returns what was moved and the file's last ids.
 pub(crate) fn export(conn: &Connection, sink: &mut dyn CopySink) -> Result<(CopyReport, LastIds)> {
@@ -230,6 +247,8 @@ pub(crate) fn export(conn: &Connection, sink: &mut dyn CopySink) -> Result<(Copy
         schedules: copy_schedules(conn, sink)?,
         queues: copy_queues(conn, sink)?,
         queue_starts: copy_queue_starts(conn, sink)?,
+        // After the jobs: an edge's two jobs are in the destination first.
+        job_dependencies: copy_dependencies(conn, sink)?,
     };
     let last = conn.query_row(LAST_IDS, [], |r| {
         Ok(LastIds {

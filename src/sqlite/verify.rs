@@ -17,7 +17,7 @@ use crate::sqlite::store::SqliteStore;
 const INTEGRITY_CHECK: &str = "PRAGMA integrity_check(100)";
 
 /// Each cross-table invariant as `SELECT count(*), <an example id as text>`.
-const CHECKS: [(Invariant, &str); 10] = [
+const CHECKS: [(Invariant, &str); 13] = [
     (
         Invariant::SucceededJobWithoutLedgerRow,
         // A ledger prune deletes the oldest rows first, and a run's ledger
@@ -82,6 +82,32 @@ const CHECKS: [(Invariant, &str); 10] = [
         "SELECT count(*), CAST(min(o.id) AS TEXT) FROM outbox o WHERE o.state = 'sent' \
            AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.outbox_id = o.id \
                            AND a.outcome = 'succeeded')",
+    ),
+    (
+        Invariant::WaitingJobNotPromoted,
+        // A waiting job without any edge counts too: only a dependency's
+        // end moves a waiting job, so it would wait forever.
+        "SELECT count(*), CAST(min(j.id) AS TEXT) FROM jobs j WHERE j.state = 'waiting' \
+           AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on \
+                           WHERE d.job_id = j.id AND p.state <> 'succeeded')",
+    ),
+    (
+        Invariant::DependentAheadOfDependency,
+        // From the edges, which are few beside the jobs. Not counted: a
+        // cancelled dependent (a dependency's end cancels it, and an
+        // operator may cancel it any time), and a dead one without a run
+        // (it never started, so nothing ran early).
+        "SELECT count(DISTINCT d.job_id), CAST(min(d.job_id) AS TEXT) FROM job_dependencies d \
+         JOIN jobs j ON j.id = d.job_id JOIN jobs p ON p.id = d.depends_on \
+         WHERE p.state <> 'succeeded' \
+           AND (j.state = 'queued' OR j.state = 'running' OR j.state = 'succeeded' \
+                OR (j.state = 'dead' AND EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id)))",
+    ),
+    (
+        Invariant::WaitingJobNotCancelled,
+        "SELECT count(DISTINCT d.job_id), CAST(min(d.job_id) AS TEXT) FROM job_dependencies d \
+         JOIN jobs j ON j.id = d.job_id JOIN jobs p ON p.id = d.depends_on \
+         WHERE j.state = 'waiting' AND (p.state = 'dead' OR p.state = 'cancelled')",
     ),
 ];
 

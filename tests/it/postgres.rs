@@ -9,7 +9,7 @@
 
 mod connect;
 mod contention;
-mod copy;
+pub(crate) mod copy;
 mod crash;
 mod outage;
 pub(crate) mod proxy;

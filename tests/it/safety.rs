@@ -1,7 +1,8 @@
 //! The one file kept safe: `litejob backup` of a file in use, `litejob
 //! verify` of a file or a database, a Litestream replica restored, and a
 //! PostgreSQL queue copied back into a file. Each runs the real binary
-//! (and the real `litestream`) as an operator would.
+//! (and the real `litestream`) as an operator would. Here too: the
+//! workflow both the copies and `verify` are tried on ([`a_workflow`]).
 
 mod backup;
 mod copy_back;
@@ -11,8 +12,11 @@ mod verify;
 use std::path::Path;
 use std::process::Output;
 
-use serde_json::Value;
+use litejob::admin::AnyQueue;
+use litejob::{JobState, NewJob, Outcome};
+use serde_json::{json, Value};
 
+use crate::backends::{Runtimes, TestQueue};
 use crate::support::{litejob, show};
 
 /// Runs `litejob --db DB ARGS`, asserts its exit status, returns stdout.
@@ -81,4 +85,100 @@ impl DemoRows {
         assert_eq!(self.outbox, self.succeeded, "{what}: {self:?}");
         assert_eq!(self.orphan_invoices, 0, "{what}: {self:?}");
     }
+}
+
+/// The keys of [`a_workflow`]'s jobs.
+pub mod wf {
+    /// Parts of the fan-in, each finished with a value.
+    pub const A: &str = "wf-a";
+    pub const B: &str = "wf-b";
+    /// The fan-in: after both parts, finished with their sum.
+    pub const MERGE: &str = "wf-merge";
+    /// Queued: no handler ran it.
+    pub const LATER: &str = "wf-later";
+    /// Waiting on the fan-in (succeeded) and on `LATER`.
+    pub const REPORT: &str = "wf-report";
+    /// Discarded: dead.
+    pub const FRAGILE: &str = "wf-fragile";
+    /// Cancelled by `FRAGILE`'s death.
+    pub const AFTER_FRAGILE: &str = "wf-after-fragile";
+}
+
+/// A workflow on `q`, run as far as it goes: `a` and `b` fan in to
+/// `merge` (all three succeeded, with outputs); `report` waits on `merge`
+/// and on `later`, which is queued; `after-fragile` was cancelled when
+/// `fragile` was discarded (dead). Every workflow state but running, and
+/// edges to jobs in each.
+pub fn a_workflow(q: &TestQueue) {
+    let queue = q.open();
+    queue
+        .enqueue_many(vec![
+            NewJob::new("part", wf::A, &2),
+            NewJob::new("part", wf::B, &3),
+            NewJob::new("merge", wf::MERGE, &json!({})).with_depends_on([wf::A, wf::B]),
+            NewJob::new("later", wf::LATER, &7),
+            NewJob::new("report", wf::REPORT, &json!({})).with_depends_on([wf::MERGE, wf::LATER]),
+            NewJob::new("fragile", wf::FRAGILE, &0),
+            NewJob::new("after", wf::AFTER_FRAGILE, &0).with_depends_on([wf::FRAGILE]),
+        ])
+        .unwrap();
+    let drained = queue
+        .runtime()
+        .handler("part", |_, n: i64| Outcome::done_with(&(n * 10)))
+        .handler("merge", |tx, _: Value| {
+            let a: Option<i64> = tx.dependency_output(wf::A)?;
+            let b: Option<i64> = tx.dependency_output(wf::B)?;
+            Outcome::done_with(&json!({ "sum": a.unwrap_or(0) + b.unwrap_or(0) }))
+        })
+        .handler("fragile", |_, _: Value| {
+            Ok(Outcome::Discard("bad input".into()))
+        })
+        .drain()
+        .unwrap();
+    assert_eq!((drained.succeeded, drained.discarded), (3, 1), "{drained:?}");
+    for (key, state) in [
+        (wf::A, JobState::Succeeded),
+        (wf::B, JobState::Succeeded),
+        (wf::MERGE, JobState::Succeeded),
+        (wf::LATER, JobState::Queued),
+        (wf::REPORT, JobState::Waiting),
+        (wf::FRAGILE, JobState::Dead),
+        (wf::AFTER_FRAGILE, JobState::Cancelled),
+    ] {
+        assert_eq!(state_of(&queue, key), state, "{key}");
+    }
+    assert_eq!(q.count("SELECT count(*) FROM job_dependencies"), 5);
+}
+
+/// The state of the job of `key`.
+pub fn state_of(queue: &AnyQueue, key: &str) -> JobState {
+    queue.job_by_key(key).unwrap().unwrap().state
+}
+
+/// [`a_workflow`] carried on in `queue` (a copy of it): `later` runs, which
+/// queues `report` in its commit; `report` then runs and reads both its
+/// dependencies' outputs, `merge`'s as the copy brought it.
+pub fn carry_on_with_a_workflow(queue: &AnyQueue) {
+    let drained = queue
+        .runtime()
+        .handler("later", |_, n: i64| Outcome::done_with(&(n * 100)))
+        .drain()
+        .unwrap();
+    assert_eq!(drained.succeeded, 1, "{drained:?}");
+    assert_eq!(state_of(queue, wf::REPORT), JobState::Queued, "promoted");
+    let drained = queue
+        .runtime()
+        .handler("report", |tx, _: Value| {
+            let merge: Option<Value> = tx.dependency_output(wf::MERGE)?;
+            let later: Option<i64> = tx.dependency_output(wf::LATER)?;
+            Outcome::done_with(&json!({ "merge": merge, "later": later }))
+        })
+        .drain()
+        .unwrap();
+    assert_eq!(drained.succeeded, 1, "{drained:?}");
+    let report = queue.job_by_key(wf::REPORT).unwrap().unwrap();
+    assert_eq!(report.state, JobState::Succeeded);
+    let out: Value = serde_json::from_str(report.output.as_deref().unwrap()).unwrap();
+    assert_eq!(out, json!({ "merge": { "sum": 50 }, "later": 700 }));
+    assert_eq!(state_of(queue, wf::AFTER_FRAGILE), JobState::Cancelled);
 }

@@ -9,7 +9,8 @@
 //! (so no running job lacks a lease), `current_attempt` to `running`,
 //! `finished_at` to the finished states, `sent_at` to `sent`, an attempt to
 //! exactly one of a job or an outbox row, and its `finished_at` to an
-//! outcome other than `running`. Those are left to the database: on a file
+//! outcome other than `running`, and a workflow edge to two distinct jobs,
+//! once. Those are left to the database: on a file
 //! `PRAGMA integrity_check` itself reports a row that breaks a CHECK, NOT
 //! NULL or UNIQUE constraint (a connection can turn CHECKs off, so the
 //! rows can exist), and PostgreSQL enforces them always. The same goes for
@@ -54,11 +55,20 @@ pub enum Invariant {
     SuccessfulRunOfUnsucceededJob,
     /// A sent outbox row has an attempt that sent it.
     SentRowWithoutSuccessfulSend,
+    /// A waiting job still waits on a dependency that has not succeeded
+    /// (the commit that finished its last one queues it).
+    WaitingJobNotPromoted,
+    /// A job queued, running, succeeded, or dead after a run had every
+    /// dependency succeed first.
+    DependentAheadOfDependency,
+    /// A waiting job has no dependency that ended dead or cancelled (the
+    /// commit that ended it cancels its waiting dependents).
+    WaitingJobNotCancelled,
 }
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 13] = [
+    pub const ALL: [Invariant; 16] = [
         Invariant::IntegrityCheck,
         Invariant::ForeignKeys,
         Invariant::SchemaVersion,
@@ -72,6 +82,9 @@ impl Invariant {
         Invariant::SucceededJobWithoutSuccessfulRun,
         Invariant::SuccessfulRunOfUnsucceededJob,
         Invariant::SentRowWithoutSuccessfulSend,
+        Invariant::WaitingJobNotPromoted,
+        Invariant::DependentAheadOfDependency,
+        Invariant::WaitingJobNotCancelled,
     ];
 
     /// Its name in reports and `--json`: what is wrong when it breaks.
@@ -90,6 +103,9 @@ impl Invariant {
             Invariant::SucceededJobWithoutSuccessfulRun => "succeeded_job_without_successful_run",
             Invariant::SuccessfulRunOfUnsucceededJob => "successful_run_of_unsucceeded_job",
             Invariant::SentRowWithoutSuccessfulSend => "sent_row_without_successful_send",
+            Invariant::WaitingJobNotPromoted => "waiting_job_not_promoted",
+            Invariant::DependentAheadOfDependency => "dependent_ahead_of_dependency",
+            Invariant::WaitingJobNotCancelled => "waiting_job_not_cancelled",
         }
     }
 
@@ -103,8 +119,9 @@ impl Invariant {
             }
             Invariant::ForeignKeys => {
                 "a row's reference names no row (PRAGMA foreign_key_check: an outbox row's \
-                 job, an attempt's job or outbox row); a connection with foreign keys off, \
-                 such as the sqlite3 shell's by default, can leave one"
+                 job, an attempt's job or outbox row, either job of a workflow edge); a \
+                 connection with foreign keys off, such as the sqlite3 shell's by default, \
+                 can leave one"
             }
             Invariant::SchemaVersion => "the schema version is not this litejob's",
             Invariant::SucceededJobWithoutLedgerRow => {
@@ -146,6 +163,19 @@ impl Invariant {
             Invariant::SentRowWithoutSuccessfulSend => {
                 "a sent outbox row has no attempt that succeeded"
             }
+            Invariant::WaitingJobNotPromoted => {
+                "a waiting job has no dependency left to succeed (every one succeeded, or it \
+                 has none): it should have been queued, and nothing will queue it now"
+            }
+            Invariant::DependentAheadOfDependency => {
+                "a job queued, running, succeeded or dead after a run has a dependency that \
+                 has not succeeded: it was let go before its dependencies (a cancelled job is \
+                 not counted, nor a dead one that never ran)"
+            }
+            Invariant::WaitingJobNotCancelled => {
+                "a waiting job has a dependency that ended dead or cancelled: it should have \
+                 been cancelled, and it waits forever"
+            }
         }
     }
 
@@ -156,7 +186,10 @@ impl Invariant {
             Invariant::SucceededJobWithoutLedgerRow
             | Invariant::RunningJobOnEndedRun
             | Invariant::SucceededJobWithoutSuccessfulRun
-            | Invariant::SuccessfulRunOfUnsucceededJob => "jobs",
+            | Invariant::SuccessfulRunOfUnsucceededJob
+            | Invariant::WaitingJobNotPromoted
+            | Invariant::DependentAheadOfDependency
+            | Invariant::WaitingJobNotCancelled => "jobs",
             Invariant::LedgerRowOfAnotherJob => "processed_jobs",
             Invariant::OutboxRowOfUnsucceededJob
             | Invariant::SendingRowOnEndedAttempt

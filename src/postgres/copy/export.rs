@@ -1,15 +1,16 @@
 //! The sending side of a copy out of PostgreSQL into a file: every queue
 //! table read in one read-only REPEATABLE READ snapshot, a batch at a time
 //! through a portal, and streamed into the destination's sink, ids and
-//! keys kept; then the highest id each table's sequence ever gave out.
+//! keys kept (jobs with their outputs, and the workflows' edges after
+//! every job); then the highest id each table's sequence ever gave out.
 //! Writes no table.
 
 use postgres::types::FromSql;
 use postgres::{IsolationLevel, Row, Transaction};
 
 use crate::core::copy::{
-    AttemptRows, CopyReport, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
-    ScheduleRows,
+    AttemptRows, CopyReport, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
+    QueueStartRows, ScheduleRows,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -21,7 +22,7 @@ const BATCH: i32 = 5000;
 
 const READ_JOBS: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt FROM jobs ORDER BY id";
+     lease_owner, lease_expires_at, current_attempt, output FROM jobs ORDER BY id";
 const READ_LEDGER: &str = "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";
 const READ_OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
      next_attempt_at, last_error, created_at, sent_at, lease_owner, lease_expires_at, \
@@ -35,6 +36,8 @@ const READ_QUEUES: &str = "SELECT name, paused, concurrency, rate_limit, rate_wi
      updated_at FROM queues ORDER BY name";
 const READ_QUEUE_STARTS: &str =
     "SELECT queue, started_at FROM queue_starts ORDER BY queue, started_at";
+const READ_DEPENDENCIES: &str =
+    "SELECT job_id, depends_on FROM job_dependencies ORDER BY job_id, depends_on";
 
 /// The highest id each table's sequence gave out: a sequence moves on
 /// outside any transaction (a rolled-back insert, a pruned row still used
@@ -109,6 +112,7 @@ fn jobs(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64> {
             b.lease_owner.push(col(r, 15)?);
             b.lease_expires_at.push(col(r, 16)?);
             b.current_attempt.push(col(r, 17)?);
+            b.output.push(col(r, 18)?);
             Ok(())
         },
         |b| sink.jobs(b),
@@ -231,6 +235,19 @@ fn queue_starts(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64
     )
 }
 
+fn dependencies(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64> {
+    stream(
+        tx,
+        READ_DEPENDENCIES,
+        |b: &mut DependencyRows, r| {
+            b.job_id.push(col(r, 0)?);
+            b.depends_on.push(col(r, 1)?);
+            Ok(())
+        },
+        |b| sink.dependencies(b),
+    )
+}
+
 impl PgStore {
     /// Streams every queue table into `sink`, read in one snapshot on a
     /// connection of its own; returns what was moved and the database's
@@ -252,6 +269,8 @@ impl PgStore {
             schedules: schedules(&mut tx, sink)?,
             queues: queues(&mut tx, sink)?,
             queue_starts: queue_starts(&mut tx, sink)?,
+            // After the jobs: an edge's two jobs are in the destination first.
+            job_dependencies: dependencies(&mut tx, sink)?,
         };
         let r = tx.query_one(LAST_IDS, &[]).map_err(read_err)?;
         let last = LastIds {

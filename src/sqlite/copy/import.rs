@@ -2,14 +2,16 @@
 //! transaction (`BEGIN IMMEDIATE`) on a connection of its own to the file,
 //! which must hold no queue row yet; the rows inserted as the database
 //! holds them, ids and keys kept; `sqlite_sequence` set past every id the
-//! database gave out; one commit — all of it or nothing. Writes `jobs`,
-//! `processed_jobs`, `outbox`, `attempts`, `schedules`, `queues`,
-//! `queue_starts` and `sqlite_sequence`.
+//! database gave out; one commit — all of it or nothing. Writes `jobs`
+//! (outputs included), `processed_jobs`, `outbox`, `attempts`,
+//! `schedules`, `queues`, `queue_starts`, `job_dependencies` and
+//! `sqlite_sequence`.
 
 use rusqlite::{params, Connection};
 
 use crate::core::copy::{
-    AttemptRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows, QueueStartRows, ScheduleRows,
+    AttemptRows, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
+    QueueStartRows, ScheduleRows,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -21,10 +23,10 @@ const NON_EMPTY: &str =
     "SELECT EXISTS (SELECT 1 FROM jobs), EXISTS (SELECT 1 FROM processed_jobs), \
      EXISTS (SELECT 1 FROM outbox), EXISTS (SELECT 1 FROM attempts), \
      EXISTS (SELECT 1 FROM schedules), EXISTS (SELECT 1 FROM queues), \
-     EXISTS (SELECT 1 FROM queue_starts)";
+     EXISTS (SELECT 1 FROM queue_starts), EXISTS (SELECT 1 FROM job_dependencies)";
 
 /// The tables [`NON_EMPTY`] looks at, in its order.
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "jobs",
     "processed_jobs",
     "outbox",
@@ -32,12 +34,13 @@ const TABLES: [&str; 7] = [
     "schedules",
     "queues",
     "queue_starts",
+    "job_dependencies",
 ];
 
 const INSERT_JOBS: &str = "INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, \
      priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, \
-     finished_at, lease_owner, lease_expires_at, current_attempt) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
+     finished_at, lease_owner, lease_expires_at, current_attempt, output) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
 const INSERT_LEDGER: &str =
     "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3)";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (id, key, kind, payload, state, attempts, \
@@ -54,6 +57,8 @@ const INSERT_SCHEDULES: &str = "INSERT INTO schedules (name, cron, tz, kind, pay
 const INSERT_QUEUES: &str = "INSERT INTO queues (name, paused, concurrency, rate_limit, \
      rate_window_ms, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const INSERT_QUEUE_STARTS: &str = "INSERT INTO queue_starts (queue, started_at) VALUES (?1, ?2)";
+const INSERT_DEPENDENCIES: &str =
+    "INSERT INTO job_dependencies (job_id, depends_on) VALUES (?1, ?2)";
 
 /// Moves `table`'s AUTOINCREMENT counter to `?2` unless it is past it
 /// already (an insert with an explicit id moves it to that id only).
@@ -119,6 +124,7 @@ impl CopySink for FileSink<'_> {
                 &r.lease_owner[i],
                 &r.lease_expires_at[i],
                 &r.current_attempt[i],
+                &r.output[i],
             ]
         })
     }
@@ -206,6 +212,15 @@ impl CopySink for FileSink<'_> {
         self.insert("queue_starts", INSERT_QUEUE_STARTS, r.queue.len(), |i| {
             [&r.queue[i], &r.started_at[i]]
         })
+    }
+
+    fn dependencies(&mut self, r: &DependencyRows) -> Result<()> {
+        self.insert(
+            "job_dependencies",
+            INSERT_DEPENDENCIES,
+            r.job_id.len(),
+            |i| [&r.job_id[i], &r.depends_on[i]],
+        )
     }
 }
 

@@ -1,10 +1,13 @@
 //! `litejob copy --to postgres://…` and `Queue::copy_to`: a queue file's
-//! jobs (in every state), ledger, outbox rows, attempts, schedules and
-//! queue controls (with their rates' starts) land in an empty database
-//! column for column, ids and keys kept; a copied key
-//! is a duplicate there, a new row never takes an id the file gave out; a
-//! copy is all or nothing, and refused (nothing written) into a database
-//! that holds litejob rows already, from a missing file, or to a bad URL.
+//! jobs (in every state, with their outputs), workflow edges, ledger,
+//! outbox rows, attempts, schedules and queue controls (with their rates'
+//! starts) land in an empty database column for column, ids and keys
+//! kept; a copied key is a duplicate there, a new row never takes an id
+//! the file gave out, a copied workflow carries on there; a copy is all or
+//! nothing, and refused (nothing written) into a database that holds
+//! litejob rows already, from a missing file, or to a bad URL. [`dump`]
+//! reads every column of every table on either engine, for the copy the
+//! other way too.
 
 use crate::backends::Runtimes;
 use std::process::{Command, Output};
@@ -19,17 +22,20 @@ use crate::support::{bin, show, wait_until, LONG};
 
 /// A file holding every state of every table, with NULLs and values in the
 /// nullable columns, non-ASCII text, and ids given out and deleted since
-/// (jobs 500, outbox 50, attempts 900: `AUTOINCREMENT` remembers them).
+/// (jobs 500, outbox 50, attempts 900: `AUTOINCREMENT` remembers them);
+/// job 6 waits on jobs 1 and 3, and job 5 was cancelled by job 4's death.
 const FILE_ROWS: &str = r#"
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
     max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt) VALUES
- (1, 'default', 'mail', 'q-1', '{"a":1}', 'queued', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL),
- (2, 'fast', 'mail', 'r-2', '{"b":[1,2]}', 'running', -5, 1000, 1, 3, 1, 4, 'abandoned: the lease expired', 900, NULL, '123-abcd', 99999999999999, 3),
- (3, 'default', 'mail', 's-3', '{}', 'succeeded', 0, 1000, 1, 2, 0, 2, NULL, 900, 1500, NULL, NULL, NULL),
- (4, 'default', 'sms', 'd-4', '{"x":"é ☃"}', 'dead', 2, 1000, 2, 2, 0, 1, 'smtp 451 «busy»', 900, 1600, NULL, NULL, NULL),
- (5, 'default', 'sms', 'c-5', '{}', 'cancelled', 0, 5000, 0, 2, 0, 1, NULL, 900, 1700, NULL, NULL, NULL),
- (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL);
+    lease_expires_at, current_attempt, output) VALUES
+ (1, 'default', 'mail', 'q-1', '{"a":1}', 'queued', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL),
+ (2, 'fast', 'mail', 'r-2', '{"b":[1,2]}', 'running', -5, 1000, 1, 3, 1, 4, 'abandoned: the lease expired', 900, NULL, '123-abcd', 99999999999999, 3, NULL),
+ (3, 'default', 'mail', 's-3', '{}', 'succeeded', 0, 1000, 1, 2, 0, 2, NULL, 900, 1500, NULL, NULL, NULL, '{"sent":["a","é ☃"],"n":1.5}'),
+ (4, 'default', 'sms', 'd-4', '{"x":"é ☃"}', 'dead', 2, 1000, 2, 2, 0, 1, 'smtp 451 «busy»', 900, 1600, NULL, NULL, NULL, NULL),
+ (5, 'default', 'sms', 'c-5', '{}', 'cancelled', 0, 5000, 0, 2, 0, 1, 'cancelled: its dependency "d-4" (job 4) ended dead', 900, 1700, NULL, NULL, NULL, NULL),
+ (6, 'default', 'report', 'w-6', '{}', 'waiting', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL),
+ (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL, NULL);
+INSERT INTO job_dependencies (job_id, depends_on) VALUES (5, 4), (6, 1), (6, 3);
 INSERT INTO processed_jobs (key, completed_at, job_id) VALUES
  ('s-3', 1500, 3), ('gone-9', 1200, 400), ('no-job', 1100, NULL);
 INSERT INTO outbox (id, key, kind, payload, state, attempts, max_attempts, job_id, next_attempt_at,
@@ -64,10 +70,10 @@ DELETE FROM outbox WHERE id = 50;
 
 /// A table: its name, the order its rows are compared in, and every
 /// column (`i`: integer, `t`: text).
-type Table = (&'static str, &'static str, &'static [(&'static str, char)]);
+pub(crate) type Table = (&'static str, &'static str, &'static [(&'static str, char)]);
 
 /// Every column of every table.
-const TABLES: &[Table] = &[
+pub(crate) const TABLES: &[Table] = &[
     (
         "jobs",
         "id",
@@ -90,6 +96,7 @@ const TABLES: &[Table] = &[
             ("lease_owner", 't'),
             ("lease_expires_at", 'i'),
             ("current_attempt", 'i'),
+            ("output", 't'),
         ],
     ),
     (
@@ -171,11 +178,16 @@ const TABLES: &[Table] = &[
         "queue, started_at",
         &[("queue", 't'), ("started_at", 'i')],
     ),
+    (
+        "job_dependencies",
+        "job_id, depends_on",
+        &[("job_id", 'i'), ("depends_on", 'i')],
+    ),
 ];
 
 /// One stored value, as plain SQL reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Cell {
+pub(crate) enum Cell {
     Int(Option<i64>),
     Text(Option<String>),
     /// A boolean: 0 or 1 in the file, `boolean` in PostgreSQL.
@@ -183,7 +195,7 @@ enum Cell {
 }
 
 /// Every row of `table`, every column, in key order.
-fn dump(q: &TestQueue, table: &str) -> Vec<Vec<Cell>> {
+pub(crate) fn dump(q: &TestQueue, table: &str) -> Vec<Vec<Cell>> {
     let (_, order, cols) = TABLES.iter().find(|t| t.0 == table).unwrap();
     let names: Vec<&str> = cols.iter().map(|c| c.0).collect();
     let sql = format!("SELECT {} FROM {table} ORDER BY {order}", names.join(", "));
@@ -269,9 +281,12 @@ it! {
                 report.attempts,
                 report.schedules
             ),
-            (5, 3, 4, 9, 2)
+            (6, 3, 4, 9, 2)
         );
-        assert_eq!((report.queues, report.queue_starts), (2, 2));
+        assert_eq!(
+            (report.queues, report.queue_starts, report.job_dependencies),
+            (2, 2, 3)
+        );
         for (table, _, _) in TABLES {
             let (a, b) = (dump(&file, table), dump(&dest, table));
             assert!(!a.is_empty(), "{table}: the file has rows");
@@ -337,12 +352,12 @@ it! {
                 &v["attempts"],
                 &v["schedules"]
             ),
-            (&json!(5), &json!(3), &json!(4), &json!(9), &json!(2)),
+            (&json!(6), &json!(3), &json!(4), &json!(9), &json!(2)),
             "{v}"
         );
         assert_eq!(
-            (&v["queues"], &v["queue_starts"]),
-            (&json!(2), &json!(2)),
+            (&v["queues"], &v["queue_starts"], &v["job_dependencies"]),
+            (&json!(2), &json!(2), &json!(3)),
             "{v}"
         );
         assert!(
@@ -507,5 +522,36 @@ it! {
             q("SELECT count(*) FROM attempts WHERE job_id IS NOT NULL AND outcome = 'succeeded'"),
             succeeded
         );
+    }
+}
+
+it! {
+    /// A workflow run on a file as far as it goes (a fan-in with outputs, a
+    /// waiting dependent, a dependent cancelled by a dead dependency) lands
+    /// in the database row for row, outputs and edges included, verifies
+    /// there, and carries on: the waiting job is queued when its last
+    /// dependency runs in the database, and reads the copied output.
+    #[needs(Postgres)]
+    fn a_workflow_copied_into_the_database_keeps_its_outputs_and_edges_and_carries_on() {
+        let dest = pg();
+        let file = TestQueue::new(Engine::Sqlite);
+        crate::safety::a_workflow(&file);
+        let report = file.open().file().copy_to(dest.open().pg()).unwrap();
+        assert_eq!((report.jobs, report.job_dependencies), (7, 5), "{report:?}");
+        for (table, _, _) in TABLES {
+            assert_eq!(
+                dump(&file, table),
+                dump(&dest, table),
+                "{table}: the same rows, column for column"
+            );
+        }
+        assert_eq!(
+            dest.count("SELECT count(*) FROM jobs WHERE output IS NOT NULL"),
+            3,
+            "the fan-in's outputs"
+        );
+        crate::safety::assert_verifies(std::path::Path::new(&dest.location));
+        crate::safety::carry_on_with_a_workflow(&dest.open());
+        crate::safety::assert_verifies(std::path::Path::new(&dest.location));
     }
 }

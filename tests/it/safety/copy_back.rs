@@ -3,14 +3,18 @@
 //! attempts, schedules, queue controls), the file's id counters continue
 //! past every id the database gave out, the file verifies; a file that
 //! holds litejob rows is refused untouched, a copy that cannot be made
-//! leaves no file, and two files or two databases are bad input.
+//! leaves no file, and two files or two databases are bad input. A
+//! workflow comes back whole (outputs, edges, its waiting and cancelled
+//! dependents) and carries on in the file.
 
 use std::path::Path;
 
 use litejob::NewJob;
 use serde_json::json;
 
-use super::{assert_verifies, json, run};
+use super::{a_workflow, assert_verifies, carry_on_with_a_workflow, json, run};
+use crate::backends::{Engine, TestQueue};
+use crate::postgres::copy::{dump, TABLES};
 use crate::support::show;
 
 /// One line per row of each table, the same SQL on both engines.
@@ -165,5 +169,39 @@ it! {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["a.db"], "nothing but the one file");
+    }
+}
+
+it! {
+    /// A workflow on PostgreSQL (a fan-in with outputs, a waiting
+    /// dependent, a dependent cancelled by a dead dependency) lands in a
+    /// new file row for row, outputs and edges included; the file
+    /// verifies, and its waiting job is queued when its last dependency
+    /// runs there.
+    #[needs(Postgres)]
+    fn a_workflow_on_postgres_copied_to_a_file_keeps_its_outputs_and_edges_and_carries_on() {
+        let q = crate::postgres::pg();
+        a_workflow(&q);
+        let pg = Path::new(&q.location);
+        let file = TestQueue::new(Engine::Sqlite);
+        let v = json(pg, &["copy", "--to", &file.location], 0);
+        assert_eq!((&v["jobs"], &v["job_dependencies"]), (&json!(7), &json!(5)), "{v}");
+        for (table, _, _) in TABLES {
+            assert_eq!(
+                dump(&q, table),
+                dump(&file, table),
+                "{table}: the same rows, column for column"
+            );
+        }
+        assert_eq!(
+            file.count("SELECT count(*) FROM jobs WHERE output IS NOT NULL"),
+            3,
+            "the fan-in's outputs"
+        );
+        let text = run(pg, &["copy", "--to", &format!("{}.again", file.location)], 0);
+        assert!(text.contains("5 workflow edges"), "{text}");
+        assert_verifies(Path::new(&file.location));
+        carry_on_with_a_workflow(&file.open());
+        assert_verifies(Path::new(&file.location));
     }
 }

@@ -1,8 +1,9 @@
 //! `litejob verify`: a queue that went through runs, retries, failures and
-//! effects verifies on both engines; each invariant an operator's SQL can
-//! break is reported with its count and an example id (exit 1); a copy
-//! whose succeeded job lost its ledger row fails; the storage's own check
-//! is amcheck on PostgreSQL where it is installed.
+//! effects verifies on both engines, and so does a workflow; each
+//! invariant an operator's SQL can break, the workflows' among them, is
+//! reported with its count and an example id (exit 1); a copy whose
+//! succeeded job lost its ledger row fails; the storage's own check is
+//! amcheck on PostgreSQL where it is installed.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use litejob::{NewJob, Outcome};
 use serde_json::{json, Value};
 
-use super::{assert_verifies, json, run, DemoRows};
+use super::{a_workflow, assert_verifies, json, run, wf, DemoRows};
 use crate::backends::{handler, Runtimes, TestQueue};
 use crate::both;
 use crate::support::{wait_until, LONG};
@@ -133,6 +134,86 @@ both! {
         let text = run(db, &["verify"], 1);
         assert!(text.contains("BROKEN: 6 invariants"), "{text}");
         assert!(text.contains("job 900"), "{text}");
+    }
+}
+
+both! {
+    /// A workflow (its waiting dependent, its dependent cancelled by a
+    /// dead dependency) is sound; then each workflow invariant broken by
+    /// SQL is reported with its count and an example id, and the cases
+    /// that are no fault (a dead dependent that never ran) are not.
+    fn verify_finds_each_broken_workflow_invariant_with_a_count_and_an_example(q) {
+        a_workflow(q);
+        let db = Path::new(&q.location);
+        let v = json(db, &["verify"], 0);
+        assert_eq!(v["broken"], json!([]), "{v}");
+        let checked: Vec<&str> =
+            v["checked"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+        for name in [
+            "waiting_job_not_promoted",
+            "dependent_ahead_of_dependency",
+            "waiting_job_not_cancelled",
+        ] {
+            assert!(checked.contains(&name), "{name}: {v}");
+        }
+
+        let id = |key: &str| q.count(&format!("SELECT id FROM jobs WHERE idempotency_key = '{key}'"));
+        let (later, report) = (id(wf::LATER), id(wf::REPORT));
+        let (fragile, after) = (id(wf::FRAGILE), id(wf::AFTER_FRAGILE));
+        // Never promoted: the waiting report loses its edge to the queued
+        // job, so it waits only on the fan-in, which succeeded; and a
+        // waiting job without any edge, which nothing will ever queue.
+        q.exec(&format!(
+            "DELETE FROM job_dependencies WHERE job_id = {report} AND depends_on = {later}"
+        ));
+        let job = |id: i64, key: &str, state: &str, finished: &str| {
+            format!(
+                "INSERT INTO jobs (id, kind, idempotency_key, payload, state, run_at, created_at, \
+                 finished_at) VALUES ({id}, 'report', '{key}', '{{}}', '{state}', 1, 1, {finished})"
+            )
+        };
+        let edge = |id: i64, on: i64| {
+            format!("INSERT INTO job_dependencies (job_id, depends_on) VALUES ({id}, {on})")
+        };
+        q.exec(&job(903, "alone", "waiting", "NULL"));
+        // Ahead of its dependency: the job cancelled by the dead one set
+        // back to queued; a job dead after a run of its own whose
+        // dependency is still queued. Not a fault: one dead without any
+        // run (it never started).
+        q.exec(&format!(
+            "UPDATE jobs SET state = 'queued', finished_at = NULL, last_error = NULL \
+             WHERE id = {after}"
+        ));
+        q.exec(&job(902, "ran-early", "dead", "2"));
+        q.exec(&edge(902, later));
+        q.exec(
+            "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, \
+             outcome, error) VALUES (902, 1, 'ran-early', 'w', 1, 2, 'failed', 'x')",
+        );
+        q.exec(&job(901, "never-ran", "dead", "2"));
+        q.exec(&edge(901, later));
+        // Never cancelled: a job waiting on the dead one.
+        q.exec(&job(900, "waits-on-dead", "waiting", "NULL"));
+        q.exec(&edge(900, fragile));
+
+        let v = json(db, &["verify"], 1);
+        assert_eq!(
+            broken(&v),
+            [
+                ("waiting_job_not_promoted".to_string(), 2, report.to_string()),
+                ("dependent_ahead_of_dependency".to_string(), 2, after.to_string()),
+                ("waiting_job_not_cancelled".to_string(), 1, "900".to_string()),
+            ],
+            "{v}"
+        );
+        for b in v["broken"].as_array().unwrap() {
+            assert_eq!(b["table"], "jobs", "{b}");
+        }
+        let r = q.open().admin().verify().unwrap();
+        assert_eq!(r.broken.len(), 3, "{r:?}");
+        let text = run(db, &["verify"], 1);
+        assert!(text.contains("BROKEN: 3 invariants"), "{text}");
+        assert!(text.contains(&format!("job {after}")), "{text}");
     }
 }
 
