@@ -10,6 +10,9 @@
 //! (`LITEJOB_FAULT=point:n`), then run a last clean child to completion and
 //! check the invariants with plain SQL ([`harness::check_invariants`]).
 //!
+//! `workflows` kills workers mid-workflow, on a file and on PostgreSQL
+//! (its children are `backends::child`'s, in mode `workflows`).
+//!
 //! Power cuts are simulated in `power_loss`: children recorded under an
 //! `LD_PRELOAD` shim, and the disk states a cut may leave, each checked.
 //!
@@ -24,6 +27,7 @@ mod input;
 mod locks;
 mod model;
 mod power_loss;
+pub(crate) mod workflows;
 
 child! {
     /// Entry point of the child processes.

@@ -135,7 +135,11 @@ pub fn a_workflow(q: &TestQueue) {
         })
         .drain()
         .unwrap();
-    assert_eq!((drained.succeeded, drained.discarded), (3, 1), "{drained:?}");
+    assert_eq!(
+        (drained.succeeded, drained.discarded),
+        (3, 1),
+        "{drained:?}"
+    );
     for (key, state) in [
         (wf::A, JobState::Succeeded),
         (wf::B, JobState::Succeeded),

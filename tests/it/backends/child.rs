@@ -3,7 +3,8 @@
 //! entry point `backend_child`, on the database `LITEJOB_BCHILD_DB`. A
 //! child either enqueues a set of keys as fast as it can once a start
 //! file appears (dedup races), or runs a runtime with the crash tests'
-//! handlers until the queue is idle or it is killed. The parent checks
+//! handlers (or, with `LITEJOB_BCHILD_MODE=workflows`, the workflow crash
+//! test's) until the queue is idle or it is killed. The parent checks
 //! the invariants with plain SQL afterwards ([`check_invariants`]).
 
 use crate::backends::{Runtimes, TestBuilder};
@@ -23,7 +24,7 @@ use crate::reliability::harness::{self_exe, tail, wait_timeout};
 
 /// Appends one line in one `write(2)` with `O_APPEND`: lines from several
 /// processes never mix.
-fn append_line(path: &Path, line: &str) {
+pub(crate) fn append_line(path: &Path, line: &str) {
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
@@ -50,7 +51,8 @@ child! {
         let queue = AnyQueue::open_with(&db, QueueOptions::default()).expect("child: open");
         match env("LITEJOB_BCHILD_MODE").as_deref() {
             Some("enqueue") => enqueue_child(&queue),
-            _ => work_child(&queue),
+            Some("workflows") => work_child(&queue, crate::reliability::workflows::runtime),
+            _ => work_child(&queue, runtime),
         }
     }
 }
@@ -238,9 +240,10 @@ fn together(wait: bool) {
 pub const BUSY: &str = "SELECT (SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')) \
      + (SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending'))";
 
-/// Runs the handlers until the queue is idle (`LITEJOB_BCHILD_UNTIL=idle`)
+/// Runs the handlers `build` registers (the crash tests' [`runtime`], or
+/// another mode's) until the queue is idle (`LITEJOB_BCHILD_UNTIL=idle`)
 /// or forever (until killed).
-fn work_child(queue: &AnyQueue) {
+fn work_child(queue: &AnyQueue, build: fn(&AnyQueue, &Files, Duration, usize) -> TestBuilder) {
     let files = Files {
         starts: env("LITEJOB_BCHILD_STARTS").expect("starts").into(),
         effects: env("LITEJOB_BCHILD_EFFECTS").expect("effects").into(),
@@ -249,7 +252,7 @@ fn work_child(queue: &AnyQueue) {
     let lease = Duration::from_millis(env_u64("LITEJOB_BCHILD_LEASE_MS", 800));
     let workers = env_u64("LITEJOB_BCHILD_WORKERS", 2) as usize;
     let forever = env("LITEJOB_BCHILD_UNTIL").as_deref() == Some("forever");
-    let mut rt = runtime(queue, &files, lease, workers)
+    let mut rt = build(queue, &files, lease, workers)
         .start()
         .expect("child: start");
     let db = env("LITEJOB_BCHILD_DB").unwrap();

@@ -10,7 +10,6 @@
 use std::path::Path;
 
 use litejob::NewJob;
-use serde_json::json;
 
 use super::{a_workflow, assert_verifies, carry_on_with_a_workflow, json, run};
 use crate::backends::{Engine, TestQueue};

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use litejob::{NewJob, Outcome};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{a_workflow, assert_verifies, json, run, wf, DemoRows};
 use crate::backends::{handler, Runtimes, TestQueue};
