@@ -1,6 +1,8 @@
 //! Criterion benches for the producer and consumer paths on a real file:
 //! one enqueue per call, a batch of 100, and processing no-op jobs through
-//! the full path (claim, ledger, handler, completion, attempt record).
+//! the full path (claim, ledger, handler, completion, attempt record), and
+//! the run that finishes a job with 1,000 dependents (all queued in its
+//! commit, by one statement) beside the run of a job with none.
 //! `cargo bench` runs them; `litejob bench` reports the same figures as
 //! jobs/s.
 
@@ -86,5 +88,37 @@ fn process(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, enqueue, process);
+/// The run of `root` alone, drained: its dependents (when there are) are
+/// queued in its commit, and no handler runs them.
+fn finish_root(dependents: usize) -> Duration {
+    let (_dir, q) = open();
+    let mut jobs = vec![NewJob::new("root", "root", &0)];
+    jobs.extend(
+        (0..dependents)
+            .map(|i| NewJob::new("leaf", format!("leaf:{i}"), &i).with_depends_on(["root"])),
+    );
+    q.enqueue_many(jobs).unwrap();
+    let t0 = Instant::now();
+    let drained = q
+        .runtime()
+        .handler("root", |_tx, _p: serde_json::Value| Ok(Outcome::Done))
+        .drain()
+        .unwrap();
+    let took = t0.elapsed();
+    assert_eq!(drained.succeeded, 1);
+    took
+}
+
+fn workflow(c: &mut Criterion) {
+    let mut g = c.benchmark_group("workflow");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    for dependents in [0, 1000] {
+        g.bench_function(format!("finish_a_job_with_{dependents}_dependents"), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| finish_root(dependents)).sum())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, enqueue, process, workflow);
 criterion_main!(benches);

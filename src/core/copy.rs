@@ -153,3 +153,60 @@ pub(crate) struct LastIds {
     pub outbox: i64,
     pub attempts: i64,
 }
+
+// The statements that read a queue's tables for a copy, in the destination's
+// column order: the same text on both engines.
+#[cfg(feature = "postgres")]
+pub(crate) const READ_JOBS: &str =
+    "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
+     lease_owner, lease_expires_at, current_attempt, output FROM jobs ORDER BY id";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_LEDGER: &str =
+    "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_OUTBOX: &str =
+    "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
+     next_attempt_at, last_error, created_at, sent_at, lease_owner, lease_expires_at, \
+     current_attempt FROM outbox ORDER BY id";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_ATTEMPTS: &str =
+    "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
+     finished_at, outcome, error FROM attempts ORDER BY id";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_SCHEDULES: &str =
+    "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, \
+     catch_up, catch_up_window_ms, last_slot_at, next_slot_at, created_at, updated_at \
+     FROM schedules ORDER BY name";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_QUEUES: &str =
+    "SELECT name, paused, concurrency, rate_limit, rate_window_ms, \
+     updated_at FROM queues ORDER BY name";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_QUEUE_STARTS: &str =
+    "SELECT queue, started_at FROM queue_starts ORDER BY queue, started_at";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_DEPENDENCIES: &str =
+    "SELECT job_id, depends_on FROM job_dependencies ORDER BY job_id, depends_on";
+
+/// Which of the queue's tables already hold rows: a copy goes only into a
+/// file where none does.
+#[cfg(feature = "postgres")]
+pub(crate) const NON_EMPTY: &str =
+    "SELECT EXISTS (SELECT 1 FROM jobs), EXISTS (SELECT 1 FROM processed_jobs), \
+     EXISTS (SELECT 1 FROM outbox), EXISTS (SELECT 1 FROM attempts), \
+     EXISTS (SELECT 1 FROM schedules), EXISTS (SELECT 1 FROM queues), \
+     EXISTS (SELECT 1 FROM queue_starts), EXISTS (SELECT 1 FROM job_dependencies)";
+
+/// The tables [`NON_EMPTY`] looks at, in its order.
+#[cfg(feature = "postgres")]
+pub(crate) const TABLES: [&str; 8] = [
+    "jobs",
+    "processed_jobs",
+    "outbox",
+    "attempts",
+    "schedules",
+    "queues",
+    "queue_starts",
+    "job_dependencies",
+];

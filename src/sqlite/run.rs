@@ -172,6 +172,8 @@ pub(crate) struct ApplyInput<'h> {
 /// failed before its first write: the fence, or a lost lease), or it was
 /// ended with a ROLLBACK (any step failing from the ledger row on), so that
 /// the writer never commits half a run.
+// Long: the run's steps in the order they write, each with the rollback
+// its failure needs beside it.
 pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Result<RunEnd> {
     let ApplyInput {
         handler,

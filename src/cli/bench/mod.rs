@@ -332,6 +332,8 @@ fn text(report: &BenchReport, kept: bool) -> String {
     text
 }
 
+// Long: the bench's phases in the order they run, then the report, one
+// field per line.
 fn measure(
     path: &Path,
     kept: bool,

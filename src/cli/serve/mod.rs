@@ -76,6 +76,8 @@ pub struct ServeArgs {
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
+// Long: the checks of the arguments, the open, the listener and the
+// accept loop, in the order an operator sees their messages.
 pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
     if let Some(t) = &a.token {
         auth::check_token(t).map_err(CliError::Input)?;

@@ -10,7 +10,8 @@ use postgres::{IsolationLevel, Row, Transaction};
 
 use crate::core::copy::{
     AttemptRows, CopyReport, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows,
+    QueueStartRows, ScheduleRows, READ_ATTEMPTS, READ_DEPENDENCIES, READ_JOBS, READ_LEDGER,
+    READ_OUTBOX, READ_QUEUES, READ_QUEUE_STARTS, READ_SCHEDULES,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -19,25 +20,6 @@ use crate::postgres::store::PgStore;
 
 /// Rows fetched per round trip.
 const BATCH: i32 = 5000;
-
-const READ_JOBS: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
-     run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output FROM jobs ORDER BY id";
-const READ_LEDGER: &str = "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";
-const READ_OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
-     next_attempt_at, last_error, created_at, sent_at, lease_owner, lease_expires_at, \
-     current_attempt FROM outbox ORDER BY id";
-const READ_ATTEMPTS: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
-     finished_at, outcome, error FROM attempts ORDER BY id";
-const READ_SCHEDULES: &str = "SELECT name, cron, tz, kind, payload, queue, priority, max_retries, \
-     catch_up, catch_up_window_ms, last_slot_at, next_slot_at, created_at, updated_at \
-     FROM schedules ORDER BY name";
-const READ_QUEUES: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, \
-     updated_at FROM queues ORDER BY name";
-const READ_QUEUE_STARTS: &str =
-    "SELECT queue, started_at FROM queue_starts ORDER BY queue, started_at";
-const READ_DEPENDENCIES: &str =
-    "SELECT job_id, depends_on FROM job_dependencies ORDER BY job_id, depends_on";
 
 /// The highest id each table's sequence gave out: a sequence moves on
 /// outside any transaction (a rolled-back insert, a pruned row still used

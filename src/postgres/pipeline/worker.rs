@@ -130,6 +130,8 @@ impl Worker {
     /// each capped or rate-limited queue is claimed first, alone, under its
     /// row's lock; the one claim statement then takes the rest, skipping
     /// the controlled queues (paused ones included).
+    // Long: the release of lost claims, each controlled queue's claim and
+    // the claim of the rest, in the order they run, all from one ask.
     pub(super) fn claim(&mut self, suspects: bool, limit: usize) -> Result<Vec<Started>> {
         if self.s.stopping.load(Ordering::SeqCst) {
             return Ok(Vec::new());

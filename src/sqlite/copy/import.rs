@@ -11,31 +11,11 @@ use rusqlite::{params, Connection};
 
 use crate::core::copy::{
     AttemptRows, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows,
+    QueueStartRows, ScheduleRows, NON_EMPTY, TABLES,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
 use crate::sqlite::db::{from_sqlite, immediate};
-
-/// Which of the queue's tables already hold rows: a copy goes only into a
-/// file where none does.
-const NON_EMPTY: &str =
-    "SELECT EXISTS (SELECT 1 FROM jobs), EXISTS (SELECT 1 FROM processed_jobs), \
-     EXISTS (SELECT 1 FROM outbox), EXISTS (SELECT 1 FROM attempts), \
-     EXISTS (SELECT 1 FROM schedules), EXISTS (SELECT 1 FROM queues), \
-     EXISTS (SELECT 1 FROM queue_starts), EXISTS (SELECT 1 FROM job_dependencies)";
-
-/// The tables [`NON_EMPTY`] looks at, in its order.
-const TABLES: [&str; 8] = [
-    "jobs",
-    "processed_jobs",
-    "outbox",
-    "attempts",
-    "schedules",
-    "queues",
-    "queue_starts",
-    "job_dependencies",
-];
 
 const INSERT_JOBS: &str = "INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, \
      priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, \

@@ -66,13 +66,14 @@ pub(crate) fn any_to_claim(s: &Arc<Pipe>, more_known: bool) -> Result<bool> {
 /// cycle ([`writer::Cycle::follow_up`]). Enqueues are applied before claims in a
 /// cycle, so a high-priority job enqueued while a backlog runs waits about
 /// one writer cycle, not three (its enqueue's, its claim's and its
-/// start's). Its attempt row names the writer thread, where its handler
-/// runs; a worker, whichever is free, only sees its end.
-// ~85 lines: the claim's whole light transaction is one closure, so its
-// writes and the follow-ups it queues read in the order they happen.
+/// start's). Its handler runs on the writer thread, but its attempt row
+/// names a logical worker, the workers in turn: the writer is an
+/// implementation detail, and a worker, whichever is free, only sees its end.
 /// `idle`: the workers free to start a job now, as many as the claim may
 /// take of a capped or rate-limited queue's jobs for them (see
 /// [`claim::claim_batch`]).
+// Long: the claim's whole light transaction is one closure, so its
+// writes and the follow-ups it queues read in the order they happen.
 pub(crate) fn submit_claim(
     s: &Arc<Pipe>,
     n: usize,

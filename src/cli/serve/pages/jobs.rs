@@ -51,41 +51,7 @@ pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
     let mut h = Html::new();
     h.raw("<h1>Jobs</h1>");
     filters(&mut h, state, kind, queue, prefix);
-    if jobs.is_empty() {
-        h.raw("<p class=\"none\" id=\"empty\">No job matches.</p>");
-    } else {
-        h.raw("<table id=\"jobs\"><thead><tr><th class=\"num\">id</th><th>state</th>")
-            .raw("<th>kind</th><th>queue</th><th class=\"num\">attempts</th>")
-            .raw(
-                "<th class=\"num\">deliveries</th><th>created</th><th>key</th></tr></thead><tbody>",
-            );
-        for j in &jobs {
-            let id = j.id.to_string();
-            h.open("tr", &[("data-id", &id)]);
-            h.raw("<td class=\"num\">");
-            h.link(&format!("/jobs/{id}"), &id);
-            h.raw("</td><td>");
-            badge(&mut h, j.state.as_str());
-            h.raw("</td>");
-            h.tag("td", &[], &j.kind);
-            h.tag("td", &[], &j.queue);
-            h.tag(
-                "td",
-                &[("class", "num")],
-                &format!("{}/{}", j.attempts, j.max_attempts),
-            );
-            h.tag("td", &[("class", "num")], &j.deliveries.to_string());
-            h.raw("<td>");
-            h.time(Some(j.created_at), now);
-            h.raw("</td><td class=\"key\">");
-            h.link(
-                &format!("/keys/{}", pct(&j.idempotency_key)),
-                &j.idempotency_key,
-            );
-            h.raw("</td></tr>");
-        }
-        h.raw("</tbody></table>");
-    }
+    table(&mut h, &jobs, now);
     let state_s = state.map(|s| s.as_str());
     let limit_s = (limit != super::PAGE_ROWS).then(|| limit.to_string());
     let base = [
@@ -113,6 +79,45 @@ pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
         },
     );
     Ok(layout(app, "Jobs", "/jobs", now, h))
+}
+
+/// The page's table of jobs, or a line saying none matches.
+fn table(h: &mut Html, jobs: &[litejob::Job], now: i64) {
+    if jobs.is_empty() {
+        h.raw("<p class=\"none\" id=\"empty\">No job matches.</p>");
+    } else {
+        h.raw("<table id=\"jobs\"><thead><tr><th class=\"num\">id</th><th>state</th>")
+            .raw("<th>kind</th><th>queue</th><th class=\"num\">attempts</th>")
+            .raw(
+                "<th class=\"num\">deliveries</th><th>created</th><th>key</th></tr></thead><tbody>",
+            );
+        for j in jobs {
+            let id = j.id.to_string();
+            h.open("tr", &[("data-id", &id)]);
+            h.raw("<td class=\"num\">");
+            h.link(&format!("/jobs/{id}"), &id);
+            h.raw("</td><td>");
+            badge(h, j.state.as_str());
+            h.raw("</td>");
+            h.tag("td", &[], &j.kind);
+            h.tag("td", &[], &j.queue);
+            h.tag(
+                "td",
+                &[("class", "num")],
+                &format!("{}/{}", j.attempts, j.max_attempts),
+            );
+            h.tag("td", &[("class", "num")], &j.deliveries.to_string());
+            h.raw("<td>");
+            h.time(Some(j.created_at), now);
+            h.raw("</td><td class=\"key\">");
+            h.link(
+                &format!("/keys/{}", pct(&j.idempotency_key)),
+                &j.idempotency_key,
+            );
+            h.raw("</td></tr>");
+        }
+        h.raw("</tbody></table>");
+    }
 }
 
 fn filters(

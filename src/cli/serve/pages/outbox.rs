@@ -1,7 +1,7 @@
 //! `/outbox`: outbox rows newest first, filtered by state and paged by id,
 //! with a retry button on each dead row when actions are allowed.
 
-use litejob::OutboxState;
+use litejob::{OutboxRow, OutboxState};
 
 use super::super::html::{url, Html};
 use super::super::http::{Req, Resp};
@@ -48,18 +48,36 @@ pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
     h.raw("</select></label><button type=\"submit\">Filter</button></form>");
     let state_s = state.map(|s| s.as_str());
     let back = url("/outbox", &[("state", state_s)]);
+    table(&mut h, app, &rows, &back, now);
+    pager(
+        &mut h,
+        &[("state", state_s)],
+        "/outbox",
+        Pager {
+            first: rows.first().map(|r| r.id),
+            last: rows.last().map(|r| r.id),
+            newer: before.is_some() || (after.is_some() && more),
+            older: if after.is_some() { true } else { more },
+        },
+    );
+    Ok(layout(app, "Outbox", "/outbox", now, h))
+}
+
+/// The page's table of outbox rows (a dead one with its retry button), or
+/// a line saying none matches.
+fn table(h: &mut Html, app: &App, rows: &[OutboxRow], back: &str, now: i64) {
     if rows.is_empty() {
         h.raw("<p class=\"none\" id=\"empty\">No outbox row matches.</p>");
     } else {
         h.raw("<table id=\"outbox\"><thead><tr><th class=\"num\">id</th><th>state</th>")
             .raw("<th>kind</th><th>key</th><th class=\"num\">attempts</th><th>job</th>")
             .raw("<th>created</th><th>last error</th><th></th></tr></thead><tbody>");
-        for r in &rows {
+        for r in rows {
             let id = r.id.to_string();
             h.open("tr", &[("data-id", &id)]);
             h.tag("td", &[("class", "num")], &id);
             h.raw("<td>");
-            badge(&mut h, r.state.as_str());
+            badge(h, r.state.as_str());
             h.raw("</td>");
             h.tag("td", &[], &r.kind);
             h.tag("td", &[("class", "key")], &r.key);
@@ -81,29 +99,10 @@ pub fn page(app: &App, req: &Req) -> litejob::Result<Resp> {
             }
             h.raw("</td><td>");
             if r.state == OutboxState::Dead {
-                action(
-                    &mut h,
-                    app,
-                    &format!("/outbox/{id}/retry"),
-                    &back,
-                    "Retry",
-                    false,
-                );
+                action(h, app, &format!("/outbox/{id}/retry"), back, "Retry", false);
             }
             h.raw("</td></tr>");
         }
         h.raw("</tbody></table>");
     }
-    pager(
-        &mut h,
-        &[("state", state_s)],
-        "/outbox",
-        Pager {
-            first: rows.first().map(|r| r.id),
-            last: rows.last().map(|r| r.id),
-            newer: before.is_some() || (after.is_some() && more),
-            older: if after.is_some() { true } else { more },
-        },
-    );
-    Ok(layout(app, "Outbox", "/outbox", now, h))
 }
