@@ -313,10 +313,12 @@ mod tests {
     /// The batch's end makes its commit as durable as the queue says, on a
     /// worker's session that claims with `synchronous_commit` off.
     #[test]
+    #[cfg_attr(
+        not(litejob_test_pg),
+        ignore = "needs PostgreSQL: LITEJOB_TEST_PG=postgres://… when the tests are built"
+    )]
     fn the_batch_end_sets_the_queues_durability_for_its_commit() {
-        let Some(schema) = crate::postgres::test_schema() else {
-            return;
-        };
+        let schema = crate::postgres::test_schema();
         let mut c = schema.connect();
         c.client
             .batch_execute(
