@@ -4,6 +4,8 @@
 //! success queues them, a dependency's death or cancellation cancels them
 //! (transitively). Writes `jobs` and `job_dependencies`.
 
+use std::cell::Cell;
+
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::core::job::{Enqueued, JobState};
@@ -99,6 +101,7 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
         ])
         .map_err(constraint)?;
     let id = conn.last_insert_rowid();
+    EMPTY_IN.set(0);
     const EDGE: &str = "INSERT INTO job_dependencies (job_id, depends_on) VALUES (?1, ?2)";
     let mut edge = conn.prepare_cached(EDGE)?;
     for (_, dep, _) in &deps {
@@ -123,10 +126,59 @@ fn dependencies(conn: &Connection, job: &ValidJob) -> Result<Vec<(String, i64, J
         .collect()
 }
 
+thread_local! {
+    /// The writer transaction this thread is in (0: none), by number.
+    static WRITER_TX: Cell<u64> = const { Cell::new(0) };
+    /// The last number given out.
+    static LAST_TX: Cell<u64> = const { Cell::new(0) };
+    /// The writer transaction in which `job_dependencies` was read empty
+    /// (0: none).
+    static EMPTY_IN: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The writer began a transaction on this thread (`BEGIN IMMEDIATE`): until
+/// it ends, only this connection writes the file, so `job_dependencies`
+/// read empty in it stays empty unless this thread adds an edge. A queue
+/// without workflows then pays one read per transaction, not a statement
+/// per completed job.
+pub(crate) fn writer_tx_began() {
+    let n = LAST_TX.get() + 1;
+    LAST_TX.set(n);
+    WRITER_TX.set(n);
+}
+
+/// The writer's transaction ended (committed or rolled back): what was read
+/// in it no longer holds.
+pub(crate) fn writer_tx_ended() {
+    WRITER_TX.set(0);
+}
+
+/// Whether a job may have dependents: false only inside a writer
+/// transaction in which `job_dependencies` is empty.
+fn may_have_dependents(conn: &Connection) -> Result<bool> {
+    let tx = WRITER_TX.get();
+    if tx == 0 {
+        return Ok(true);
+    }
+    if EMPTY_IN.get() == tx {
+        return Ok(false);
+    }
+    const ANY: &str = "SELECT EXISTS (SELECT 1 FROM job_dependencies)";
+    let any: bool = conn.prepare_cached(ANY)?.query_row([], |r| r.get(0))?;
+    if !any {
+        EMPTY_IN.set(tx);
+    }
+    Ok(any)
+}
+
 /// After job `id` succeeded, in the same transaction: its waiting
 /// dependents whose every dependency has succeeded now become `queued`.
-/// One statement however many dependents it has. Returns how many.
+/// One statement however many dependents it has, and none in a writer
+/// transaction that has no edges at all. Returns how many.
 pub(crate) fn promote(conn: &Connection, id: i64) -> Result<usize> {
+    if !may_have_dependents(conn)? {
+        return Ok(0);
+    }
     const SQL: &str = "UPDATE jobs SET state = 'queued' \
          WHERE id IN (SELECT job_id FROM job_dependencies WHERE depends_on = ?1) \
          AND state = 'waiting' \
@@ -262,4 +314,85 @@ pub(crate) fn graph(conn: &Connection, id: i64, limit: usize) -> Result<Workflow
         edges,
         truncated,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::job::NewJob;
+    use crate::core::validate::into_valid;
+
+    const T0: Millis = 1_000_000;
+    const SUCCEED: &str = "UPDATE jobs SET state = 'succeeded', finished_at = 1 WHERE id = ?1";
+
+    /// In one writer transaction a completion reads `job_dependencies`
+    /// empty; a dependent enqueued later in that transaction on an
+    /// unfinished job is still queued by that job's success; a new transaction reads
+    /// the table again.
+    #[test]
+    fn an_edge_added_after_the_table_was_read_empty_is_seen_by_the_next_success() {
+        let (dir, conn) = crate::sql_check::fresh_file();
+        fn enqueue(conn: &Connection, key: &str, deps: &[&str]) -> i64 {
+            let job = NewJob::new("k", key, &0).with_depends_on(deps.iter().copied());
+            match crate::sqlite::enqueue::insert(conn, &into_valid(job, T0, 2), T0).unwrap() {
+                Enqueued::New(id) => id,
+                other => panic!("{other:?}"),
+            }
+        }
+        let insert = |key: &str, deps: &[&str]| enqueue(&conn, key, deps);
+        let (a, b) = (insert("a", &[]), insert("b", &[]));
+        let state = |id: i64| -> String {
+            conn.query_row("SELECT state FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+                .unwrap()
+        };
+
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        writer_tx_began();
+        assert_eq!(promote(&conn, a).unwrap(), 0, "no edges: nothing to queue");
+        let c = insert("c", &["b"]);
+        assert_eq!(state(c), "waiting");
+        conn.execute(SUCCEED, [b]).unwrap();
+        assert_eq!(
+            promote(&conn, b).unwrap(),
+            1,
+            "c's last dependency succeeded"
+        );
+        assert_eq!(state(c), "queued");
+        conn.execute_batch("COMMIT").unwrap();
+        writer_tx_ended();
+
+        // The table empty again in a second transaction; between it and a
+        // third, another writer (another process) adds an edge: the third
+        // reads the table again.
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        writer_tx_began();
+        conn.execute("DELETE FROM job_dependencies", []).unwrap();
+        assert_eq!(promote(&conn, a).unwrap(), 0);
+        conn.execute_batch("COMMIT").unwrap();
+        writer_tx_ended();
+        let d = std::thread::scope(|s| {
+            s.spawn(|| {
+                let cfg = crate::sqlite::db::ConnConfig {
+                    synchronous: crate::core::options::Synchronous::Full,
+                    busy_timeout: std::time::Duration::from_secs(5),
+                };
+                let other = crate::sqlite::db::open_file(&dir.path().join("q.db"), &cfg).unwrap();
+                enqueue(&other, "d", &["a"])
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(state(d), "waiting");
+        conn.execute(SUCCEED, [a]).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        writer_tx_began();
+        assert_eq!(
+            promote(&conn, a).unwrap(),
+            1,
+            "d's only dependency succeeded"
+        );
+        assert_eq!(state(d), "queued");
+        conn.execute_batch("COMMIT").unwrap();
+        writer_tx_ended();
+    }
 }

@@ -55,6 +55,14 @@ pub(super) fn run_group(
         op_started,
         epoch,
     };
+    // Whatever way the group ends, its transactions have.
+    struct Ended;
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            crate::sqlite::workflow::writer_tx_ended();
+        }
+    }
+    let _ended = Ended;
     let mut ops = batch.drain(..);
     // A transaction left open (a COMMIT and its ROLLBACK both failed last
     // time) would swallow this group into it.
@@ -123,6 +131,7 @@ impl Group<'_> {
                 return Flow::Next;
             }
             self.in_tx = true;
+            crate::sqlite::workflow::writer_tx_began();
         }
         let open_light = durability == Durability::Light
             && self.light_from.is_none()
