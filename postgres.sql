@@ -69,6 +69,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- What the handler finished with (JSON), committed with its success;
     -- NULL when it returned no value.
     output           text    CHECK (output IS NULL OR output::json IS NOT NULL),
+    -- Whether a job was ever enqueued to run after this one (set by that
+    -- enqueue, on this row, in its transaction): the commit that ends this
+    -- job looks for dependents only then, so a queue without workflows
+    -- pays nothing for them.
+    has_dependents   boolean NOT NULL DEFAULT false,
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
     CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL))

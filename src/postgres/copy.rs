@@ -69,8 +69,12 @@ const INSERT_QUEUE_STARTS: &str = "\
 INSERT INTO queue_starts (queue, started_at) SELECT * FROM unnest($1::text[], $2::bigint[])";
 
 const INSERT_DEPENDENCIES: &str = "\
-INSERT INTO job_dependencies (job_id, depends_on)
-SELECT * FROM unnest($1::bigint[], $2::bigint[])";
+WITH e AS (
+    INSERT INTO job_dependencies (job_id, depends_on)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[])
+    RETURNING depends_on
+)
+UPDATE jobs SET has_dependents = true WHERE id IN (SELECT depends_on FROM e)";
 
 /// Moves the identity sequence of table `$1` to `$2` (the highest id the
 /// file ever gave out), unless it is already past it: a new row never

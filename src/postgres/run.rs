@@ -109,14 +109,14 @@ j AS (
         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
     FROM ends e
     WHERE jobs.id = e.job_id AND jobs.current_attempt = e.attempt_id
-    RETURNING jobs.id, jobs.state
+    RETURNING jobs.id, jobs.state, jobs.has_dependents
 ),
 a AS (
     UPDATE attempts SET outcome = e.outcome, error = e.error, finished_at = $7::bigint
     FROM ends e WHERE attempts.id = e.attempt_id AND attempts.outcome = 'running'
 ),
 durable AS (SELECT set_config('synchronous_commit', $8::text, true))
-SELECT id, state FROM j, durable";
+SELECT id, state, has_dependents FROM j, durable";
 
 /// A job a claim took and started.
 #[derive(Debug, Clone)]
@@ -275,7 +275,7 @@ pub(crate) fn end(
     ends: &[End],
     now: Millis,
     durable: bool,
-) -> Result<Vec<(i64, String)>> {
+) -> Result<Vec<(i64, String, bool)>> {
     if ends.is_empty() {
         return Ok(Vec::new());
     }
@@ -302,7 +302,7 @@ pub(crate) fn end(
     )
     .map_err(read_err)?
     .iter()
-    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
     .collect()
 }
 
@@ -343,7 +343,7 @@ mod tests {
                 output: None,
             };
             let states = super::end(&mut tx, &st, &[end], 5, durable).unwrap();
-            assert_eq!(states, [(1, "succeeded".to_string())]);
+            assert_eq!(states, [(1, "succeeded".to_string(), false)]);
             let shown: String = tx.query_one("SHOW synchronous_commit", &[]).unwrap().get(0);
             assert_eq!(shown, expect);
             // Rolled back: the job is running again for the next round.

@@ -22,18 +22,21 @@ const MIGRATIONS: &[&[&str]] = &[
     &[SCHEDULES_SQL],
     // 2 → 3: queue controls.
     &[QUEUES_SQL],
-    // 3 → 4: workflows: the `waiting` state and `output` on `jobs`, then
+    // 3 → 4: workflows: the `waiting` state, `output` and `has_dependents`
+    // on `jobs`, then
     // the edges' table, as `postgres.sql` ends.
     &[JOBS_V4_SQL, DEPENDENCIES_SQL],
 ];
 
 /// `jobs` as `postgres.sql` defines it from version 4.
-const JOBS_V4_SQL: &str = "-- jobs from version 4: the waiting state, the output column.
+const JOBS_V4_SQL: &str = "-- jobs from version 4: the waiting state, the output and
+-- has_dependents columns.
 ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
 ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
     CHECK (state IN ('waiting', 'queued', 'running', 'succeeded', 'dead', 'cancelled'));
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS output text
     CHECK (output IS NULL OR output::json IS NOT NULL);
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS has_dependents boolean NOT NULL DEFAULT false;
 ";
 
 /// The workflows' edges, the end of `postgres.sql`.

@@ -1,7 +1,8 @@
 //! Workflows on PostgreSQL: a job enqueued with dependencies (its edges
-//! written with it, its dependencies found by key and share-locked, so a
-//! dependency finishing at the same moment either sees the new edge or is
-//! seen finished), and what jobs' ends do to their dependents in the
+//! written with it, its dependencies found by key, locked and marked as
+//! having dependents, so a dependency finishing at the same moment either
+//! sees the mark or is seen finished), and what jobs' ends do to their
+//! dependents in the
 //! finishing transaction: the last dependency's success queues them, a
 //! death or cancellation cancels them (transitively). Writes `jobs` and
 //! `job_dependencies`.
@@ -70,14 +71,16 @@ pub(crate) fn insert<C: GenericClient>(
         }
         return Ok(Enqueued::Duplicate(id));
     }
-    // Share-locked: a dependency's end (an UPDATE of its row) waits for
-    // this insert's commit, and then finds its edge; or this waits for the
-    // end's commit, and reads the state it wrote.
-    const DEPS: &str = "SELECT idempotency_key, id, state FROM jobs \
-         WHERE idempotency_key = ANY($1) ORDER BY id FOR SHARE";
+    // Each dependency's row is locked in id order and marked: its end (an
+    // UPDATE of its row) waits for this insert's commit, and then reads the
+    // mark on the row's new version and looks for its dependents; or this
+    // waits for the end's commit, and reads the state it wrote.
+    const DEPS: &str = "UPDATE jobs SET has_dependents = true WHERE id IN ( \
+           SELECT id FROM jobs WHERE idempotency_key = ANY($1) ORDER BY id FOR NO KEY UPDATE) \
+         RETURNING idempotency_key, id, state";
     let found: HashMap<String, (i64, String)> = client
         .query(DEPS, &[&job.depends_on])
-        .map_err(read_err)?
+        .map_err(write_err)?
         .iter()
         .map(|r| Ok((r.col(0)?, (r.col(1)?, r.col(2)?))))
         .collect::<Result<_>>()?;

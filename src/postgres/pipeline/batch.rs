@@ -163,7 +163,7 @@ impl Worker {
             return Err(Error::LeaseLost {
                 job_id: ends
                     .iter()
-                    .find(|e| !states.iter().any(|(id, _)| *id == e.job_id))
+                    .find(|e| !states.iter().any(|(id, _, _)| *id == e.job_id))
                     .map_or(0, |e| e.job_id),
                 detail: "its lease was lost during the batch; the batch was rolled back".into(),
             });
@@ -171,17 +171,20 @@ impl Worker {
         // The states the batch recorded; retry times only for the jobs
         // that went back to queued.
         for r in runs.iter_mut() {
-            let state = states.iter().find(|(id, _)| *id == r.started.id);
-            if let (Some(end), Some((_, st))) = (&mut r.end, state) {
+            let state = states.iter().find(|(id, _, _)| *id == r.started.id);
+            if let (Some(end), Some((_, st, _))) = (&mut r.end, state) {
                 end.state = st.parse()?;
                 if end.state != JobState::Queued {
                     end.retry_at = None;
                 }
             }
         }
-        // Their dependents, in the same commit.
+        // Their dependents, in the same commit: of the jobs that have any
+        // (a queue without workflows has none, and runs no statement here).
+        let with_dependents = |id: i64| states.iter().any(|(j, _, has)| *j == id && *has);
         let ended: Vec<(i64, &str, JobState)> = runs
             .iter()
+            .filter(|r| with_dependents(r.ctx.id))
             .filter_map(|r| Some((r.ctx.id, r.ctx.key.as_str(), r.end.as_ref()?.state)))
             .collect();
         let unblocked = crate::postgres::workflow::ended(&mut tx, &ended, now)?;
