@@ -12,7 +12,7 @@
 use postgres::error::SqlState;
 use postgres::Transaction;
 
-use super::conn::{read_err, PgConn};
+use super::conn::{read_err, Col, PgConn};
 use super::reads::in_snapshot;
 use super::store::PgStore;
 use crate::core::options::EngineKind;
@@ -144,7 +144,7 @@ fn verify(c: &mut PgConn) -> Result<(i64, String, Findings)> {
         let version: i64 = tx
             .query_one("SELECT coalesce(max(version), 0) FROM litejob_schema", &[])
             .map_err(read_err)?
-            .get(0);
+            .col(0)?;
         let wrong = version != crate::core::SCHEMA_VERSION;
         findings.push((
             Invariant::SchemaVersion,
@@ -153,7 +153,7 @@ fn verify(c: &mut PgConn) -> Result<(i64, String, Findings)> {
         ));
         for (inv, sql) in CHECKS {
             let r = tx.query_one(sql, &[]).map_err(read_err)?;
-            let (n, example): (i64, Option<String>) = (r.get(0), r.get(1));
+            let (n, example): (i64, Option<String>) = (r.col(0)?, r.col(1)?);
             findings.push((inv, n as u64, example));
         }
         Ok((version, how, findings))
@@ -173,7 +173,7 @@ fn amcheck(tx: &mut Transaction<'_>) -> Result<(String, Vec<String>)> {
             Vec::new(),
         ));
     };
-    let schema: String = row.get(0);
+    let schema: String = row.col(0)?;
     // Built, not a literal statement: the function lives in whichever
     // schema the extension was installed in, so it cannot be prepared
     // where amcheck is missing (the source check prepares every literal).
@@ -186,8 +186,8 @@ fn amcheck(tx: &mut Transaction<'_>) -> Result<(String, Vec<String>)> {
         .query(INDEXES, &[])
         .map_err(read_err)?
         .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .map(|r| r.col(0))
+        .collect::<Result<_>>()?;
     let mut corrupt = Vec::new();
     for index in &indexes {
         let mut sp = tx.transaction().map_err(read_err)?;

@@ -66,13 +66,13 @@ fn begin_apply_only(
     let start = move |conn: &rusqlite::Connection| {
         let now = clock.now();
         let st = claim::start(conn, id, &owner, &w, rated, now)?;
-        slot_w.lock().unwrap().clone_from(&st);
+        crate::driver::lock(&slot_w).clone_from(&st);
         Ok(st)
     };
     let backoff_unit = rng.unit();
     let (sh, kind, w) = (s.clone(), claimed.kind.clone(), worker.to_string());
     let apply = move |conn: &rusqlite::Connection| {
-        let Some(st) = slot.lock().unwrap().take() else {
+        let Some(st) = crate::driver::lock(&slot).take() else {
             return Err(Error::LeaseLost {
                 job_id: id,
                 detail: "not started".into(),
