@@ -338,7 +338,14 @@ impl Env {
 
     /// Runs a clean child until the queue is idle; it must exit 0.
     pub fn run_clean(&self) {
-        let mut c = self.spawn(&[("LITEJOB_BCHILD_UNTIL", "idle".into())]);
+        self.run_clean_with(&[]);
+    }
+
+    /// [`Env::run_clean`] with more variables (another mode's handlers).
+    pub fn run_clean_with(&self, vars: &[(&str, String)]) {
+        let mut all = vec![("LITEJOB_BCHILD_UNTIL", "idle".to_string())];
+        all.extend(vars.iter().map(|(k, v)| (*k, v.clone())));
+        let mut c = self.spawn(&all);
         let st = wait_timeout(&mut c, Duration::from_secs(180)).unwrap_or_else(|| {
             let _ = c.kill();
             panic!(

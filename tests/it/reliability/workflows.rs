@@ -24,7 +24,7 @@ use litejob::admin::AnyQueue;
 use litejob::{Backoff, HandlerError, JobContext, NewJob, Outcome};
 use serde_json::{json, Value};
 
-use super::harness::{kill, soak, tail, wait_timeout};
+use super::harness::{kill, soak, wait_timeout};
 use crate::backends::child::{append_line, Env, Files, BUSY};
 use crate::backends::{AppTx, Runtimes, TestBuilder};
 use crate::both;
@@ -359,23 +359,6 @@ fn enqueue_and_kill(env: &Env, rounds: usize, rng: &mut Rng) -> (Vec<Node>, Kill
     (p.nodes, kills)
 }
 
-/// Runs a clean workflow child until the queue is idle; it must exit 0.
-fn run_clean(env: &Env) {
-    let mut c = spawn(env, &[("LITEJOB_BCHILD_UNTIL", "idle".into())]);
-    let st = wait_timeout(&mut c, Duration::from_secs(120)).unwrap_or_else(|| {
-        kill(&mut c);
-        panic!(
-            "the clean child did not finish:\n{}",
-            tail(&env.stderr_text())
-        )
-    });
-    assert!(
-        st.success(),
-        "the clean child failed ({st:?}):\n{}",
-        tail(&env.stderr_text())
-    );
-}
-
 /// Every job `key` depends on, directly or through others.
 fn ancestors(by_key: &HashMap<&str, &Node>, key: &str) -> HashSet<String> {
     let mut seen = HashSet::new();
@@ -594,7 +577,7 @@ both! {
         let t0 = Instant::now();
         let rounds = if soak() { 400 } else { 48 };
         let (nodes, kills) = enqueue_and_kill(&env, rounds, &mut rng);
-        run_clean(&env);
+        env.run_clean_with(&[("LITEJOB_BCHILD_MODE", "workflows".into())]);
         let f = check(&env, &nodes);
         eprintln!(
             "workflows on {:?}: {} SIGKILLs and {} aborts at fault points in {:?}; \
