@@ -46,6 +46,12 @@ pub struct QueueOptions {
     /// this library's, is refused; every write fails with
     /// [`crate::error::Error::ReadOnly`] before anything is sent.
     pub read_only: bool,
+    /// PostgreSQL: a URL that reaches the server directly, for the
+    /// `LISTEN` connection that wakes idle workers when the queue's URL
+    /// goes through a transaction pooler (which cannot carry
+    /// notifications). None (the default): behind such a pooler workers
+    /// poll every `poll_interval`; on a direct URL they listen on it.
+    pub listen_url: Option<String>,
     /// The clock every stored time is read from (the system's unless a test
     /// sets one: [`QueueOptions::with_clock`]).
     pub(crate) clock: Clock,
@@ -63,12 +69,21 @@ impl Default for QueueOptions {
             max_group: 512,
             transaction_budget: Some(Duration::from_secs(30)),
             read_only: false,
+            listen_url: None,
             clock: Clock::System,
         }
     }
 }
 
 impl QueueOptions {
+    /// PostgreSQL behind a transaction pooler: listens for wake-ups on
+    /// `url`, a direct connection to the same database that bypasses the
+    /// pooler (see [`QueueOptions::listen_url`]).
+    pub fn with_listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
     /// Sets `PRAGMA synchronous`.
     pub fn with_synchronous(mut self, s: Synchronous) -> Self {
         self.synchronous = s;

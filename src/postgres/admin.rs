@@ -100,7 +100,7 @@ pub(crate) fn retry_dead_batch(
 /// Cancels job `id` if it is queued or waiting, and every waiting job
 /// that depends on it, in one transaction.
 pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
-    let mut tx = c.client.transaction().map_err(write_err)?;
+    let mut tx = c.begin().map_err(write_err)?;
     let key: Option<String> = tx
         .query_opt(CANCEL, &[&id, &now])
         .map_err(write_err)?

@@ -5,45 +5,203 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use postgres::types::{FromSql, ToSql};
-use postgres::{Client, NoTls, Row, Statement};
-use r2d2_postgres::PostgresConnectionManager;
+use postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
 
 use crate::error::{Error, Result};
 
 /// Parameters of a statement, as the client takes them.
 pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
-/// One connection, with the statements it has prepared: every query litejob
-/// runs is a named constant, prepared once per connection, so a call costs
-/// one round trip (a query by text costs two: prepare, then execute).
-pub(crate) struct PgConn {
-    pub client: Client,
-    stmts: HashMap<&'static str, Statement>,
+/// A statement of litejob's, ready to run: on a direct connection its
+/// prepared form, made once per connection, so that a call costs one round
+/// trip; behind a transaction pooler its text, prepared inside the
+/// transaction that runs it and closed there (the pooler may hand the
+/// next transaction another server session, where a statement prepared
+/// before does not exist).
+#[derive(Clone)]
+pub(crate) enum Stmt {
+    Prepared(Statement),
+    Text(&'static str),
 }
 
-impl PgConn {
-    pub(crate) fn new(client: Client) -> PgConn {
-        PgConn {
-            client,
-            stmts: HashMap::new(),
+impl Stmt {
+    /// Runs it on `c` (a connection, or a transaction open on one).
+    pub(crate) fn query(
+        &self,
+        c: &mut impl GenericClient,
+        p: Params<'_>,
+    ) -> std::result::Result<Vec<Row>, postgres::Error> {
+        match self {
+            Stmt::Prepared(st) => c.query(st, p),
+            Stmt::Text(sql) => c.query(*sql, p),
         }
     }
 
-    /// The prepared form of `sql`.
-    pub(crate) fn stmt(&mut self, sql: &'static str) -> Result<Statement> {
+    /// Runs it on `c`, for its one row.
+    pub(crate) fn query_one(
+        &self,
+        c: &mut impl GenericClient,
+        p: Params<'_>,
+    ) -> std::result::Result<Row, postgres::Error> {
+        match self {
+            Stmt::Prepared(st) => c.query_one(st, p),
+            Stmt::Text(sql) => c.query_one(*sql, p),
+        }
+    }
+
+    /// Runs it on `c`, for at most one row.
+    pub(crate) fn query_opt(
+        &self,
+        c: &mut impl GenericClient,
+        p: Params<'_>,
+    ) -> std::result::Result<Option<Row>, postgres::Error> {
+        match self {
+            Stmt::Prepared(st) => c.query_opt(st, p),
+            Stmt::Text(sql) => c.query_opt(*sql, p),
+        }
+    }
+
+    /// Binds it in `tx`, for a portal read a fetch at a time.
+    pub(crate) fn bind(
+        &self,
+        tx: &mut Transaction<'_>,
+        p: Params<'_>,
+    ) -> std::result::Result<postgres::Portal, postgres::Error> {
+        match self {
+            Stmt::Prepared(st) => tx.bind(st, p),
+            Stmt::Text(sql) => tx.bind(*sql, p),
+        }
+    }
+
+    /// Runs it on `c`, for the number of rows it changed.
+    pub(crate) fn execute(
+        &self,
+        c: &mut impl GenericClient,
+        p: Params<'_>,
+    ) -> std::result::Result<u64, postgres::Error> {
+        match self {
+            Stmt::Prepared(st) => c.execute(st, p),
+            Stmt::Text(sql) => c.execute(*sql, p),
+        }
+    }
+}
+
+/// One connection, with the statements it has prepared (on a direct
+/// connection: see [`Stmt`]) and, behind a transaction pooler, the
+/// settings each of its transactions opens with.
+pub(crate) struct PgConn {
+    pub client: Client,
+    stmts: HashMap<&'static str, Statement>,
+    /// Behind a transaction pooler: `SELECT set_config(.., true), ..`, run
+    /// first in every transaction (empty: none, or a direct connection).
+    local: Arc<str>,
+    pooled: bool,
+    /// Set when a statement found the server read-only (a standby, after
+    /// a failover): the pool drops the connection instead of keeping it.
+    pub(crate) stale: bool,
+}
+
+impl PgConn {
+    fn new(client: Client, session: &Session) -> PgConn {
+        PgConn {
+            client,
+            stmts: HashMap::new(),
+            local: session.local.clone(),
+            pooled: session.pooled,
+            stale: false,
+        }
+    }
+
+    /// `client`, a direct connection opened by hand, with no settings.
+    #[cfg(test)]
+    pub(crate) fn direct(client: Client) -> PgConn {
+        PgConn {
+            client,
+            stmts: HashMap::new(),
+            local: Arc::from(""),
+            pooled: false,
+            stale: false,
+        }
+    }
+
+    /// Whether this connection goes through a transaction pooler.
+    pub(crate) fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// The runnable form of `sql`.
+    pub(crate) fn stmt(&mut self, sql: &'static str) -> Result<Stmt> {
+        if self.pooled {
+            return Ok(Stmt::Text(sql));
+        }
         if let Some(st) = self.stmts.get(sql) {
-            return Ok(st.clone());
+            return Ok(Stmt::Prepared(st.clone()));
         }
         let st = self.client.prepare(sql).map_err(read_err)?;
         self.stmts.insert(sql, st.clone());
-        Ok(st)
+        Ok(Stmt::Prepared(st))
+    }
+
+    /// Opens a transaction (with the session's settings, behind a
+    /// transaction pooler).
+    pub(crate) fn begin(&mut self) -> std::result::Result<Transaction<'_>, postgres::Error> {
+        let mut tx = self.client.transaction()?;
+        if !self.local.is_empty() {
+            tx.batch_execute(&self.local)?;
+        }
+        Ok(tx)
+    }
+
+    /// Opens a read-only REPEATABLE READ transaction: one snapshot.
+    pub(crate) fn begin_snapshot(
+        &mut self,
+    ) -> std::result::Result<Transaction<'_>, postgres::Error> {
+        let mut tx = self
+            .client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()?;
+        if !self.local.is_empty() {
+            tx.batch_execute(&self.local)?;
+        }
+        Ok(tx)
+    }
+
+    /// Runs `f` on the connection; behind a transaction pooler inside a
+    /// transaction of its own (a statement outside one may be prepared on
+    /// one server session and run on another). `err` maps its errors.
+    fn auto<R>(
+        &mut self,
+        err: fn(postgres::Error) -> Error,
+        f: impl FnOnce(&mut dyn FnMutClient) -> std::result::Result<R, postgres::Error>,
+    ) -> Result<R> {
+        let r = if self.pooled {
+            let mut tx = self.begin().map_err(read_err)?;
+            let r = f(&mut tx).map_err(err)?;
+            tx.commit().map_err(err)?;
+            Ok(r)
+        } else {
+            f(&mut self.client).map_err(err)
+        };
+        self.note(r)
+    }
+
+    /// Notes a read-only server in `r` (see [`PgConn::stale`]).
+    pub(crate) fn note<R>(&mut self, r: Result<R>) -> Result<R> {
+        if let Err(Error::ReadOnly(_)) = &r {
+            self.stale = true;
+        }
+        r
     }
 
     /// Runs a read.
     pub(crate) fn query(&mut self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>> {
         let st = self.stmt(sql)?;
-        self.client.query(&st, params).map_err(read_err)
+        self.auto(read_err, |c| c.run(&st, params))
     }
 
     /// Runs a read that returns at most one row.
@@ -53,26 +211,74 @@ impl PgConn {
         params: Params<'_>,
     ) -> Result<Option<Row>> {
         let st = self.stmt(sql)?;
-        self.client.query_opt(&st, params).map_err(read_err)
+        self.auto(read_err, |c| {
+            let mut rows = c.run(&st, params)?;
+            Ok(if rows.is_empty() {
+                None
+            } else {
+                Some(rows.swap_remove(0))
+            })
+        })
     }
 
     /// Runs a read that returns exactly one row.
     pub(crate) fn query_one(&mut self, sql: &'static str, params: Params<'_>) -> Result<Row> {
-        let st = self.stmt(sql)?;
-        self.client.query_one(&st, params).map_err(read_err)
+        self.query_opt(sql, params)?
+            .ok_or_else(|| Error::Internal(format!("a statement answered no row: {sql}")))
     }
 
     /// Runs a write in its own transaction (autocommit); a broken
     /// connection leaves its outcome unknown.
     pub(crate) fn write(&mut self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>> {
         let st = self.stmt(sql)?;
-        self.client.query(&st, params).map_err(write_err)
+        self.auto(write_err, |c| c.run(&st, params))
     }
 
     /// Runs a write that returns how many rows it changed.
     pub(crate) fn execute(&mut self, sql: &'static str, params: Params<'_>) -> Result<u64> {
         let st = self.stmt(sql)?;
-        self.client.execute(&st, params).map_err(write_err)
+        self.auto(write_err, |c| c.count(&st, params))
+    }
+}
+
+/// Runs `$body` with `$c` bound to a client that can run statements of
+/// litejob's as one autocommit call: the connection's client, or behind a
+/// transaction pooler a transaction of its own, committed after it (a
+/// statement run outside a transaction there may be prepared on one server
+/// session and executed on another). The body's errors are its own; the
+/// commit's are mapped by `$err`.
+macro_rules! autocommit {
+    ($conn:expr, $err:expr, |$c:ident| $body:expr) => {{
+        let conn: &mut $crate::postgres::conn::PgConn = $conn;
+        if conn.pooled() {
+            let mut tx = conn.begin().map_err($crate::postgres::conn::read_err)?;
+            let r = {
+                let $c = &mut tx;
+                $body
+            }?;
+            tx.commit().map_err($err)?;
+            Ok(r)
+        } else {
+            let $c = &mut conn.client;
+            $body
+        }
+    }};
+}
+pub(crate) use autocommit;
+
+/// A client or a transaction, as [`PgConn::auto`] hands them out (the
+/// client's `GenericClient` is not object-safe).
+trait FnMutClient {
+    fn run(&mut self, st: &Stmt, p: Params<'_>) -> std::result::Result<Vec<Row>, postgres::Error>;
+    fn count(&mut self, st: &Stmt, p: Params<'_>) -> std::result::Result<u64, postgres::Error>;
+}
+
+impl<C: GenericClient> FnMutClient for C {
+    fn run(&mut self, st: &Stmt, p: Params<'_>) -> std::result::Result<Vec<Row>, postgres::Error> {
+        st.query(self, p)
+    }
+    fn count(&mut self, st: &Stmt, p: Params<'_>) -> std::result::Result<u64, postgres::Error> {
+        st.execute(self, p)
     }
 }
 
@@ -137,24 +343,133 @@ pub(crate) fn one(rows: Vec<Row>) -> Result<Row> {
 #[derive(Clone)]
 pub(crate) struct Session {
     pub config: postgres::Config,
-    /// Run once on each new connection (`SET ...`).
-    pub setup: String,
+    /// The URL without its password, for messages.
+    pub location: String,
+    /// Settings of every connection (`synchronous_commit`, `lock_timeout`,
+    /// and, behind a transaction pooler, those of the URL's `options`): on
+    /// a direct connection set once when it opens, behind a transaction
+    /// pooler set in each transaction ([`Session::local`]).
+    settings: Vec<(&'static str, String)>,
+    /// `settings` as the statement each transaction opens with, behind a
+    /// transaction pooler (empty on a direct connection).
+    local: Arc<str>,
+    /// Connections go through a transaction pooler (see [`super::pooler`]).
+    pub(crate) pooled: bool,
+    /// Whether the server can be reached, shared by every clone.
+    pub(crate) reach: Arc<super::reach::Reach>,
+}
+
+/// `value` as an SQL string literal.
+fn literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
 }
 
 impl Session {
-    /// Opens one connection with the session settings.
+    pub(crate) fn new(config: postgres::Config, location: String) -> Session {
+        Session {
+            config,
+            location,
+            settings: Vec::new(),
+            local: Arc::from(""),
+            pooled: false,
+            reach: Arc::default(),
+        }
+    }
+
+    /// Sets `name` to `value` on every connection (replacing an earlier
+    /// value of it).
+    pub(crate) fn set(&mut self, name: &'static str, value: impl Into<String>) {
+        let value = value.into();
+        match self.settings.iter_mut().find(|(n, _)| *n == name) {
+            Some(s) => s.1 = value,
+            None => self.settings.push((name, value)),
+        }
+        self.local = Arc::from(self.local_sql());
+    }
+
+    /// True for a queue opened read-only (its sessions refuse writes).
+    pub(crate) fn read_only(&self) -> bool {
+        self.settings
+            .iter()
+            .any(|(n, v)| *n == "default_transaction_read_only" && v == "on")
+    }
+
+    /// From here on, connections go through a transaction pooler.
+    pub(crate) fn set_pooled(&mut self, settings: Vec<(String, String)>) {
+        self.pooled = true;
+        for (n, v) in settings {
+            // Names of the URL's options live as long as the queue.
+            let n: &'static str = Box::leak(n.into_boxed_str());
+            self.set(n, v);
+        }
+        self.local = Arc::from(self.local_sql());
+    }
+
+    /// The settings as one statement: `set_config` takes a value as the
+    /// server's configuration file would (a list for `search_path`).
+    fn sql(&self, local: bool) -> String {
+        if self.settings.is_empty() {
+            return String::new();
+        }
+        let sets: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(n, v)| {
+                // A transaction's own read-only mode is this one (the
+                // default only applies to the next transaction).
+                let n = match *n {
+                    "default_transaction_read_only" if local => "transaction_read_only",
+                    n => n,
+                };
+                format!("set_config({}, {}, {local})", literal(n), literal(v))
+            })
+            .collect();
+        format!("SELECT {}", sets.join(", "))
+    }
+
+    fn local_sql(&self) -> String {
+        if self.pooled {
+            self.sql(true)
+        } else {
+            String::new()
+        }
+    }
+
+    /// Opens one connection with the session settings. While the server
+    /// is out of reach, at most one thread of the process tries, once per
+    /// backoff step; the others are refused at once.
     pub(crate) fn connect(&self) -> Result<PgConn> {
-        let mut client = self.config.connect(NoTls).map_err(connect_err)?;
-        client.batch_execute(&self.setup).map_err(connect_err)?;
-        Ok(PgConn::new(client))
+        match self.reach.admit(&self.location) {
+            super::reach::Admit::Try => {}
+            super::reach::Admit::Refused(e) => return Err(e),
+        }
+        let mut client = match self.config.connect(NoTls) {
+            Ok(c) => c,
+            Err(e) => {
+                let text = with_causes(&e);
+                let err = connect_err(e);
+                if matches!(err, Error::Connection(_)) {
+                    self.reach.failed(&self.location, &text);
+                } else {
+                    self.reach.gave_up();
+                }
+                return Err(err);
+            }
+        };
+        self.reach.succeeded(&self.location);
+        if !self.pooled && !self.settings.is_empty() {
+            client
+                .batch_execute(&self.sql(false))
+                .map_err(connect_err)?;
+        }
+        Ok(PgConn::new(client, self))
     }
 }
 
-/// The pool's connections: r2d2_postgres's, each with the session settings
-/// and a statement cache.
+/// The pool's connections: each with the session settings and a
+/// statement cache, opened through the session's [`Session::connect`].
 pub(crate) struct Manager {
-    inner: PostgresConnectionManager<NoTls>,
-    setup: String,
+    session: Session,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -162,58 +477,111 @@ impl r2d2::ManageConnection for Manager {
     type Error = PoolConnectError;
 
     fn connect(&self) -> std::result::Result<PgConn, PoolConnectError> {
-        let mut client = self.inner.connect().map_err(PoolConnectError)?;
-        client
-            .batch_execute(&self.setup)
-            .map_err(PoolConnectError)?;
-        Ok(PgConn::new(client))
+        self.session.connect().map_err(PoolConnectError)
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), PoolConnectError> {
-        self.inner
-            .is_valid(&mut conn.client)
-            .map_err(PoolConnectError)
+        conn.client
+            .simple_query("")
+            .map(|_| ())
+            .map_err(|e| PoolConnectError(read_err(e)))
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.client.is_closed()
+        conn.client.is_closed() || conn.stale
     }
 }
 
 /// A connection the pool could not open. r2d2 keeps only the text of the
 /// last failure, so that text carries the causes ([`with_causes`]).
 #[derive(Debug)]
-pub(crate) struct PoolConnectError(postgres::Error);
+pub(crate) struct PoolConnectError(Error);
 
 impl std::fmt::Display for PoolConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&with_causes(&self.0))
+        self.0.fmt(f)
     }
 }
 
-impl std::error::Error for PoolConnectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&self.0)
-    }
+impl std::error::Error for PoolConnectError {}
+
+/// The pool of connections producers and readers share, and the session
+/// its connections are opened with.
+#[derive(Clone)]
+pub(crate) struct Pool {
+    pool: r2d2::Pool<Manager>,
+    session: Session,
 }
 
-/// The pool of connections producers and readers share.
-pub(crate) type Pool = r2d2::Pool<Manager>;
+/// A connection lent by a [`Pool`].
+pub(crate) type Pooled = r2d2::PooledConnection<Manager>;
+
+impl Pool {
+    /// A connection, or at once an error while the server is out of reach
+    /// (as far as this process knows: another thread tries once per
+    /// backoff step), never a wait past the pool's timeout for one.
+    pub(crate) fn get(&self) -> Result<Pooled> {
+        let reach = &self.session.reach;
+        if reach.is_down() {
+            if let Some(c) = self.pool.try_get() {
+                return Ok(c);
+            }
+            // The process's attempt for this backoff step (or, within the
+            // step, its refusal), made here so that this caller has its
+            // answer at once either way.
+            drop(self.session.connect()?);
+        }
+        // In short waits, so that a caller whose connection the pool is
+        // opening hears at once that the server went out of reach (the
+        // pool itself would retry until its timeout).
+        let timeout = self.pool.connection_timeout();
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.pool.get_timeout(left.min(Duration::from_millis(100))) {
+                Ok(c) => return Ok(c),
+                Err(e) => {
+                    if let Some(down) = reach.down_error(&self.session.location) {
+                        return Err(down);
+                    }
+                    if left.is_zero() {
+                        return Err(pool_err(e, timeout));
+                    }
+                }
+            }
+        }
+    }
+
+    /// True for the pool of a queue opened read-only.
+    pub(crate) fn read_only(&self) -> bool {
+        self.session.read_only()
+    }
+
+    /// How long a thread that loops should wait before it tries again
+    /// (see [`super::reach::Reach::retry_in`]).
+    pub(crate) fn reach_retry_in(&self) -> Duration {
+        self.session.reach.retry_in()
+    }
+}
 
 /// A pool of at most `size` connections. Connections are not tested on
 /// checkout (that would be one more round trip per enqueue); one found
 /// broken is dropped when it comes back, and the call that met it is
 /// retried where that is safe (see [`super::PgStore::with_conn`]).
 pub(crate) fn pool(session: &Session, size: u32, wait: Duration) -> Pool {
-    r2d2::Pool::builder()
-        .max_size(size)
-        .min_idle(Some(0))
-        .test_on_check_out(false)
-        .connection_timeout(wait)
-        .build_unchecked(Manager {
-            inner: PostgresConnectionManager::new(session.config.clone(), NoTls),
-            setup: session.setup.clone(),
-        })
+    Pool {
+        pool: r2d2::Pool::builder()
+            .max_size(size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(wait)
+            // The session's connect logs what matters, once per outage.
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(Manager {
+                session: session.clone(),
+            }),
+        session: session.clone(),
+    }
 }
 
 /// The URL without its password, for messages and `Queue::location`.

@@ -16,10 +16,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use postgres::ToStatement;
-use postgres::{GenericClient, Row, Statement};
+use postgres::{GenericClient, Row};
 
-use super::conn::{in_row, read_err, write_err, Col, PgConn};
+use super::conn::{in_row, read_err, write_err, Col, PgConn, Stmt};
 use super::run::{self, ClaimAsk, Started};
 use crate::core::controls::{Limits, QueueControl, QueueLimits, Rate};
 use crate::core::time::Millis;
@@ -75,20 +74,21 @@ fn from_row(r: &Row) -> Result<(String, Limits, Millis)> {
 /// A queue's load at `now` (see [`crate::core::controls::Load`]), and its jobs
 /// `running` whatever their lease.
 /// `sql` holds [`LOAD`] and [`STARTED`], as text or prepared.
-fn load<T: ToStatement + ?Sized>(
+fn load(
     client: &mut impl GenericClient,
-    sql: (&T, &T),
+    sql: (&Stmt, &Stmt),
     queue: &str,
     limits: &Limits,
     now: Millis,
 ) -> Result<(crate::core::controls::Load, i64, Option<Millis>)> {
-    let r = client.query_one(sql.0, &[&queue, &now]).map_err(read_err)?;
+    let r = sql.0.query_one(client, &[&queue, &now]).map_err(read_err)?;
     let (running, claimed, all): (i64, i64, i64) = (r.col(0)?, r.col(1)?, r.col(2)?);
     let (started, oldest) = match limits.rate {
         Some(rate) => {
-            let r = client
+            let r = sql
+                .1
                 .query_one(
-                    sql.1,
+                    client,
                     &[&queue, &crate::core::controls::window_floor(now, rate)],
                 )
                 .map_err(read_err)?;
@@ -115,7 +115,7 @@ pub(crate) fn change(
     limits: &QueueLimits,
     now: Millis,
 ) -> Result<()> {
-    let mut tx = c.client.transaction().map_err(read_err)?;
+    let mut tx = c.begin().map_err(read_err)?;
     tx.execute(SERIALIZE_CHANGES, &[&queue]).map_err(read_err)?;
     let current = tx
         .query_opt(LOCK_ROW, &[&queue])
@@ -183,7 +183,13 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
         .collect::<Result<_>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for (name, l, updated_at) in rows {
-        let (load, _, _) = load(tx, (LOAD, STARTED), &name, &l, now)?;
+        let (load, _, _) = load(
+            tx,
+            (&Stmt::Text(LOAD), &Stmt::Text(STARTED)),
+            &name,
+            &l,
+            now,
+        )?;
         let mut q = QueueControl::named(&name);
         q.paused = l.paused;
         q.concurrency = l.concurrency;
@@ -207,7 +213,13 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
         else {
             return Ok(None);
         };
-        let (load, running, _) = load(tx, (LOAD, STARTED), &name, &l, now)?;
+        let (load, running, _) = load(
+            tx,
+            (&Stmt::Text(LOAD), &Stmt::Text(STARTED)),
+            &name,
+            &l,
+            now,
+        )?;
         let mut q = QueueControl::named(&name);
         q.paused = l.paused;
         q.concurrency = l.concurrency;
@@ -279,7 +291,7 @@ pub(crate) struct LimitedClaim {
 /// never counts with an older `now` than the rows its predecessor pruned.
 pub(crate) fn claim_limited(
     c: &mut PgConn,
-    claim: &Statement,
+    claim: &Stmt,
     queue: &str,
     ask: &ClaimAsk<'_>,
     clock: &dyn Fn() -> Millis,
@@ -292,9 +304,9 @@ pub(crate) fn claim_limited(
         c.stmt(STARTED)?,
         c.stmt(RECORD_STARTS)?,
     );
-    let mut tx = c.client.transaction().map_err(read_err)?;
-    let limits = tx
-        .query_opt(&lock, &[&queue])
+    let mut tx = c.begin().map_err(read_err)?;
+    let limits = lock
+        .query_opt(&mut tx, &[&queue])
         .map_err(read_err)?
         .map(|r| from_row(&r))
         .transpose()?
@@ -303,11 +315,12 @@ pub(crate) fn claim_limited(
     let now = clock();
     let lease_until = now + (ask.lease_until - ask.now);
     if let Some(rate) = limits.rate {
-        tx.execute(
-            &prune,
-            &[&queue, &crate::core::controls::prune_floor(now, rate)],
-        )
-        .map_err(read_err)?;
+        prune
+            .execute(
+                &mut tx,
+                &[&queue, &crate::core::controls::prune_floor(now, rate)],
+            )
+            .map_err(read_err)?;
     }
     let (load, _, oldest) = load(&mut tx, (&count, &started), queue, &limits, now)?;
     let room = crate::core::controls::room(&limits, &load);
@@ -333,7 +346,8 @@ pub(crate) fn claim_limited(
         )?
     };
     if limits.rate.is_some() && !started.is_empty() {
-        tx.execute(&record, &[&queue, &now, &(started.len() as i64)])
+        record
+            .execute(&mut tx, &[&queue, &now, &(started.len() as i64)])
             .map_err(read_err)?;
     }
     tx.commit().map_err(write_err)?;

@@ -263,7 +263,7 @@ impl PgStore {
         fill: impl FnOnce(&mut dyn CopySink) -> Result<(R, LastIds)>,
     ) -> Result<R> {
         let mut conn: PgConn = self.session.connect()?;
-        let mut tx = conn.client.transaction().map_err(read_err)?;
+        let mut tx = conn.begin().map_err(read_err)?;
         tx.batch_execute(LOCK_TABLES).map_err(read_err)?;
         let row = tx.query_one(NON_EMPTY, &[]).map_err(read_err)?;
         let mut full: Vec<&str> = Vec::new();

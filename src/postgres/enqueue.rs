@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use postgres::GenericClient;
 
-use super::conn::{write_err, Col, PgConn};
+use super::conn::{autocommit, write_err, Col, PgConn, Stmt};
 use crate::core::job::Enqueued;
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
@@ -83,16 +83,16 @@ fn answer(id: i64, new: bool) -> Enqueued {
 /// connection (its own transaction) or an application's transaction.
 pub(crate) fn insert<C: GenericClient>(
     client: &mut C,
-    stmt: &postgres::Statement,
+    stmt: &Stmt,
     job: &ValidJob,
     now: Millis,
 ) -> Result<Enqueued> {
     if !job.depends_on.is_empty() {
         return super::workflow::insert(client, job, now);
     }
-    let row = client
+    let row = stmt
         .query_one(
-            stmt,
+            client,
             &[
                 &job.queue,
                 &job.kind,
@@ -114,7 +114,7 @@ pub(crate) fn insert_one(conn: &mut PgConn, job: &ValidJob, now: Millis) -> Resu
         return super::workflow::insert_one(conn, job, now);
     }
     let st = conn.stmt(INSERT_ONE)?;
-    insert(&mut conn.client, &st, job, now)
+    autocommit!(conn, write_err, |c| insert(c, &st, job, now))
 }
 
 /// Inserts a batch in one transaction: one statement when its keys are
@@ -132,7 +132,7 @@ pub(crate) fn insert_many(
     let distinct = jobs.iter().all(|j| keys.insert(j.key.as_str()));
     if !distinct {
         let one = conn.stmt(INSERT_ONE)?;
-        let mut tx = conn.client.transaction().map_err(write_err)?;
+        let mut tx = conn.begin().map_err(write_err)?;
         let mut out = Vec::with_capacity(jobs.len());
         for j in jobs {
             out.push(insert(&mut tx, &one, j, now)?);

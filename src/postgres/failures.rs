@@ -2,7 +2,9 @@
 //! PostgreSQL, the twins of the file's statements in `failures`, in one
 //! snapshot. Writes no table.
 
-use postgres::{Row, Statement};
+use postgres::Row;
+
+use super::conn::Stmt;
 
 use super::conn::{read_err, Col, PgConn};
 use super::reads::in_snapshot;
@@ -33,11 +35,11 @@ fn group(r: &Row) -> Result<FailureGroup> {
 
 /// The failures, in one snapshot.
 pub(crate) fn read(c: &mut PgConn, limit: u32) -> Result<Failures> {
-    let (jobs, outbox): (Statement, Statement) = (c.stmt(DEAD_JOBS)?, c.stmt(DEAD_OUTBOX)?);
+    let (jobs, outbox): (Stmt, Stmt) = (c.stmt(DEAD_JOBS)?, c.stmt(DEAD_OUTBOX)?);
     let limit = i64::from(limit);
     in_snapshot(c, |tx| {
-        let mut groups = |st: &Statement| -> Result<Vec<FailureGroup>> {
-            tx.query(st, &[&limit])
+        let mut groups = |st: &Stmt| -> Result<Vec<FailureGroup>> {
+            st.query(tx, &[&limit])
                 .map_err(read_err)?
                 .iter()
                 .map(group)

@@ -55,10 +55,8 @@ pub(crate) struct Enqueuer {
 impl Enqueuer {
     pub(crate) fn new(session: &Session, alone: Pool, wait: Duration) -> Enqueuer {
         let mut together = session.clone();
-        together.setup.push_str(&format!(
-            "; SET plan_cache_mode = force_generic_plan; \
-             SET lock_timeout = '{TOGETHER_LOCK_TIMEOUT_MS}ms'"
-        ));
+        together.set("plan_cache_mode", "force_generic_plan");
+        together.set("lock_timeout", format!("{TOGETHER_LOCK_TIMEOUT_MS}ms"));
         Enqueuer {
             group: Group::default(),
             together: conn::pool(&together, 2, wait),

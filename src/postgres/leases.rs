@@ -134,7 +134,7 @@ pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<(u
 /// [`lifecycle::on_expiry`] decides for each. Rare (a process died, or a
 /// run hung past its lease), so a statement per job.
 fn reap_jobs(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
-    let mut tx = c.client.transaction().map_err(read_err)?;
+    let mut tx = c.begin().map_err(read_err)?;
     let expired = tx.query(EXPIRED_JOBS, &[&now]).map_err(read_err)?;
     for row in &expired {
         let id: i64 = row.col(0)?;

@@ -36,6 +36,8 @@ pub(crate) mod notify;
 pub(crate) mod operations;
 pub(crate) mod outbox;
 pub(crate) mod pipeline;
+pub(crate) mod pooler;
+pub(crate) mod reach;
 pub(crate) mod reads;
 pub(crate) mod run;
 pub(crate) mod schedules;
@@ -160,7 +162,7 @@ mod testing {
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{sep}options=-csearch_path%3D{name}");
         let t = TestSchema { base, name, url };
-        schema::migrate(&mut t.connect().client).unwrap();
+        schema::migrate(&mut t.connect()).unwrap();
         t
     }
 
@@ -183,7 +185,7 @@ mod testing {
     impl TestSchema {
         /// A new connection in the schema.
         pub(crate) fn connect(&self) -> PgConn {
-            PgConn::new(postgres::Client::connect(&self.url, postgres::NoTls).unwrap())
+            PgConn::direct(postgres::Client::connect(&self.url, postgres::NoTls).unwrap())
         }
     }
 
@@ -256,7 +258,7 @@ mod tests {
         });
         assert!(matches!(&insert, Err(Error::ReadOnly(_))), "{insert:?}");
         let in_tx = store.with_conn(false, |c| {
-            let mut tx = c.client.transaction().map_err(conn::read_err)?;
+            let mut tx = c.begin().map_err(conn::read_err)?;
             tx.batch_execute("DELETE FROM litejob_schema")
                 .map_err(conn::write_err)?;
             tx.commit().map_err(conn::write_err)

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 
-use super::conn::{read_err, Col, PgConn, Session};
+use super::conn::{Col, PgConn, Session};
 use crate::core::time::{now_ms, Millis};
 use crate::error::{Error, Result};
 
@@ -24,6 +24,11 @@ use crate::error::{Error, Result};
 pub(crate) const JOBS_CHANNEL: &str = "litejob_jobs";
 /// The channel committed outbox rows notify.
 pub(crate) const OUTBOX_CHANNEL: &str = "litejob_outbox";
+
+/// Opens a notification's transaction behind a transaction pooler: one
+/// that does not wait for its WAL flush. A simple query of several
+/// statements (one round trip), never prepared.
+const QUIET_TRANSACTION: &str = "START TRANSACTION; SET LOCAL synchronous_commit = off;";
 
 /// How often the clock's offset is measured again.
 const CLOCK_EVERY: Duration = Duration::from_secs(5);
@@ -73,12 +78,10 @@ impl Clock {
         }
         let t0 = now_ms();
         let server: i64 = c
-            .client
             .query_one(
                 "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
                 &[],
-            )
-            .map_err(read_err)?
+            )?
             .col(0)?;
         let t1 = now_ms();
         self.offset_ms
@@ -197,10 +200,14 @@ fn notifier_loop(session: Session, clock: Arc<Clock>, rx: Receiver<Signal>) {
                 Signal::Outbox => outbox = true,
             }
         }
-        if !matches!(&conn, Some(c) if !c.client.is_closed()) {
+        if !matches!(&conn, Some(c) if !c.client.is_closed() && !c.stale) {
             conn = session.connect().ok().and_then(|mut c| {
                 // A notification lost in a crash costs a poll: never wait
-                // for the WAL flush of one.
+                // for the WAL flush of one (behind a transaction pooler,
+                // said in each notification's transaction instead).
+                if c.pooled() {
+                    return Some(c);
+                }
                 c.client
                     .batch_execute("SET synchronous_commit = off")
                     .ok()
@@ -208,7 +215,10 @@ fn notifier_loop(session: Session, clock: Arc<Clock>, rx: Receiver<Signal>) {
             });
         }
         let Some(c) = conn.as_mut() else {
-            // The server is out of reach: the pollers find the work.
+            // The server is out of reach: the pollers find the work, and
+            // this thread tries again when the next attempt is due (never
+            // in a loop: see `reach`).
+            next_clock = Instant::now() + session.reach.retry_in();
             continue;
         };
         let mut sql = String::new();
@@ -219,7 +229,14 @@ fn notifier_loop(session: Session, clock: Arc<Clock>, rx: Receiver<Signal>) {
             sql.push_str(&format!("NOTIFY {OUTBOX_CHANNEL};"));
         }
         if !sql.is_empty() {
+            if c.pooled() {
+                // One round trip, one transaction: nothing of it outlives
+                // it on the pooler's server session.
+                sql = format!("{QUIET_TRANSACTION} {sql} COMMIT");
+            }
             if c.client.batch_execute(&sql).is_err() {
+                // A standby refuses NOTIFY: after a failover the next
+                // connection finds the primary.
                 conn = None;
                 continue;
             }
@@ -252,6 +269,8 @@ pub(crate) fn listen_loop(
         let c = match conn.take() {
             Some(c) if !c.client.is_closed() => conn.insert(c),
             _ => {
+                // A standby refuses LISTEN: after a failover the next
+                // connection finds the primary.
                 let fresh = session.connect().ok().and_then(|mut c| {
                     c.client
                         .batch_execute(&format!("LISTEN {JOBS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))
@@ -259,7 +278,11 @@ pub(crate) fn listen_loop(
                         .map(|_| c)
                 });
                 let Some(fresh) = fresh else {
-                    let _ = stop.recv_timeout(poll.max(Duration::from_millis(200)));
+                    let wait = session
+                        .reach
+                        .retry_in()
+                        .max(poll.min(Duration::from_millis(200)));
+                    let _ = stop.recv_timeout(wait);
                     continue;
                 };
                 // Work may have been announced while nobody listened.

@@ -19,6 +19,7 @@ use crate::core::validate::ValidJob;
 use crate::driver::reply::Deliver;
 use crate::driver::{PruneWhat, Store};
 use crate::error::Result;
+use crate::postgres::conn::{autocommit, read_err};
 
 use super::{
     admin, controls, enqueue, failures, leases, outbox, reads, run, schedules, schema, tally,
@@ -49,7 +50,7 @@ impl Store for PgStore {
 
     fn schema_version(&self) -> Result<i64> {
         let _ = self.schema_version;
-        self.with_conn(true, |c| schema::read_version(&mut c.client))
+        self.with_conn(true, |c| schema::read_version(c))
     }
 
     fn verify(&self) -> Result<VerifyReport> {
@@ -130,7 +131,8 @@ impl Store for PgStore {
     fn stats(&self, now: Millis) -> Result<Stats> {
         let version = self.schema_version()?;
         let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;
-        s.schedules = self.with_conn(true, |c| schedules::count(&mut c.client))?;
+        s.schedules =
+            self.with_conn(true, |c| autocommit!(c, read_err, |c| schedules::count(c)))?;
         s.path = self.location.clone().into();
         Ok(s)
     }
@@ -148,7 +150,7 @@ impl Store for PgStore {
     }
 
     fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        self.with_conn(true, |c| schedules::list(&mut c.client))
+        self.with_conn(true, |c| autocommit!(c, read_err, |c| schedules::list(c)))
     }
 
     fn queue_controls(&self, now: Millis) -> Result<Vec<QueueControl>> {

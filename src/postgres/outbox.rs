@@ -5,7 +5,7 @@
 
 use postgres::GenericClient;
 
-use super::conn::{one, write_err, Col, PgConn};
+use super::conn::{one, write_err, Col, PgConn, Stmt};
 use super::reads::outbox_from_row;
 use crate::core::attempt::cap_error;
 use crate::core::lifecycle::{EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
@@ -122,7 +122,7 @@ pub(crate) fn release_lost_claims(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn add<C: GenericClient>(
     tx: &mut C,
-    stmt: &postgres::Statement,
+    stmt: &Stmt,
     job_id: i64,
     kind: &str,
     key: &str,
@@ -133,8 +133,8 @@ pub(crate) fn add<C: GenericClient>(
     if kind.trim().is_empty() || key.trim().is_empty() {
         return Err(Error::invalid("outbox kind and key must not be empty"));
     }
-    let r = tx
-        .query_one(stmt, &[&key, &kind, &payload, &max_attempts, &job_id, &now])
+    let r = stmt
+        .query_one(tx, &[&key, &kind, &payload, &max_attempts, &job_id, &now])
         .map_err(write_err)?;
     Ok((r.col(0)?, r.col(1)?))
 }

@@ -212,13 +212,7 @@ pub(crate) fn in_snapshot<R>(
     c: &mut PgConn,
     f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R>,
 ) -> Result<R> {
-    let mut tx = c
-        .client
-        .build_transaction()
-        .isolation_level(postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(read_err)?;
+    let mut tx = c.begin_snapshot().map_err(read_err)?;
     let r = f(&mut tx)?;
     tx.commit().map_err(read_err)?;
     Ok(r)

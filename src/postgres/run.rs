@@ -5,9 +5,9 @@
 //! run's end recorded in one statement, one commit. Writes `jobs`,
 //! `attempts` and `processed_jobs`.
 
-use postgres::{GenericClient, Statement, Transaction};
+use postgres::{GenericClient, Transaction};
 
-use super::conn::{in_row, read_err, write_err, Col, PgConn};
+use super::conn::{autocommit, in_row, read_err, write_err, Col, PgConn, Stmt};
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -133,11 +133,11 @@ pub(crate) struct Started {
 
 /// The prepared statements of a worker's connection.
 pub(crate) struct Statements {
-    pub claim: Statement,
-    pub fence: Statement,
-    pub unledger: Statement,
-    pub end: Statement,
-    pub outbox_add: Statement,
+    pub claim: Stmt,
+    pub fence: Stmt,
+    pub unledger: Stmt,
+    pub end: Stmt,
+    pub outbox_add: Stmt,
 }
 
 impl Statements {
@@ -182,20 +182,20 @@ pub(crate) struct ClaimAsk<'a> {
 /// server crash just means the jobs run again, and the batch's durable
 /// commit flushes it first anyway).
 pub(crate) fn claim(c: &mut PgConn, st: &Statements, ask: &ClaimAsk<'_>) -> Result<Vec<Started>> {
-    claim_with(&mut c.client, &st.claim, ask)
+    autocommit!(c, write_err, |client| claim_with(client, &st.claim, ask))
 }
 
 /// [`claim`] on `client`, a connection or a transaction open on it.
 pub(crate) fn claim_with(
     client: &mut impl GenericClient,
-    claim: &Statement,
+    claim: &Stmt,
     ask: &ClaimAsk<'_>,
 ) -> Result<Vec<Started>> {
     let queues: Option<Vec<String>> = ask.queues.map(<[String]>::to_vec);
     let skipped: Option<Vec<String>> = ask.skipped.map(<[String]>::to_vec);
-    let rows = client
+    let rows = claim
         .query(
-            claim,
+            client,
             &[
                 &ask.kinds,
                 &ask.now,
@@ -239,7 +239,8 @@ pub(crate) fn fence_and_ledger(
     let ids: Vec<i64> = runs.iter().map(|r| r.0).collect();
     let attempts: Vec<i64> = runs.iter().map(|r| r.1).collect();
     let ledger: Vec<bool> = runs.iter().map(|r| r.2).collect();
-    tx.query(&st.fence, &[&ids, &attempts, &ledger, &now])
+    st.fence
+        .query(tx, &[&ids, &attempts, &ledger, &now])
         .map_err(read_err)?
         .iter()
         .map(|r| Ok((r.col(0)?, r.col(1)?)))
@@ -249,7 +250,7 @@ pub(crate) fn fence_and_ledger(
 /// Deletes the ledger rows of `keys` (their runs failed).
 pub(crate) fn unledger(tx: &mut Transaction<'_>, st: &Statements, keys: &[String]) -> Result<()> {
     if !keys.is_empty() {
-        tx.execute(&st.unledger, &[&keys]).map_err(read_err)?;
+        st.unledger.execute(tx, &[&keys]).map_err(read_err)?;
     }
     Ok(())
 }
@@ -286,24 +287,25 @@ pub(crate) fn end(
     let retry: Vec<i64> = ends.iter().map(|e| e.retry_at).collect();
     let discard: Vec<bool> = ends.iter().map(|e| e.discard).collect();
     let outputs: Vec<Option<&str>> = ends.iter().map(|e| e.output.as_deref()).collect();
-    tx.query(
-        &st.end,
-        &[
-            &ids,
-            &attempts,
-            &outcomes,
-            &errors,
-            &retry,
-            &discard,
-            &now,
-            &if durable { "on" } else { "off" },
-            &outputs,
-        ],
-    )
-    .map_err(read_err)?
-    .iter()
-    .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
-    .collect()
+    st.end
+        .query(
+            tx,
+            &[
+                &ids,
+                &attempts,
+                &outcomes,
+                &errors,
+                &retry,
+                &discard,
+                &now,
+                &if durable { "on" } else { "off" },
+                &outputs,
+            ],
+        )
+        .map_err(read_err)?
+        .iter()
+        .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,9 +3,7 @@
 //! untouched, and creates or migrates the tables. Writes every table's
 //! definition and `litejob_schema`, no rows of the others.
 
-use postgres::Client;
-
-use super::conn::{read_err, Col};
+use super::conn::{read_err, Col, PgConn};
 use crate::core::SCHEMA_VERSION;
 use crate::error::{Error, Result};
 
@@ -139,17 +137,14 @@ const MIGRATION_LOCK: i64 = 0x6c6a_6f62_0001;
 
 /// The version the database in the connection's search path holds (0:
 /// no litejob tables), without writing anything.
-pub(crate) fn read_version(client: &mut Client) -> Result<i64> {
+pub(crate) fn read_version(client: &mut PgConn) -> Result<i64> {
     let exists: bool = client
-        .query_one("SELECT to_regclass('litejob_schema') IS NOT NULL", &[])
-        .map_err(read_err)?
+        .query_one("SELECT to_regclass('litejob_schema') IS NOT NULL", &[])?
         .col(0)?;
     if !exists {
         return Ok(0);
     }
-    let row = client
-        .query_opt("SELECT max(version) FROM litejob_schema", &[])
-        .map_err(read_err)?;
+    let row = client.query_opt("SELECT max(version) FROM litejob_schema", &[])?;
     Ok(row
         .map(|r| r.col::<Option<i64>>(0))
         .transpose()?
@@ -159,7 +154,7 @@ pub(crate) fn read_version(client: &mut Client) -> Result<i64> {
 
 /// Refuses a database whose schema is newer than this binary, before
 /// anything is written to it.
-pub(crate) fn check_not_newer(client: &mut Client) -> Result<i64> {
+pub(crate) fn check_not_newer(client: &mut PgConn) -> Result<i64> {
     let found = read_version(client)?;
     if found > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew {
@@ -172,11 +167,11 @@ pub(crate) fn check_not_newer(client: &mut Client) -> Result<i64> {
 
 /// Brings the database to `SCHEMA_VERSION`, in one transaction under an
 /// advisory lock; the version is read again under the lock.
-pub(crate) fn migrate(client: &mut Client) -> Result<i64> {
+pub(crate) fn migrate(client: &mut PgConn) -> Result<i64> {
     if check_not_newer(client)? == SCHEMA_VERSION {
         return Ok(SCHEMA_VERSION);
     }
-    let mut tx = client.transaction().map_err(read_err)?;
+    let mut tx = client.begin().map_err(read_err)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(read_err)?;
     // The notices of `CREATE ... IF NOT EXISTS` are noise here.

@@ -13,9 +13,9 @@ use crate::core::validate::ValidJob;
 use crate::core::SCHEMA_VERSION;
 use crate::error::{Error, Result};
 
-use super::conn::{pool_err, PgConn, Pool, Session};
+use super::conn::{PgConn, Pool, Session};
 use super::notify::{Clock, Notifier, NotifyHandle};
-use super::{conn, controls, enqueue, group, schema, tx};
+use super::{conn, controls, enqueue, group, pooler, schema, tx};
 
 /// Threads that run the async API's writes, so an executor's thread never
 /// waits for the server.
@@ -30,6 +30,10 @@ pub struct PgStore {
     pub(crate) location: String,
     /// How every connection is opened and set up.
     pub(crate) session: Session,
+    /// Where a runtime's listener `LISTEN`s: the queue's own server on a
+    /// direct connection, [`QueueOptions::listen_url`]'s, or none behind a
+    /// transaction pooler (workers poll).
+    pub(crate) listen: Option<Session>,
     /// Producers' and readers' connections (workers have their own).
     pub(crate) pool: Pool,
     /// The server's clock, as an offset from this machine's.
@@ -90,12 +94,9 @@ impl PgHandle {
         now: Millis,
         f: impl FnOnce(&mut tx::PgWriteTx<'_, '_>) -> Result<R>,
     ) -> Result<(R, bool)> {
-        let mut conn = self
-            .pool
-            .get()
-            .map_err(|e| pool_err(e, self.pool.connection_timeout()))?;
+        let mut conn = self.pool.get()?;
         let insert = conn.stmt(enqueue::INSERT_ONE)?;
-        let mut t = conn.client.transaction().map_err(conn::read_err)?;
+        let mut t = conn.begin().map_err(conn::read_err)?;
         let mut w = tx::PgWriteTx {
             tx: &mut t,
             rules,
@@ -103,9 +104,17 @@ impl PgHandle {
             insert: &insert,
             enqueued: false,
         };
-        let r = f(&mut w)?;
+        let r = f(&mut w);
         let enqueued = w.enqueued;
-        tx::commit(t)?;
+        let r = r.and_then(|r| tx::commit(t).map(|()| r));
+        let r = match r {
+            Err(Error::ReadOnly(m)) => {
+                // See `with_conn`: a standby, after a failover.
+                conn.stale = true;
+                return Err(on_standby(&m));
+            }
+            r => r?,
+        };
         if enqueued {
             self.notify_jobs();
         }
@@ -130,14 +139,26 @@ pub(crate) fn with_conn<R>(
 ) -> Result<R> {
     let (mut tries, mut aborts) = (0, 0);
     loop {
-        let mut conn = pool
-            .get()
-            .map_err(|e| pool_err(e, pool.connection_timeout()))?;
+        let mut conn = pool.get()?;
         match f(&mut conn) {
             Err(Error::Connection(_) | Error::OutcomeUnknown(_))
                 if retry && conn.client.is_closed() && tries + 1 < CONNECTION_TRIES =>
             {
                 tries += 1;
+            }
+            // A server that refuses writes after a failover (the old
+            // primary, back as a standby, or a session opened before the
+            // promotion): nothing was written. The pool drops the
+            // connection, and the next one finds the primary
+            // (`target_session_attrs=read-write`).
+            Err(Error::ReadOnly(m)) if !pool.read_only() => {
+                conn.stale = true;
+                if !retry || tries + 1 >= CONNECTION_TRIES {
+                    return Err(on_standby(&m));
+                }
+                tries += 1;
+                drop(conn);
+                std::thread::sleep(pool.reach_retry_in());
             }
             // The server rolled the statement back to break a deadlock
             // (two producers' batches taking the same new keys in other
@@ -156,6 +177,17 @@ pub(crate) fn with_conn<R>(
     }
 }
 
+/// The transient error of a write a server refused as read-only although
+/// the queue was opened to write: the session is on a standby (the old
+/// primary's standby, before or during a promotion; or a URL whose hosts
+/// include a standby, without `target_session_attrs=read-write`).
+pub(crate) fn on_standby(m: &str) -> Error {
+    Error::Connection(format!(
+        "the database server refuses writes, as a standby does (a failover under way?): {m}; \
+         the connection is dropped, and the next one looks for the primary: retry later"
+    ))
+}
+
 /// Tries of a retryable call that the server rolled back (a deadlock or
 /// a serialization failure).
 const ABORTED_TRIES: usize = 5;
@@ -166,26 +198,75 @@ const ABORTED_TRIES: usize = 5;
 const CONNECTION_TRIES: usize = 3;
 
 /// The URL without its password, and how each connection to it is opened:
-/// the client's settings from the URL, then `setup` and the lock timeout.
-fn session(url: &str, opts: &QueueOptions, setup: String) -> Result<(String, Session)> {
+/// the client's settings from the URL, then `settings` and the lock
+/// timeout.
+fn session(url: &str, opts: &QueueOptions, settings: &[(&'static str, &str)]) -> Result<Session> {
     let mut config: postgres::Config = url.parse().map_err(|e| {
         Error::invalid(format!(
             "not a PostgreSQL URL ({e}): expected postgres://user:password@host:port/database"
         ))
     })?;
-    let location = conn::redact(url);
     if config.get_application_name().is_none() {
         config.application_name("litejob");
     }
     config.connect_timeout(opts.busy_timeout.min(Duration::from_secs(10)));
-    let session = Session {
-        config,
-        setup: format!(
-            "{setup}; SET lock_timeout = '{}ms'",
-            opts.busy_timeout.as_millis()
-        ),
+    let mut session = Session::new(config, conn::redact(url));
+    for (name, value) in settings {
+        session.set(name, *value);
+    }
+    session.set(
+        "lock_timeout",
+        format!("{}ms", opts.busy_timeout.as_millis()),
+    );
+    Ok(session)
+}
+
+/// The session of `url` and its first connection, with a transaction
+/// pooler in front of the server found (and said once in the log).
+fn open_session(
+    url: &str,
+    opts: &QueueOptions,
+    settings: &[(&'static str, &str)],
+) -> Result<(Session, PgConn)> {
+    let mut session = session(url, opts, settings)?;
+    let at = located(session.location.clone());
+    let (first, why) = match session.connect() {
+        Ok(mut first) => {
+            let why = pooler::probe(&session, &mut first).map_err(&at)?;
+            (first, why)
+        }
+        // pgbouncer refuses the URL's options: they are set in each
+        // transaction instead.
+        Err(e) if pooler::refused_options(&e) => {
+            let options = session.config.get_options().unwrap_or("").to_string();
+            let extra = pooler::settings(&options)?;
+            session = self::session(&pooler::without_options(url), opts, settings)?;
+            session.location = conn::redact(url);
+            session.set_pooled(extra);
+            let first = session.connect().map_err(&at)?;
+            (
+                first,
+                Some("it refused the options startup parameter".to_string()),
+            )
+        }
+        Err(e) => return Err(at(e)),
     };
-    Ok((location, session))
+    let first = match why {
+        Some(why) if !session.pooled => {
+            session.set_pooled(Vec::new());
+            pooler::announce(&session.location, &why, opts.listen_url.is_some());
+            // Opened with session settings: a connection of the pooled
+            // kind instead, whose transactions set their own.
+            drop(first);
+            session.connect().map_err(&at)?
+        }
+        Some(why) => {
+            pooler::announce(&session.location, &why, opts.listen_url.is_some());
+            first
+        }
+        None => first,
+    };
+    Ok((session, first))
 }
 
 /// An error of opening `location`, naming it.
@@ -205,11 +286,10 @@ impl PgStore {
             Synchronous::Full => "on",
             Synchronous::Normal => "off",
         };
-        let (location, session) =
-            session(url, opts, format!("SET synchronous_commit = {synchronous}"))?;
+        let (session, mut first) = open_session(url, opts, &[("synchronous_commit", synchronous)])?;
+        let location = session.location.clone();
         let at = located(location.clone());
-        let mut first = session.connect().map_err(&at)?;
-        let schema_version = schema::migrate(&mut first.client).map_err(&at)?;
+        let schema_version = schema::migrate(&mut first).map_err(&at)?;
         let clock = Arc::new(Clock::new(&opts.clock));
         clock.measure(&mut first)?;
         let pool = conn::pool(&session, opts.pool_size.max(1) * 4, opts.busy_timeout);
@@ -219,6 +299,11 @@ impl PgStore {
             opts.busy_timeout,
         ));
         let notifier = Notifier::start(session.clone(), clock.clone())?;
+        let listen = match &opts.listen_url {
+            Some(direct) => Some(self::session(direct, opts, &[])?),
+            None if session.pooled => None,
+            None => Some(session.clone()),
+        };
         let (offload, jobs) = crossbeam_channel::unbounded::<Box<dyn FnOnce() + Send>>();
         let offload_threads = (1..=ASYNC_THREADS)
             .map(|i| {
@@ -233,6 +318,7 @@ impl PgStore {
             opts: opts.clone(),
             location,
             session,
+            listen,
             pool,
             clock,
             notifier,
@@ -252,14 +338,11 @@ impl PgStore {
     /// without litejob's tables, or with another version of them, is
     /// refused); no notifier and no async thread start.
     pub(crate) fn open_read_only(url: &str, opts: &QueueOptions) -> Result<PgStore> {
-        let (location, session) = session(
-            url,
-            opts,
-            "SET default_transaction_read_only = on".to_string(),
-        )?;
+        let (session, mut first) =
+            open_session(url, opts, &[("default_transaction_read_only", "on")])?;
+        let location = session.location.clone();
         let at = located(location.clone());
-        let mut first = session.connect().map_err(&at)?;
-        let found = schema::read_version(&mut first.client).map_err(&at)?;
+        let found = schema::read_version(&mut first).map_err(&at)?;
         if found == 0 {
             return Err(Error::NotADatabase(format!(
                 "{location}: no litejob tables in this database (in the schema its search_path \
@@ -294,6 +377,7 @@ impl PgStore {
             opts: opts.clone(),
             location,
             session,
+            listen: None,
             pool,
             clock,
             notifier: Notifier::none(),

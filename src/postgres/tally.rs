@@ -5,7 +5,9 @@
 //! cursor, so the walk stops as early as on the file. Each report runs in
 //! one `REPEATABLE READ READ ONLY` snapshot. Writes no table.
 
-use postgres::{Row, Statement, Transaction};
+use postgres::{Row, Transaction};
+
+use super::conn::Stmt;
 
 use super::conn::{one, read_err, Col, PgConn};
 use super::reads::in_snapshot;
@@ -63,12 +65,12 @@ fn bad(what: &str, v: &str) -> Error {
 /// The statements of a tally, prepared (and cached on the connection)
 /// before its snapshot begins.
 struct Prepared {
-    jobs: Statement,
-    outbox: Statement,
-    job_runs: Statement,
-    effect_runs: Statement,
-    ledger: Statement,
-    bytes: Statement,
+    jobs: Stmt,
+    outbox: Stmt,
+    job_runs: Stmt,
+    effect_runs: Stmt,
+    ledger: Stmt,
+    bytes: Stmt,
 }
 
 impl Prepared {
@@ -103,8 +105,8 @@ pub(crate) fn overview(c: &mut PgConn, now: Millis) -> Result<Overview> {
 }
 
 fn count(tx: &mut Transaction<'_>, st: &Prepared, now: Millis, runs: Runs) -> Result<Tally> {
-    let q = |tx: &mut Transaction<'_>, s: &Statement, p: super::conn::Params<'_>| {
-        tx.query(s, p).map_err(read_err)
+    let q = |tx: &mut Transaction<'_>, s: &Stmt, p: super::conn::Params<'_>| {
+        s.query(tx, p).map_err(read_err)
     };
     let mut t = Tally::default();
     for r in q(tx, &st.jobs, &[&now])? {
@@ -143,9 +145,9 @@ fn job_state(r: &Row, i: usize) -> Result<JobState> {
 
 /// The last hour's runs per minute: the newest attempts, a fetch at a
 /// time, until [`ActivityCount`] has seen a run older than the window.
-fn activity(tx: &mut Transaction<'_>, recent: &Statement, now: Millis) -> Result<Activity> {
+fn activity(tx: &mut Transaction<'_>, recent: &Stmt, now: Millis) -> Result<Activity> {
     let mut a = ActivityCount::new(now);
-    let portal = tx.bind(recent, &[]).map_err(read_err)?;
+    let portal = recent.bind(tx, &[]).map_err(read_err)?;
     'walk: loop {
         let rows = tx.query_portal(&portal, FETCH_ROWS).map_err(read_err)?;
         for r in &rows {

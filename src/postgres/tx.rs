@@ -5,7 +5,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-use postgres::{Statement, Transaction};
+use postgres::Transaction;
+
+use super::conn::Stmt;
 use serde::Serialize;
 
 use super::conn::write_err;
@@ -36,7 +38,7 @@ pub struct PgJobTx<'a, 't> {
     pub(crate) job: &'a JobContext,
     pub(crate) now: Millis,
     pub(crate) outbox_max_attempts: i64,
-    pub(crate) outbox_add: &'a Statement,
+    pub(crate) outbox_add: &'a Stmt,
     pub(crate) outbox_added: usize,
     pub(crate) savepoint: Savepoint,
 }
@@ -128,7 +130,7 @@ pub struct PgWriteTx<'a, 't> {
     pub(crate) tx: &'a mut Transaction<'t>,
     pub(crate) rules: &'a EnqueueRules,
     pub(crate) now: Millis,
-    pub(crate) insert: &'a Statement,
+    pub(crate) insert: &'a Stmt,
     pub(crate) enqueued: bool,
 }
 

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// A job that names dependencies, in its own transaction on a pooled
 /// connection.
 pub(crate) fn insert_one(conn: &mut PgConn, job: &ValidJob, now: Millis) -> Result<Enqueued> {
-    let mut tx = conn.client.transaction().map_err(write_err)?;
+    let mut tx = conn.begin().map_err(write_err)?;
     let e = insert(&mut tx, job, now)?;
     tx.commit().map_err(write_err)?;
     Ok(e)
@@ -37,7 +37,7 @@ pub(crate) fn insert_batch(
     now: Millis,
 ) -> Result<Vec<Enqueued>> {
     let order = workflow::batch_order(jobs)?;
-    let mut tx = conn.client.transaction().map_err(write_err)?;
+    let mut tx = conn.begin().map_err(write_err)?;
     let mut out = vec![None; jobs.len()];
     for i in order {
         out[i] = Some(insert(&mut tx, &jobs[i], now)?);

@@ -52,10 +52,7 @@ impl Queue<Postgres> {
     /// the queue's tables (`SELECT … FROM jobs`) or of its own.
     pub fn read<R>(&self, f: impl FnOnce(&mut postgres::Client) -> Result<R>) -> Result<R> {
         let store = self.store();
-        let mut c = store
-            .pool
-            .get()
-            .map_err(|e| conn::pool_err(e, store.pool.connection_timeout()))?;
+        let mut c = store.pool.get()?;
         f(&mut c.client)
     }
 
@@ -74,9 +71,9 @@ impl Queue<Postgres> {
         self.store().writable()?;
         let now = self.now();
         let valid = validate::validate(job, &self.inner.rules, now)?;
-        let st = client
-            .prepare(enqueue::INSERT_ONE)
-            .map_err(conn::read_err)?;
+        // By its text: prepared and closed inside the caller's transaction,
+        // so that it is safe behind a transaction pooler too.
+        let st = conn::Stmt::Text(enqueue::INSERT_ONE);
         enqueue::insert(client, &st, &valid, now)
     }
 }

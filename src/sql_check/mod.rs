@@ -77,6 +77,12 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
             vec![String::new(), "AND priority = 0".into()],
         ),
         ("cli/bench/phases.rs", "base", vec!["0".into()]),
+        // A session's settings, set in each transaction behind a pooler.
+        (
+            "postgres/conn.rs",
+            "",
+            vec!["set_config('lock_timeout', '1000ms', true)".into()],
+        ),
         ("cli/bench/phases.rs", "kind", vec!["bench.noop".into()]),
     ]
 }
@@ -281,7 +287,10 @@ fn every_postgres_statement_in_the_sources_prepares_against_a_fresh_schema() {
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
     let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    crate::postgres::schema::migrate(&mut c).unwrap();
+    crate::postgres::schema::migrate(&mut crate::postgres::conn::PgConn::direct(
+        postgres::Client::connect(&url, postgres::NoTls).unwrap(),
+    ))
+    .unwrap();
     let (found, mut problems) =
         statements(|name| is_postgres_source(name) || is_shared_source(name));
     // The tables an application makes (the demo's) before its statements.

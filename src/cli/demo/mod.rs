@@ -112,7 +112,7 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let signals = install_signal_handler();
 
     let queue = AnyQueue::open_with(&location, QueueOptions::default())?;
-    create_invoices(&queue)?;
+    patient("creating the invoices table", || create_invoices(&queue))?;
     // Created up front so that an empty run still has a file to count.
     OpenOptions::new()
         .create(true)
@@ -129,7 +129,7 @@ pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     runtime.stop();
     let interrupted = produced?;
 
-    let mut s = summarize(&queue, &events, &receipts)?;
+    let mut s = patient("counting", || summarize(&queue, &events, &receipts))?;
     s.events = args.events;
     s.this_run = this_run.snapshot();
     s.interrupted = interrupted;
@@ -206,7 +206,7 @@ fn deliver_until_done(
                 break;
             }
             let producing = producers.iter().any(|p| !p.is_finished());
-            let left = work_left(queue)?;
+            let left = patient("counting the work left", || work_left(queue))?;
             if progress && last_progress.elapsed() >= Duration::from_millis(250) {
                 last_progress = Instant::now();
                 show_progress(queue, this_run, order.len(), left)?;
@@ -235,7 +235,7 @@ fn show_progress(
     deliveries: usize,
     left: i64,
 ) -> Result<(), Error> {
-    let done = progress(queue)?;
+    let done = patient("reading progress", || progress(queue))?;
     eprint!(
         "\rdemo: {}/{} deliveries, {} invoices, {} receipts sent, {} waiting   ",
         this_run.deliveries.load(Ordering::Relaxed),
@@ -370,18 +370,39 @@ fn delivery_order(events: usize, redeliver: u32, seed: u64) -> Vec<usize> {
     order
 }
 
-/// One webhook delivery. A transient failure (busy, unknown outcome) is
-/// retried with the same key, which is always safe: at worst it is a
-/// duplicate.
+/// One webhook delivery. A transient failure (busy, unknown outcome, the
+/// server out of reach) is retried with the same key, which is always
+/// safe: at worst it is a duplicate.
 fn deliver(queue: &AnyQueue, ev: &PaymentEvent) -> Result<Enqueued, Error> {
+    patient("enqueueing", || {
+        queue.enqueue(NewJob::new(JOB_KIND, ev.id.as_str(), ev))
+    })
+}
+
+/// How long the demo rides through a database that is away (a restart, a
+/// failover) before it gives up.
+const RIDE_THROUGH: Duration = Duration::from_secs(120);
+
+/// `f` until it answers, while it fails for a reason that passes: busy,
+/// the server out of reach, or a server that refuses writes (a standby,
+/// while a failover promotes another: see `Error::Connection`). As an application would: its calls
+/// are safe to repeat (an enqueue by its key, the rest reads).
+fn patient<T>(what: &str, mut f: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
+    let since = Instant::now();
     let mut delay = Duration::from_millis(50);
-    let mut tries = 0;
+    let mut said = false;
     loop {
-        match queue.enqueue(NewJob::new(JOB_KIND, ev.id.as_str(), ev)) {
-            Err(e) if e.is_transient() && tries < 5 => {
-                tries += 1;
+        match f() {
+            Err(e) if e.is_transient() && since.elapsed() < RIDE_THROUGH => {
+                if !said {
+                    log::warn!(
+                        "demo: {what}: {e}; retrying for up to {} s",
+                        RIDE_THROUGH.as_secs()
+                    );
+                    said = true;
+                }
                 std::thread::sleep(delay);
-                delay *= 2;
+                delay = (delay * 2).min(Duration::from_secs(2));
             }
             other => return other,
         }

@@ -6,7 +6,7 @@
 //! Writes no table.
 
 use postgres::types::FromSql;
-use postgres::{IsolationLevel, Row, Transaction};
+use postgres::{Row, Transaction};
 
 use crate::core::copy::{
     AttemptRows, CopyReport, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
@@ -236,13 +236,7 @@ impl PgStore {
     /// last ids.
     pub(crate) fn export(&self, sink: &mut dyn CopySink) -> Result<(CopyReport, LastIds)> {
         let mut conn = self.session.connect()?;
-        let mut tx = conn
-            .client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(read_err)?;
+        let mut tx = conn.begin_snapshot().map_err(read_err)?;
         let report = CopyReport {
             jobs: jobs(&mut tx, sink)?,
             processed_jobs: ledger(&mut tx, sink)?,

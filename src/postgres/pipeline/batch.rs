@@ -135,10 +135,7 @@ impl Worker {
         };
         let now = s.store.now();
         let (c, st) = self.connection()?;
-        let mut tx = c
-            .client
-            .transaction()
-            .map_err(crate::postgres::conn::read_err)?;
+        let mut tx = c.begin().map_err(crate::postgres::conn::read_err)?;
         let asks: Vec<(i64, i64, bool)> = runs
             .iter()
             .map(|r| {

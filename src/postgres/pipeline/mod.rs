@@ -81,8 +81,10 @@ pub(crate) fn start(s: Arc<Shared<Postgres>>) -> Result<Launched> {
         let s = s.clone();
         threads.push(spawn("litejob-keeper".into(), move || keeper_loop(s))?);
     }
-    {
-        let session = store.session.clone();
+    // Behind a transaction pooler notifications cannot reach a listener
+    // (its LISTEN would hold on one server session the pooler lends to
+    // others): there workers poll, unless a direct URL was named for it.
+    if let Some(session) = store.listen.clone() {
         threads.push(spawn("litejob-listener".into(), move || {
             notify::listen_loop(
                 &session,
@@ -156,9 +158,8 @@ fn worker_session(store: &PgStore, s: &Shared<Postgres>) -> Session {
         .opts
         .transaction_budget
         .map_or(0, |d| d.as_millis().max(1));
-    session.setup.push_str(&format!(
-        "; SET statement_timeout = {budget}; SET synchronous_commit = off"
-    ));
+    session.set("statement_timeout", budget.to_string());
+    session.set("synchronous_commit", "off");
     session
 }
 

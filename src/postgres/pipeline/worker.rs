@@ -57,10 +57,20 @@ impl Worker {
                     }
                 }
                 Err(e) => {
-                    log::warn!(target: "litejob", "worker {}: {e}; retrying", self.name);
+                    let reach = &self.session.reach;
+                    // While the server is out of reach the queue says so once
+                    // (see `reach`), and this worker waits for the next
+                    // attempt of the process's.
+                    let wait = if reach.is_down() {
+                        log::debug!(target: "litejob", "worker {}: {e}; retrying", self.name);
+                        reach.retry_in()
+                    } else {
+                        log::warn!(target: "litejob", "worker {}: {e}; retrying", self.name);
+                        Duration::from_millis(500)
+                    };
                     self.conn = None;
                     self.unsure = true;
-                    sleep_or_stop(&self.stop, Duration::from_millis(500));
+                    sleep_or_stop(&self.stop, wait);
                 }
             }
         }
