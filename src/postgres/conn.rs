@@ -7,24 +7,39 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use postgres::types::{FromSql, ToSql};
+use postgres::types::{FromSql, ToSql, Type};
 use postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
 
 use crate::error::{Error, Result};
+
+/// Statements' parameter types, by statement.
+type Types = Arc<std::sync::Mutex<HashMap<&'static str, Arc<[Type]>>>>;
 
 /// Parameters of a statement, as the client takes them.
 pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 /// A statement of litejob's, ready to run: on a direct connection its
 /// prepared form, made once per connection, so that a call costs one round
-/// trip; behind a transaction pooler its text, prepared inside the
-/// transaction that runs it and closed there (the pooler may hand the
-/// next transaction another server session, where a statement prepared
-/// before does not exist).
+/// trip. Behind a transaction pooler a named statement may not outlive its
+/// transaction (the pooler may hand the next one another server session,
+/// where it does not exist, or where a leftover of the same name does), and
+/// a row keeps its statement alive (and unclosed) as long as it lives: so
+/// there it is its text and its parameters' types, run as the unnamed
+/// statement in one round trip, which nothing has to close. The types are
+/// read once per process, from a statement prepared and closed inside a
+/// transaction of its own ([`PgConn::stmt`]).
 #[derive(Clone)]
 pub(crate) enum Stmt {
     Prepared(Statement),
+    Typed(&'static str, Arc<[Type]>),
+    /// Prepared by the client inside the transaction that runs it; only
+    /// where no row outlives that transaction.
     Text(&'static str),
+}
+
+/// `p` paired with `types`, as the client's typed queries take them.
+fn typed<'a>(p: Params<'a>, types: &[Type]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    p.iter().copied().zip(types.iter().cloned()).collect()
 }
 
 impl Stmt {
@@ -36,6 +51,7 @@ impl Stmt {
     ) -> std::result::Result<Vec<Row>, postgres::Error> {
         match self {
             Stmt::Prepared(st) => c.query(st, p),
+            Stmt::Typed(sql, t) => c.query_typed(sql, &typed(p, t)),
             Stmt::Text(sql) => c.query(*sql, p),
         }
     }
@@ -48,6 +64,7 @@ impl Stmt {
     ) -> std::result::Result<Row, postgres::Error> {
         match self {
             Stmt::Prepared(st) => c.query_one(st, p),
+            Stmt::Typed(sql, t) => c.query_typed_one(sql, &typed(p, t)),
             Stmt::Text(sql) => c.query_one(*sql, p),
         }
     }
@@ -60,6 +77,7 @@ impl Stmt {
     ) -> std::result::Result<Option<Row>, postgres::Error> {
         match self {
             Stmt::Prepared(st) => c.query_opt(st, p),
+            Stmt::Typed(sql, t) => c.query_typed_opt(sql, &typed(p, t)),
             Stmt::Text(sql) => c.query_opt(*sql, p),
         }
     }
@@ -72,7 +90,8 @@ impl Stmt {
     ) -> std::result::Result<postgres::Portal, postgres::Error> {
         match self {
             Stmt::Prepared(st) => tx.bind(st, p),
-            Stmt::Text(sql) => tx.bind(*sql, p),
+            // The portal's statement is closed with it, inside `tx`.
+            Stmt::Typed(sql, _) | Stmt::Text(sql) => tx.bind(*sql, p),
         }
     }
 
@@ -84,6 +103,12 @@ impl Stmt {
     ) -> std::result::Result<u64, postgres::Error> {
         match self {
             Stmt::Prepared(st) => c.execute(st, p),
+            Stmt::Typed(sql, t) => {
+                use postgres::fallible_iterator::FallibleIterator;
+                let mut rows = c.query_typed_raw(sql, typed(p, t))?;
+                while rows.next()?.is_some() {}
+                Ok(rows.rows_affected().unwrap_or(0))
+            }
             Stmt::Text(sql) => c.execute(*sql, p),
         }
     }
@@ -99,6 +124,8 @@ pub(crate) struct PgConn {
     /// first in every transaction (empty: none, or a direct connection).
     local: Arc<str>,
     pooled: bool,
+    /// Behind a transaction pooler: the parameters' types of each statement.
+    types: Types,
     /// Set when a statement found the server read-only (a standby, after
     /// a failover): the pool drops the connection instead of keeping it.
     pub(crate) stale: bool,
@@ -111,6 +138,7 @@ impl PgConn {
             stmts: HashMap::new(),
             local: session.local.clone(),
             pooled: session.pooled,
+            types: session.types.clone(),
             stale: false,
         }
     }
@@ -123,6 +151,7 @@ impl PgConn {
             stmts: HashMap::new(),
             local: Arc::from(""),
             pooled: false,
+            types: Types::default(),
             stale: false,
         }
     }
@@ -135,7 +164,29 @@ impl PgConn {
     /// The runnable form of `sql`.
     pub(crate) fn stmt(&mut self, sql: &'static str) -> Result<Stmt> {
         if self.pooled {
-            return Ok(Stmt::Text(sql));
+            let known = self
+                .types
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(sql)
+                .cloned();
+            let types = match known {
+                Some(t) => t,
+                None => {
+                    let mut tx = self.begin().map_err(read_err)?;
+                    let st = tx.prepare(sql).map_err(read_err)?;
+                    let types: Arc<[Type]> = st.params().into();
+                    // Closed before the commit, on the session it was made on.
+                    drop(st);
+                    tx.commit().map_err(read_err)?;
+                    self.types
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(sql, types.clone());
+                    types
+                }
+            };
+            return Ok(Stmt::Typed(sql, types));
         }
         if let Some(st) = self.stmts.get(sql) {
             return Ok(Stmt::Prepared(st.clone()));
@@ -180,10 +231,17 @@ impl PgConn {
         f: impl FnOnce(&mut dyn FnMutClient) -> std::result::Result<R, postgres::Error>,
     ) -> Result<R> {
         let r = if self.pooled {
-            let mut tx = self.begin().map_err(read_err)?;
-            let r = f(&mut tx).map_err(err)?;
-            tx.commit().map_err(err)?;
-            Ok(r)
+            // Three round trips: the transaction opened with its settings
+            // in one simple query, the statement, the commit.
+            let open = format!("START TRANSACTION; {}", self.local);
+            self.client.batch_execute(&open).map_err(read_err)?;
+            match f(&mut self.client) {
+                Ok(r) => self.client.batch_execute("COMMIT").map_err(err).map(|()| r),
+                Err(e) => {
+                    let _ = self.client.batch_execute("ROLLBACK");
+                    Err(err(e))
+                }
+            }
         } else {
             f(&mut self.client).map_err(err)
         };
@@ -355,6 +413,9 @@ pub(crate) struct Session {
     local: Arc<str>,
     /// Connections go through a transaction pooler (see [`super::pooler`]).
     pub(crate) pooled: bool,
+    /// Behind a transaction pooler: the statements' parameter types, read
+    /// once for every connection (see [`Stmt`]).
+    types: Types,
     /// Whether the server can be reached, shared by every clone.
     pub(crate) reach: Arc<super::reach::Reach>,
 }
@@ -372,6 +433,7 @@ impl Session {
             settings: Vec::new(),
             local: Arc::from(""),
             pooled: false,
+            types: Types::default(),
             reach: Arc::default(),
         }
     }
