@@ -14,7 +14,7 @@ pub(crate) fn heartbeat<E: Engine>(s: &Shared<E>, until: Millis) {
         return;
     }
     if let Err(e) = s.store.renew_leases(&s.owner, &jobs, &effects, until) {
-        log::warn!(target: "litejob", "lease renewal failed: {e}");
+        super::pipeline::log_failure("lease renewal", &e);
     }
 }
 
@@ -30,6 +30,6 @@ pub(crate) fn reap<E: Engine>(s: &Shared<E>) {
                 s.notify_outbox();
             }
         }
-        Err(e) => log::warn!(target: "litejob", "reaping expired leases failed: {e}"),
+        Err(e) => super::pipeline::log_failure("reaping expired leases", &e),
     }
 }

@@ -161,6 +161,17 @@ pub(crate) fn worker_name() -> String {
     )
 }
 
+/// Logs a background thread's failed call: a warning, except while the
+/// database server is out of reach, which the store says once per outage
+/// (every thread's retry saying it again would flood the log).
+pub(crate) fn log_failure(what: &str, e: &crate::error::Error) {
+    if matches!(e, crate::error::Error::Connection(_)) {
+        log::debug!(target: "litejob", "{what} failed: {e}");
+    } else {
+        log::warn!(target: "litejob", "{what} failed: {e}");
+    }
+}
+
 /// Pauses for `d`, or less if the runtime stops meanwhile.
 pub(crate) fn sleep_or_stop(stop: &Receiver<()>, d: Duration) {
     let _ = stop.recv_timeout(d);

@@ -46,7 +46,7 @@ pub(crate) fn effect_loop<E: Engine>(s: Arc<Shared<E>>) {
                     }
                 }
                 Err(e) => {
-                    log::warn!(target: "litejob", "outbox claim failed: {e}");
+                    crate::driver::pipeline::log_failure("outbox claim", &e);
                     sleep_or_stop(&stop, Duration::from_millis(200));
                     continue;
                 }
@@ -63,7 +63,7 @@ pub(crate) fn effect_loop<E: Engine>(s: Arc<Shared<E>>) {
                 continue;
             }
             Err(e) => {
-                log::warn!(target: "litejob", "outbox claim failed: {e}");
+                crate::driver::pipeline::log_failure("outbox claim", &e);
                 unsure = e.is_outcome_unknown();
                 sleep_or_stop(&stop, Duration::from_millis(200));
                 continue;
