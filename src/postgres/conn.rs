@@ -248,6 +248,31 @@ impl PgConn {
         self.note(r)
     }
 
+    /// Runs the application's `f` on the client; behind a transaction
+    /// pooler inside a transaction of its own, opened with the session's
+    /// settings.
+    pub(crate) fn read_by_hand<R>(
+        &mut self,
+        f: impl FnOnce(&mut Client) -> Result<R>,
+    ) -> Result<R> {
+        if !self.pooled {
+            return f(&mut self.client);
+        }
+        let open = format!("START TRANSACTION; {}", self.local);
+        self.client.batch_execute(&open).map_err(read_err)?;
+        match f(&mut self.client) {
+            Ok(r) => self
+                .client
+                .batch_execute("COMMIT")
+                .map_err(read_err)
+                .map(|()| r),
+            Err(e) => {
+                let _ = self.client.batch_execute("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
     /// Notes a read-only server in `r` (see [`PgConn::stale`]).
     pub(crate) fn note<R>(&mut self, r: Result<R>) -> Result<R> {
         if let Err(Error::ReadOnly(_)) = &r {

@@ -50,7 +50,7 @@ impl Store for PgStore {
 
     fn schema_version(&self) -> Result<i64> {
         let _ = self.schema_version;
-        self.with_conn(true, |c| schema::read_version(c))
+        self.with_conn(true, schema::read_version)
     }
 
     fn verify(&self) -> Result<VerifyReport> {

@@ -67,10 +67,10 @@ pub(crate) fn settings(options: &str) -> Result<Vec<(String, String)>> {
     while let Some(w) = words.next() {
         let pair = if w == "-c" {
             words.next().unwrap_or("")
-        } else if let Some(p) = w.strip_prefix("-c").or_else(|| w.strip_prefix("--")) {
-            p
         } else {
-            ""
+            w.strip_prefix("-c")
+                .or_else(|| w.strip_prefix("--"))
+                .unwrap_or("")
         };
         match pair.split_once('=') {
             Some((n, v)) if !n.is_empty() => out.push((n.replace('-', "_"), v.to_string())),

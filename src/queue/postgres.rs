@@ -49,11 +49,15 @@ impl Queue<Postgres> {
     }
 
     /// Runs `f` on a pooled connection, for the application's own reads of
-    /// the queue's tables (`SELECT … FROM jobs`) or of its own.
+    /// the queue's tables (`SELECT … FROM jobs`) or of its own. Behind a
+    /// transaction pooler `f` runs inside a transaction with the queue's
+    /// settings (its `search_path` among them), committed after it: keep
+    /// the rows it reads inside `f` (a row keeps its statement, which must
+    /// not outlive the transaction there).
     pub fn read<R>(&self, f: impl FnOnce(&mut postgres::Client) -> Result<R>) -> Result<R> {
         let store = self.store();
         let mut c = store.pool.get()?;
-        f(&mut c.client)
+        c.read_by_hand(f)
     }
 
     /// Enqueues inside a transaction the application opened itself (with

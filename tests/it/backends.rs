@@ -2,8 +2,11 @@
 //! `both!` (here in `backends/`, and across `enqueue/`, `runtime/`,
 //! `outbox.rs` and `cli/`) runs once on a SQLite file and once on
 //! PostgreSQL, through the public API and the real binary, and checks the
-//! database with plain SQL. This file is its support: the test's queue,
-//! its SQL on either engine, and handlers written once for both.
+//! database with plain SQL; and once more on PostgreSQL through a
+//! transaction pooler (pgbouncer, `suite::pgbouncer`), where litejob's URL
+//! goes through the pooler while the test's own SQL connects directly.
+//! This file is its support: the test's queue, its SQL on either engine,
+//! and handlers written once for both.
 //!
 //! PostgreSQL is the server `LITEJOB_TEST_PG` names (a URL to a database
 //! the tests may create schemas in), or else the throwaway cluster the test
@@ -48,8 +51,17 @@ pub fn pg_base_url() -> &'static str {
 /// PostgreSQL schema of its own (dropped on drop).
 pub struct TestQueue {
     pub engine: Engine,
-    /// `--db`: the file's path, or the URL naming the schema.
+    /// `--db`: the file's path, or the URL naming the schema (through the
+    /// pooler when [`TestQueue::pooled`]).
     pub location: String,
+    /// Whether `location` goes through a transaction pooler (pgbouncer in
+    /// `pool_mode = transaction`, in front of the same server).
+    pub pooled: bool,
+    /// Where plain SQL connects (the test's checks, an application's own
+    /// connection, another program's): `location`, except through a
+    /// pooler, where it is the server's own URL naming the same schema (a
+    /// plain client cannot pass the URL's `options` through pgbouncer).
+    pub sql_location: String,
     _dir: Option<tempfile::TempDir>,
     schema: Option<(String, String)>,
     /// The connection [`TestQueue::exec`] and the reads use on PostgreSQL,
@@ -71,34 +83,52 @@ impl TestQueue {
                 let location = dir.path().join("test.db").display().to_string();
                 TestQueue {
                     engine,
+                    sql_location: location.clone(),
                     location,
+                    pooled: false,
                     _dir: Some(dir),
                     schema: None,
                     pg: Mutex::new(None),
                 }
             }
-            Engine::Postgres => {
-                let base = pg_base_url().to_string();
-                static N: AtomicU64 = AtomicU64::new(0);
-                let schema = format!(
-                    "t_{}_{}_{}",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed),
-                    crate::support::Rng::new(crate::support::now_ms() as u64).next_u64() % 100_000
-                );
-                let mut c = Client::connect(&base, NoTls)
-                    .unwrap_or_else(|e| panic!("the test server {base} does not answer: {e}"));
-                c.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
-                let sep = if base.contains('?') { '&' } else { '?' };
-                let location = format!("{base}{sep}options=-csearch_path%3D{schema}");
-                TestQueue {
-                    engine,
-                    location,
-                    _dir: None,
-                    schema: Some((base, schema)),
-                    pg: Mutex::new(None),
-                }
-            }
+            Engine::Postgres => TestQueue::on_postgres(false),
+        }
+    }
+
+    /// A fresh PostgreSQL schema that litejob reaches through the tests'
+    /// transaction pooler (the test declares `#[needs(Pgbouncer)]`); the
+    /// test's own SQL still connects directly.
+    pub fn through_pooler() -> TestQueue {
+        TestQueue::on_postgres(true)
+    }
+
+    fn on_postgres(pooled: bool) -> TestQueue {
+        let base = pg_base_url().to_string();
+        static N: AtomicU64 = AtomicU64::new(0);
+        let schema = format!(
+            "t_{}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed),
+            crate::support::Rng::new(crate::support::now_ms() as u64).next_u64() % 100_000
+        );
+        let mut c = Client::connect(&base, NoTls)
+            .unwrap_or_else(|e| panic!("the test server {base} does not answer: {e}"));
+        c.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let sql_location = format!("{base}{sep}options=-csearch_path%3D{schema}");
+        let location = if pooled {
+            crate::suite::pgbouncer::pooled_url_for(&sql_location)
+        } else {
+            sql_location.clone()
+        };
+        TestQueue {
+            engine: Engine::Postgres,
+            location,
+            pooled,
+            sql_location,
+            _dir: None,
+            schema: Some((base, schema)),
+            pg: Mutex::new(None),
         }
     }
 
@@ -181,12 +211,12 @@ impl TestQueue {
     ) -> Result<R, litejob::pg::Error> {
         let mut slot = self.pg.lock().unwrap_or_else(|e| e.into_inner());
         if slot.as_ref().map_or(true, Client::is_closed) {
-            *slot = Some(Client::connect(&self.location, NoTls)?);
+            *slot = Some(Client::connect(&self.sql_location, NoTls)?);
         }
         let c = slot.as_mut().expect("just connected");
         match f(c) {
             Err(_) if c.is_closed() => {
-                let c = slot.insert(Client::connect(&self.location, NoTls)?);
+                let c = slot.insert(Client::connect(&self.sql_location, NoTls)?);
                 f(c)
             }
             other => other,
@@ -528,14 +558,19 @@ pub fn done(_: &JobContext, _: &Value) -> Result<Outcome, HandlerError> {
 }
 
 /// Declares a test that runs once per backend: `both! { fn name(q) { .. } }`
-/// makes `name::sqlite` and `name::postgres`, each handing the body a fresh
-/// [`TestQueue`]. `#[needs(..)]` after the doc comment adds needs to both
-/// halves (the PostgreSQL half needs PostgreSQL anyway).
+/// makes `name::sqlite`, `name::postgres` and `name::postgres_pooled` (on
+/// PostgreSQL, litejob's URL through the tests' transaction pooler), each
+/// handing the body a fresh [`TestQueue`]. `#[needs(..)]` after the doc
+/// comment adds needs to every case (the PostgreSQL ones need PostgreSQL
+/// anyway, the pooled one pgbouncer too). `#[not_pooled("why")]` after
+/// that makes no pooled case, for a test that cannot run through a
+/// transaction pooler; the reason stays in the source.
 #[macro_export]
 macro_rules! both {
     (
         $(#[doc = $doc:literal])*
         $(#[needs($($need:ident),+ $(,)?)])?
+        $(#[not_pooled($why:literal)])?
         fn $name:ident($q:ident) $body:block
     ) => {
         $(#[doc = $doc])*
@@ -551,6 +586,18 @@ macro_rules! both {
             }
             $crate::register_test!(sqlite, [$($($need),+)?]);
             $crate::register_test!(postgres, [$($($need),+ ,)? Postgres]);
+            $crate::both!(@pooled [$($why)?] [$($($need),+)?]);
         }
+    };
+    (@pooled [] [$($need:ident),*]) => {
+        fn postgres_pooled() {
+            test_body(&$crate::backends::TestQueue::through_pooler())
+        }
+        $crate::register_test!(postgres_pooled, [$($need,)* Postgres, Pgbouncer]);
+    };
+    (@pooled [$why:literal] [$($need:ident),*]) => {
+        /// Why this test has no case through a transaction pooler.
+        #[allow(dead_code)]
+        const NOT_POOLED: &str = $why;
     };
 }

@@ -163,7 +163,7 @@ both! {
         let queue = q.open();
         let calls = Arc::new(Mutex::new(Vec::new()));
         let threads = Arc::new(Mutex::new(HashSet::new()));
-        let (c, t, engine, location) = (calls.clone(), threads.clone(), q.engine, q.location.clone());
+        let (c, t, engine, location) = (calls.clone(), threads.clone(), q.engine, q.sql_location.clone());
         let reader = queue.clone();
         let b = queue.runtime().effect_workers(3);
         let mut rt = handler(b, "k", |tx, p: Value| {

@@ -1,5 +1,6 @@
 //! What only PostgreSQL has: a server that can be out of reach, refuse a
-//! login or go away mid-run, notifications a pooler may drop, several
+//! login or go away mid-run, notifications a pooler may drop, a
+//! transaction pooler in front of it (pgbouncer), several
 //! machines' processes on one database (real child processes here), and
 //! the move of a queue file into a database (`litejob copy`).
 //!
@@ -11,7 +12,10 @@ mod connect;
 mod contention;
 pub(crate) mod copy;
 mod crash;
+mod down;
+mod failover;
 mod outage;
+mod pooler;
 pub(crate) mod proxy;
 mod wakeups;
 

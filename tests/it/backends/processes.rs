@@ -69,6 +69,9 @@ both! {
     /// both run jobs, each job's work commits once. The `work` runs wait
     /// until both processes have run something: started one after the
     /// other, the first could otherwise drain the backlog alone.
+    #[not_pooled("its processes run on child::Env's own schema, reached directly, and look \
+                  for idleness with a plain client on litejob's URL, which cannot pass \
+                  `options` through a pooler")]
     fn two_processes_share_one_backlog_and_run_each_job_once(q) {
         let env = Env::new(q.engine);
         let queue = env.q.open();

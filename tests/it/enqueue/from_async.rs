@@ -40,7 +40,7 @@ fn hold_write_lock(q: &TestQueue) -> Holder {
             Holder::Sqlite(c)
         }
         Engine::Postgres => {
-            let mut c = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
+            let mut c = litejob::pg::Client::connect(&q.sql_location, litejob::pg::NoTls).unwrap();
             c.batch_execute("BEGIN; LOCK TABLE jobs IN EXCLUSIVE MODE")
                 .unwrap();
             Holder::Postgres(c)

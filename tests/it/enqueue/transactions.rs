@@ -110,7 +110,7 @@ impl Own {
         match q.engine {
             Engine::Sqlite => Own::Sqlite(queue.file().connect().unwrap()),
             Engine::Postgres => Own::Postgres(
-                litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap(),
+                litejob::pg::Client::connect(&q.sql_location, litejob::pg::NoTls).unwrap(),
             ),
         }
     }

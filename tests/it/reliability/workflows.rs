@@ -570,6 +570,9 @@ both! {
     /// (400 with `LITEJOB_SOAK=1`): afterwards every workflow is complete,
     /// no step started or committed before its dependencies succeeded,
     /// each step's work committed once.
+    #[not_pooled("its children run on child::Env's own schema, reached directly, and look \
+                  for idleness with a plain client on litejob's URL, which cannot pass \
+                  `options` through a pooler")]
     fn killed_workers_leave_every_workflow_complete_each_step_once_after_its_dependencies(q) {
         let env = Env::new(q.engine);
         env.q.exec(TABLES);

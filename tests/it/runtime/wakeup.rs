@@ -28,7 +28,7 @@ fn enqueue_in_own_transaction(q: &TestQueue, queue: &AnyQueue, key: &str) -> i64
             id
         }
         Engine::Postgres => {
-            let mut c = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
+            let mut c = litejob::pg::Client::connect(&q.sql_location, litejob::pg::NoTls).unwrap();
             let mut t = c.transaction().unwrap();
             let id = queue.pg().enqueue_in(&mut t, &job).unwrap().id();
             t.commit().unwrap();

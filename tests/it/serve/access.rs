@@ -687,7 +687,7 @@ it! {
         );
         // The application's own transaction is not read-only: the queue
         // refuses to enqueue through it all the same.
-        let mut app = litejob::pg::Client::connect(&q.location, litejob::pg::NoTls).unwrap();
+        let mut app = litejob::pg::Client::connect(&q.sql_location, litejob::pg::NoTls).unwrap();
         let mut tx = app.transaction().unwrap();
         refused(
             "enqueue_in",

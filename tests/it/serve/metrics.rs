@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use litejob::admin::AnyQueue;
 use litejob::{NewJob, QueueOptions};
@@ -423,10 +423,19 @@ it! {
         // A page says the same: the server is unavailable.
         assert_eq!(s.get("/").status, 503);
 
-        // The server is back on the same address: healthy again.
+        // The server is back on the same address: healthy again within one
+        // step of the queue's reconnection backoff (2 s at most, and its
+        // jitter), never hammered meanwhile.
         let (relay, _) = Relay::start(&addr, authority);
-        let r = s.get("/healthz");
+        let back = Instant::now();
+        let mut r = s.get("/healthz");
+        while r.status != 200 && back.elapsed() < Duration::from_secs(5) {
+            assert_eq!(r.status, 503, "{}", r.body);
+            std::thread::sleep(Duration::from_millis(100));
+            r = s.get("/healthz");
+        }
         assert_eq!(r.status, 200, "{}", r.body);
+        eprintln!("200 again {:?} after the server's return", back.elapsed());
         relay.cut();
     }
 }

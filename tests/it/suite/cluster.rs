@@ -32,6 +32,12 @@ pub struct Cluster {
     pub url: String,
     /// Its directory (data, socket, log), removed when it stops.
     pub dir: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// Runs PostgreSQL's programs as the server's user.
+    pub tools: Tools,
+    /// The server's settings (`pg_ctl -o`), kept for a restart.
+    options: String,
     /// Closing its input stops the cluster and removes the directory.
     guardian: Child,
     input: Option<ChildStdin>,
@@ -42,6 +48,52 @@ impl Cluster {
     pub fn stop(mut self) {
         self.input.take();
         let _ = self.guardian.wait();
+    }
+
+    /// Its data directory.
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// `pg_ctl -D <data> args`, as the server's user.
+    pub fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let mut ctl = self.tools.command("pg_ctl");
+        ctl.arg("-D")
+            .arg(self.data())
+            .args(args)
+            .current_dir(&self.dir);
+        run(ctl, &format!("pg_ctl {}", args.join(" ")))
+    }
+
+    /// Stops the server (`pg_ctl stop -m <mode>`), keeping its data.
+    pub fn stop_server(&self, mode: &str) -> Result<(), String> {
+        self.pg_ctl(&["-m", mode, "-w", "-t", "120", "stop"])
+    }
+
+    /// Starts the server again on its port, with its settings.
+    pub fn start_server(&self) -> Result<(), String> {
+        let log = self.dir.join("server.log");
+        let log = log.to_str().ok_or("the log's path is not UTF-8")?;
+        self.pg_ctl(&["-l", log, "-w", "-t", "120", "-o", &self.options, "start"])
+    }
+}
+
+/// PostgreSQL's programs, run as the server's user (see [`server_user`]).
+#[derive(Clone)]
+pub struct Tools {
+    bin: PathBuf,
+    user: Option<(String, u32, u32)>,
+}
+
+impl Tools {
+    /// `program` (`pg_ctl`, `pg_basebackup`, …) as the server's user.
+    pub fn command(&self, program: &str) -> Command {
+        command(&self.user, &self.bin.join(program))
+    }
+
+    /// Runs `cmd`; its output is the error if it fails.
+    pub fn run(&self, cmd: Command, what: &str) -> Result<(), String> {
+        run(cmd, what)
     }
 }
 
@@ -170,6 +222,46 @@ fn quote(p: &Path) -> String {
 
 /// Starts a throwaway cluster.
 pub fn start() -> Result<Cluster, String> {
+    start_with("")
+}
+
+/// A throwaway cluster started with more settings (`-c name=value …`).
+pub fn start_with(settings: &str) -> Result<Cluster, String> {
+    start_made(settings, initdb)
+}
+
+/// Makes a cluster's data directory the usual way: `initdb`, the
+/// superuser `litejob` with the password `litejob`.
+fn initdb(tools: &Tools, dir: &Path) -> Result<(), String> {
+    let pwfile = dir.join("password");
+    std::fs::write(&pwfile, "litejob\n").map_err(|e| format!("{}: {e}", pwfile.display()))?;
+    if let Some((name, uid, gid)) = &tools.user {
+        std::os::unix::fs::chown(&pwfile, Some(*uid), Some(*gid))
+            .map_err(|e| format!("chown {} to {name}: {e}", pwfile.display()))?;
+    }
+    let mut initdb = tools.command("initdb");
+    initdb
+        .arg("-D")
+        .arg(dir.join("data"))
+        .arg(format!("--pwfile={}", pwfile.display()))
+        .args([
+            "-U",
+            "litejob",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        ])
+        .args(["-E", "UTF8", "--locale=C", "--no-sync"])
+        .current_dir(dir);
+    run(initdb, "initdb")
+}
+
+/// A throwaway cluster whose data directory (`<dir>/data`) `make` writes,
+/// started with `settings` besides the usual ones; the directory `dir`
+/// belongs to the server's user.
+pub fn start_made(
+    settings: &str,
+    make: impl FnOnce(&Tools, &Path) -> Result<(), String>,
+) -> Result<Cluster, String> {
     let bin = bin_dir().ok_or("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")?;
     let user = server_user()?;
     let dir = tempfile::Builder::new()
@@ -195,9 +287,16 @@ pub fn start() -> Result<Cluster, String> {
         quote(&data),
         quote(&dir)
     );
+    let tools = Tools {
+        bin: bin.clone(),
+        user: user.clone(),
+    };
     let mut cluster = Cluster {
         url: String::new(),
         dir: dir.clone(),
+        port: 0,
+        tools: tools.clone(),
+        options: String::new(),
         guardian: Command::new("sh")
             .arg("-c")
             .arg(script)
@@ -211,33 +310,14 @@ pub fn start() -> Result<Cluster, String> {
     };
     cluster.input = cluster.guardian.stdin.take();
 
-    let pwfile = dir.join("password");
-    std::fs::write(&pwfile, "litejob\n").map_err(|e| format!("{}: {e}", pwfile.display()))?;
-    if let Some((name, uid, gid)) = &user {
-        std::os::unix::fs::chown(&pwfile, Some(*uid), Some(*gid))
-            .map_err(|e| format!("chown {} to {name}: {e}", pwfile.display()))?;
-    }
-    let mut initdb = command(&user, &bin.join("initdb"));
-    initdb
-        .arg("-D")
-        .arg(&data)
-        .arg(format!("--pwfile={}", pwfile.display()))
-        .args([
-            "-U",
-            "litejob",
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-        ])
-        .args(["-E", "UTF8", "--locale=C", "--no-sync"])
-        .current_dir(&dir);
-    run(initdb, "initdb")?;
+    make(&tools, &dir)?;
     // A port can be taken between the look and the server's bind.
     let mut last = String::new();
     for _ in 0..5 {
         let port = free_port()?;
         let options = format!(
             "-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={} \
-             -c fsync=off -c max_connections=200",
+             -c fsync=off -c max_connections=200 {settings}",
             dir.display()
         );
         let mut ctl = command(&user, &pg_ctl);
@@ -250,6 +330,8 @@ pub fn start() -> Result<Cluster, String> {
         match run(ctl, "pg_ctl start") {
             Ok(()) => {
                 cluster.url = format!("postgres://litejob:litejob@127.0.0.1:{port}/postgres");
+                cluster.port = port;
+                cluster.options = options;
                 Client::connect(&cluster.url, NoTls).map_err(|e| {
                     format!("the cluster at {} does not answer: {e}", dir.display())
                 })?;
