@@ -482,14 +482,19 @@ impl Session {
     }
 
     /// From here on, connections go through a transaction pooler.
-    pub(crate) fn set_pooled(&mut self, settings: Vec<(String, String)>) {
+    pub(crate) fn set_pooled(&mut self) {
         self.pooled = true;
+        self.local = Arc::from(self.local_sql());
+    }
+
+    /// Sets the URL's `options`, which a pooler refused at login, as
+    /// settings of every connection instead.
+    pub(crate) fn set_options(&mut self, settings: Vec<(String, String)>) {
         for (n, v) in settings {
             // Names of the URL's options live as long as the queue.
             let n: &'static str = Box::leak(n.into_boxed_str());
             self.set(n, v);
         }
-        self.local = Arc::from(self.local_sql());
     }
 
     /// The settings as one statement: `set_config` takes a value as the
@@ -526,11 +531,35 @@ impl Session {
     /// is out of reach, at most one thread of the process tries, once per
     /// backoff step; the others are refused at once.
     pub(crate) fn connect(&self) -> Result<PgConn> {
+        let mut c = self.connect_bare()?;
+        self.settle(&mut c)?;
+        Ok(c)
+    }
+
+    /// Sets the session's settings on `c`, a connection [`connect_bare`]
+    /// opened, once it is known not to go through a transaction pooler
+    /// (where they would stay on a server session other clients share).
+    ///
+    /// [`connect_bare`]: Session::connect_bare
+    pub(crate) fn settle(&self, c: &mut PgConn) -> Result<()> {
+        c.pooled = self.pooled;
+        c.local = self.local.clone();
+        if !self.pooled && !self.settings.is_empty() {
+            c.client
+                .batch_execute(&self.sql(false))
+                .map_err(connect_err)?;
+        }
+        Ok(())
+    }
+
+    /// Opens one connection without the session's settings (see
+    /// [`Session::settle`]).
+    pub(crate) fn connect_bare(&self) -> Result<PgConn> {
         match self.reach.admit(&self.location) {
             super::reach::Admit::Try => {}
             super::reach::Admit::Refused(e) => return Err(e),
         }
-        let mut client = match self.config.connect(NoTls) {
+        let client = match self.config.connect(NoTls) {
             Ok(c) => c,
             Err(e) => {
                 let text = with_causes(&e);
@@ -544,11 +573,6 @@ impl Session {
             }
         };
         self.reach.succeeded(&self.location);
-        if !self.pooled && !self.settings.is_empty() {
-            client
-                .batch_execute(&self.sql(false))
-                .map_err(connect_err)?;
-        }
         Ok(PgConn::new(client, self))
     }
 }

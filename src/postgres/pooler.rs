@@ -106,10 +106,12 @@ fn backend_of(c: &mut Client, sql: &str) -> Result<i64> {
 
 /// Why `first`'s connections go through a transaction pooler, or None
 /// when they do not (a direct connection or a session pooler). Opens a
-/// second connection of `session` for a moment.
+/// second connection of `session` for a moment. Both are bare
+/// ([`Session::connect_bare`]): nothing of theirs may stay on a pooler's
+/// shared server session.
 pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<String>> {
     let before = backend(&mut first.client)?;
-    let mut other = session.connect()?;
+    let mut other = session.connect_bare()?;
     let (held, is_held) = mpsc::channel::<Result<i64>>();
     let (done, is_done) = mpsc::channel::<()>();
     let holder = std::thread::Builder::new()

@@ -230,7 +230,7 @@ fn open_session(
 ) -> Result<(Session, PgConn)> {
     let mut session = session(url, opts, settings)?;
     let at = located(session.location.clone());
-    let (first, why) = match session.connect() {
+    let (first, why) = match session.connect_bare() {
         Ok(mut first) => {
             let why = pooler::probe(&session, &mut first).map_err(&at)?;
             (first, why)
@@ -242,30 +242,33 @@ fn open_session(
             let extra = pooler::settings(&options)?;
             session = self::session(&pooler::without_options(url), opts, settings)?;
             session.location = conn::redact(url);
-            session.set_pooled(extra);
-            let first = session.connect().map_err(&at)?;
-            (
-                first,
-                Some("it refused the options startup parameter".to_string()),
-            )
+            session.set_options(extra);
+            let mut first = session.connect_bare().map_err(&at)?;
+            match pooler::probe(&session, &mut first).map_err(&at)? {
+                Some(why) => (
+                    first,
+                    Some(format!("{why}; it refused the options startup parameter")),
+                ),
+                None => {
+                    log::info!(
+                        target: "litejob",
+                        "{} goes through a connection pooler in session mode (it refused the \
+                         options startup parameter): the URL's options are set on each \
+                         connection once it is open",
+                        session.location
+                    );
+                    (first, None)
+                }
+            }
         }
         Err(e) => return Err(at(e)),
     };
-    let first = match why {
-        Some(why) if !session.pooled => {
-            session.set_pooled(Vec::new());
-            pooler::announce(&session.location, &why, opts.listen_url.is_some());
-            // Opened with session settings: a connection of the pooled
-            // kind instead, whose transactions set their own.
-            drop(first);
-            session.connect().map_err(&at)?
-        }
-        Some(why) => {
-            pooler::announce(&session.location, &why, opts.listen_url.is_some());
-            first
-        }
-        None => first,
-    };
+    let mut first = first;
+    if let Some(why) = why {
+        session.set_pooled();
+        pooler::announce(&session.location, &why, opts.listen_url.is_some());
+    }
+    session.settle(&mut first).map_err(&at)?;
     Ok((session, first))
 }
 
