@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 
-use super::conn::{Col, PgConn, Session};
+use super::conn::{read_err, PgConn, Session};
 use crate::core::time::{now_ms, Millis};
 use crate::error::{Error, Result};
 
@@ -77,12 +77,21 @@ impl Clock {
             return Ok(());
         }
         let t0 = now_ms();
-        let server: i64 = c
-            .query_one(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-                &[],
-            )?
-            .col(0)?;
+        // One round trip, as a simple query: behind a transaction pooler a
+        // statement of the extended protocol takes three (its transaction
+        // opened, run, committed), and the offset is only as good as the
+        // round trip is short.
+        let answer = c
+            .client
+            .simple_query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+            .map_err(read_err)?;
+        let server: i64 = answer
+            .iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
+                _ => None,
+            })
+            .ok_or_else(|| Error::Internal("the server's clock answered no number".into()))?;
         let t1 = now_ms();
         self.offset_ms
             .store(server - (t0 + t1) / 2, Ordering::Relaxed);
