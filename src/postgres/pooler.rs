@@ -12,12 +12,15 @@
 //! `options=-csearch_path%3DSCHEMA` is taken out of the startup packet and
 //! set in each transaction too.
 //!
-//! How it is found: a pooler's refusal of `options` names it; otherwise
-//! the session's server backend is read twice, once before and once while
-//! a second connection of ours holds a transaction open. A direct
-//! connection, or a session pooler, keeps its backend; a transaction
-//! pooler hands the second transaction another one (the first is held by
-//! the other connection), or makes it wait for it when it has only one.
+//! How it is found: the session's server backend is read twice, once
+//! before and once while a second connection of ours holds a transaction
+//! open. A direct connection, or a session pooler, keeps its backend, and
+//! two connections never share one; a transaction pooler lends the second
+//! connection the first one's backend, or hands the first's second
+//! transaction another one, or makes it wait when it has only one. A busy
+//! pooler can hide it from one round (another client takes the backend
+//! and gives it back), so the probe runs a few. A pooler's refusal of
+//! `options` says there is a pooler, not which mode it pools in.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -110,8 +113,29 @@ fn backend_of(c: &mut Client, sql: &str) -> Result<i64> {
 /// ([`Session::connect_bare`]): nothing of theirs may stay on a pooler's
 /// shared server session.
 pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<String>> {
-    let before = backend(&mut first.client)?;
     let mut other = session.connect_bare()?;
+    // One round can miss a busy pooler (a third client takes the backend
+    // between two reads and gives it back); none finds one where there is
+    // none, so a few rounds settle it.
+    for _ in 0..ROUNDS {
+        let (found, back) = round(first, other)?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        other = back;
+    }
+    Ok(None)
+}
+
+/// Rounds of [`probe`] before it concludes there is no transaction pooler:
+/// a round costs two round trips on each connection (a few ms in all on a
+/// direct one), and under a busy pooler a round can miss it.
+const ROUNDS: usize = 16;
+
+/// One round of [`probe`]: `first`'s backend read, then read again while
+/// `other` holds a transaction open. Gives `other` back.
+fn round(first: &mut PgConn, mut other: PgConn) -> Result<(Option<String>, PgConn)> {
+    let before = backend(&mut first.client)?;
     let (held, is_held) = mpsc::channel::<Result<i64>>();
     let (done, is_done) = mpsc::channel::<()>();
     let holder = std::thread::Builder::new()
@@ -125,6 +149,7 @@ pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<Stri
             let _ = held.send(pid);
             let _ = is_done.recv_timeout(HOLD);
             let _ = other.client.simple_query("ROLLBACK");
+            other
         })
         .map_err(Error::Io)?;
     let held_by_other = is_held
@@ -138,12 +163,18 @@ pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<Stri
         .map(|_| backend(&mut first.client));
     let waited = asked.elapsed();
     let _ = done.send(());
-    let _ = holder.join();
-    held_by_other?;
-    let Some(after) = after.transpose()? else {
-        return Ok(None);
-    };
-    Ok(if after != before {
+    let other = holder
+        .join()
+        .map_err(|_| Error::Internal("the pooler probe's thread panicked".into()))?;
+    let held = held_by_other?;
+    let after = after.transpose()?.unwrap_or(before);
+    let found = if held == before {
+        // Two connections of ours on one backend: only a pooler lends one
+        // server session to several clients.
+        Some(format!(
+            "two of its connections ran on one server backend, {before}"
+        ))
+    } else if after != before {
         Some(format!(
             "its server session changed between two transactions, from backend {before} to \
              {after}"
@@ -155,7 +186,8 @@ pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<Stri
         ))
     } else {
         None
-    })
+    };
+    Ok((found, other))
 }
 
 /// Says once, when a queue opens, that it found a transaction pooler and

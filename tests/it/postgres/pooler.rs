@@ -10,7 +10,14 @@
 //! long before its poll; an application's own transaction through the
 //! pooler takes the enqueue with it.
 //!
-//! The pooler is the suite's (`suite::pgbouncer`, in front of the tests'
+//! Behind a pooler in session mode (each client keeps its server connection
+//! for its whole session) a queue works as on a direct connection, though
+//! the pooler refuses the URL's `options` there too: the demo runs, the log
+//! says once that it goes through a session pooler and never that it is
+//! behind a transaction pooler, and an idle runtime is woken by `LISTEN`
+//! through the pooler long before its poll.
+//!
+//! The poolers are the suite's (`suite::pgbouncer`, in front of the tests'
 //! server); the checks connect to the server directly.
 
 use std::process::{Command, Output};
@@ -25,7 +32,7 @@ use serde_json::{json, Value};
 
 use super::wakeups::with_param;
 use crate::backends::{app_handler, done, handler, Engine, Runtimes, TestQueue};
-use crate::suite::pgbouncer::{pooled_url_for, POOL_SIZE};
+use crate::suite::pgbouncer::{pooled_url_for, session_pooled_url_for, POOL_SIZE};
 use crate::support::{bin, show, wait_until, LONG};
 
 /// A fresh schema that litejob reaches through the pooler, and the test's
@@ -33,6 +40,19 @@ use crate::support::{bin, show, wait_until, LONG};
 fn pooled() -> TestQueue {
     let q = TestQueue::through_pooler();
     assert!(q.pooled && q.location != q.sql_location, "{}", q.location);
+    q
+}
+
+/// A fresh schema that litejob reaches through the session pooler (the
+/// URL's `options` name it), and the test's checks directly.
+fn session_pooled() -> TestQueue {
+    let mut q = TestQueue::new(Engine::Postgres);
+    q.location = session_pooled_url_for(&q.sql_location);
+    assert!(
+        q.location != q.sql_location && q.location.contains("options="),
+        "{}",
+        q.location
+    );
     q
 }
 
@@ -576,5 +596,97 @@ it! {
         });
         rt.stop();
         assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+}
+
+it! {
+    /// `litejob demo` through a pooler in session mode, the schema in the
+    /// URL's `options` (which the pooler refuses at startup): it exits 0,
+    /// every job succeeded in that schema, with one invoice and one receipt
+    /// each, and with `RUST_LOG=litejob=info` the log says once that it
+    /// goes through a pooler in session mode and never that it is behind a
+    /// transaction pooler.
+    #[needs(Postgres, Pgbouncer)]
+    fn the_demo_runs_behind_a_session_pooler_as_on_a_direct_connection() {
+        let q = session_pooled();
+        let dir = tempfile::tempdir().unwrap();
+        let receipts = dir.path().join("receipts");
+        let args = [
+            "demo",
+            "--events",
+            "200",
+            "--receipts",
+            receipts.to_str().unwrap(),
+        ];
+        let out = litejob_env(&q.location, &args, &[("RUST_LOG", "litejob=info")]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&args, &out));
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(log.matches("session mode").count(), 1, "{}", show(&args, &out));
+        assert_eq!(pooler_lines(&out), 0, "{}", show(&args, &out));
+        let jobs = "SELECT count(*) FROM jobs WHERE kind = 'payment.succeeded'";
+        assert_eq!(q.count(jobs), 200);
+        assert_eq!(q.count(&format!("{jobs} AND state = 'succeeded'")), 200);
+        assert_eq!(q.count("SELECT count(*) FROM jobs WHERE state <> 'succeeded'"), 0);
+        assert_eq!(q.count("SELECT count(DISTINCT provider_event_id) FROM invoices"), 200);
+        assert_eq!(q.count("SELECT count(*) FROM processed_jobs"), 200);
+        assert_eq!(
+            q.count("SELECT count(*) FROM outbox WHERE kind = 'send_receipt' AND state = 'sent'"),
+            200
+        );
+        let lines = std::fs::read_to_string(&receipts).unwrap();
+        let distinct: std::collections::HashSet<&str> = lines.lines().collect();
+        assert_eq!(distinct.len(), 200, "one receipt line per event");
+    }
+}
+
+it! {
+    /// Through a pooler in session mode, with no other URL to listen on, a
+    /// runtime polling every 30 s listens through the pooler and is woken
+    /// by a job another process (`litejob enqueue`) enqueues through it:
+    /// each job runs within 5 s.
+    #[needs(Postgres, Pgbouncer)]
+    fn an_idle_runtime_behind_a_session_pooler_is_woken_by_notify_long_before_its_poll() {
+        let q = session_pooled();
+        q.create_app_table();
+        let name = format!(
+            "session_{}_{}",
+            std::process::id(),
+            crate::support::now_ms() % 1_000_000
+        );
+        let url = with_param(&q.location, &format!("application_name={name}"));
+        let queue = AnyQueue::open_with(&url, QueueOptions::default()).unwrap();
+        let mut rt = app_handler(
+            Engine::Postgres,
+            queue.runtime().workers(1).poll_interval(Duration::from_secs(30)),
+            "work",
+            done,
+        )
+        .start()
+        .unwrap();
+        wait_until("the runtime listens through the session pooler", LONG, || {
+            q.count(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}' \
+                 AND query LIKE 'LISTEN%'"
+            )) == 1
+        });
+        // The wake-up it gives itself on connecting is spent.
+        std::thread::sleep(Duration::from_millis(500));
+        for key in ["s-1", "s-2", "s-3"] {
+            let t0 = Instant::now();
+            ok(&q.location, &["enqueue", "work", "--key", key]);
+            wait_until(
+                "a wake-up reaches the runtime (its poll is 30 s away)",
+                Duration::from_secs(5),
+                || {
+                    queue
+                        .job_by_key(key)
+                        .unwrap()
+                        .is_some_and(|j| j.state == JobState::Succeeded)
+                },
+            );
+            eprintln!("{key}: enqueued and run in {:?}", t0.elapsed());
+        }
+        rt.stop();
+        assert_eq!(q.count("SELECT count(*) FROM app_rows"), 3);
     }
 }

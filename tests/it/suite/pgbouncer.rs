@@ -1,8 +1,13 @@
 //! A transaction pooler in front of the tests' PostgreSQL ([`super::cluster`]'s
 //! server): one pgbouncer for the test process, started the first time a
-//! test needs it, as managed providers put one in front of a database.
+//! test needs it, as managed providers put one in front of a database;
+//! and, for the tests that need one, a second in session mode
+//! ([`Mode::Session`], [`session_pooled_url_for`]), started the first time
+//! one of them asks for it.
 //!
-//! It runs with `pool_mode = transaction` on a free port of 127.0.0.1,
+//! The first runs with `pool_mode = transaction`, the second with `pool_mode
+//! = session` ([`SESSION_POOL_SIZE`] server connections, one held by each
+//! client for as long as it is connected), each on a free port of 127.0.0.1,
 //! from a configuration in a temporary directory: any database name maps
 //! through to the server (`* = host=… port=…`), the login is the server
 //! URL's (its password in the `auth_file`, in plain text, so pgbouncer can
@@ -28,15 +33,62 @@ use litejob::pg::{Client, NoTls, SimpleQueryMessage};
 
 use super::Missing;
 
-/// Server connections per database and user: fewer than the clients a
-/// test opens, so that clients share them.
+/// Server connections per database and user of the transaction pooler:
+/// fewer than the clients a test opens, so that clients share them.
 pub const POOL_SIZE: usize = 10;
+
+/// Server connections per database and user of the session pooler: each
+/// client holds one for its whole session, so there are enough for the
+/// connections of the few processes that use it at once (a queue opens up
+/// to `4 × pool_size` and a few of its own; one more waits, up to
+/// `query_wait_timeout`, for another client to disconnect).
+pub const SESSION_POOL_SIZE: usize = 40;
+
+/// How a pgbouncer hands its server connections to clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `pool_mode = transaction`: a server connection for each
+    /// transaction, shared by every client ([`POOL_SIZE`] of them).
+    Transaction,
+    /// `pool_mode = session`: a server connection for the whole of a
+    /// client's session ([`SESSION_POOL_SIZE`] of them).
+    Session,
+}
+
+impl Mode {
+    /// Its `pool_mode` setting.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Transaction => "transaction",
+            Mode::Session => "session",
+        }
+    }
+
+    /// Its server connections per database and user.
+    pub fn pool_size(self) -> usize {
+        match self {
+            Mode::Transaction => POOL_SIZE,
+            Mode::Session => SESSION_POOL_SIZE,
+        }
+    }
+
+    /// How long a server connection nobody uses stays open: the session
+    /// pooler's are many, and are closed soon so that they do not take the
+    /// server's connections from the tests that connect directly.
+    fn server_idle_timeout(self) -> u32 {
+        match self {
+            Mode::Transaction => 600,
+            Mode::Session => 5,
+        }
+    }
+}
 
 /// How long a start may take before it counts as failed.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The pooler the tests share, once started.
-static SHARED: Mutex<Option<Pgbouncer>> = Mutex::new(None);
+/// The poolers the tests share, once started: the transaction pooler's,
+/// then the session pooler's (indexed by [`Mode`]).
+static SHARED: [Mutex<Option<Pgbouncer>>; 2] = [const { Mutex::new(None) }; 2];
 
 /// A running pgbouncer.
 pub struct Pgbouncer {
@@ -79,17 +131,31 @@ impl Pgbouncer {
 /// [`super::cluster::base_url`]) the first time it is asked for, and
 /// checked to answer in transaction mode.
 pub fn shared_port() -> Result<u16, Missing> {
-    static PORT: OnceLock<Result<u16, Missing>> = OnceLock::new();
-    PORT.get_or_init(|| {
-        let bin = installed()?;
-        let base = super::cluster::base_url()
-            .map_err(|m| Missing::here(format!("no PostgreSQL to pool: {}", m.why)))?;
-        let p = start_with(&bin, base).map_err(Missing::here)?;
-        let port = p.port;
-        *SHARED.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
-        Ok(port)
-    })
-    .clone()
+    shared_port_of(Mode::Transaction)
+}
+
+/// The port of the session pooler the tests share, started (in front of
+/// [`super::cluster::base_url`]) the first time it is asked for, and
+/// checked to answer in session mode.
+pub fn shared_session_port() -> Result<u16, Missing> {
+    shared_port_of(Mode::Session)
+}
+
+fn shared_port_of(mode: Mode) -> Result<u16, Missing> {
+    static PORTS: [OnceLock<Result<u16, Missing>>; 2] = [const { OnceLock::new() }; 2];
+    PORTS[mode as usize]
+        .get_or_init(|| {
+            let bin = installed()?;
+            let base = super::cluster::base_url()
+                .map_err(|m| Missing::here(format!("no PostgreSQL to pool: {}", m.why)))?;
+            let p = start_with(&bin, base, mode).map_err(Missing::here)?;
+            let port = p.port;
+            *SHARED[mode as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(p);
+            Ok(port)
+        })
+        .clone()
 }
 
 /// `url`, a direct URL to the tests' server, through the shared pooler.
@@ -101,19 +167,46 @@ pub fn pooled_url_for(url: &str) -> String {
     rewrite_authority(url, &format!("127.0.0.1:{port}")).unwrap_or_else(|e| panic!("{url}: {e}"))
 }
 
+/// `url`, a direct URL to the tests' server, through the shared session
+/// pooler, started now if it is not yet. Panics unless pgbouncer is here
+/// (a test that uses it declares `#[needs(Pgbouncer)]`) or if it does not
+/// start.
+pub fn session_pooled_url_for(url: &str) -> String {
+    super::Need::Pgbouncer.require();
+    let port = shared_session_port()
+        .unwrap_or_else(|m| panic!("the session pooler did not start: {}", m.why));
+    rewrite_authority(url, &format!("127.0.0.1:{port}")).unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
 /// The shared pooler's admin console (`SHOW POOLS`, `SHOW CONFIG`, …).
 pub fn admin_url() -> String {
     super::Need::Pgbouncer.require();
-    let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    admin_url_of(Mode::Transaction)
+}
+
+/// The shared session pooler's admin console, started now if it is not
+/// yet (as [`session_pooled_url_for`]).
+pub fn session_admin_url() -> String {
+    super::Need::Pgbouncer.require();
+    shared_session_port().unwrap_or_else(|m| panic!("the session pooler did not start: {}", m.why));
+    admin_url_of(Mode::Session)
+}
+
+fn admin_url_of(mode: Mode) -> String {
+    let shared = SHARED[mode as usize]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     shared.as_ref().expect("started").admin_url()
 }
 
-/// Stops the shared pooler, if this process started one, and waits until
-/// its directory is gone.
+/// Stops the shared poolers, if this process started them, and waits until
+/// their directories are gone.
 pub fn stop() {
-    let taken = SHARED.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(p) = taken {
-        p.stop();
+    for shared in &SHARED {
+        let taken = shared.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = taken {
+            p.stop();
+        }
     }
 }
 
@@ -131,19 +224,24 @@ pub fn installed() -> Result<PathBuf, Missing> {
         })
 }
 
-/// Starts a pgbouncer in front of the server `upstream` names (a
-/// `postgres://user:password@host:port/db` URL).
+/// Starts a pgbouncer in transaction mode in front of the server
+/// `upstream` names (a `postgres://user:password@host:port/db` URL).
 pub fn start(upstream: &str) -> Result<Pgbouncer, String> {
-    let bin = installed().map_err(|m| m.why)?;
-    start_with(&bin, upstream)
+    start_mode(upstream, Mode::Transaction)
 }
 
-fn start_with(bin: &Path, upstream: &str) -> Result<Pgbouncer, String> {
+/// Starts a pgbouncer in `mode` in front of the server `upstream` names.
+pub fn start_mode(upstream: &str, mode: Mode) -> Result<Pgbouncer, String> {
+    let bin = installed().map_err(|m| m.why)?;
+    start_with(&bin, upstream, mode)
+}
+
+fn start_with(bin: &Path, upstream: &str, mode: Mode) -> Result<Pgbouncer, String> {
     let target = Target::parse(upstream)?;
     // A port can be taken between the look and pgbouncer's bind.
     let mut last = String::new();
     for _ in 0..5 {
-        match start_on(bin, &target, free_port()?) {
+        match start_on(bin, &target, free_port()?, mode) {
             Ok(p) => return Ok(p),
             Err(e) => last = e,
         }
@@ -332,7 +430,7 @@ fn write(path: &Path, text: &str, owner: &Option<(String, u32, u32)>) -> Result<
     Ok(())
 }
 
-fn start_on(bin: &Path, target: &Target, port: u16) -> Result<Pgbouncer, String> {
+fn start_on(bin: &Path, target: &Target, port: u16, mode: Mode) -> Result<Pgbouncer, String> {
     let user = pooler_user()?;
     let dir = tempfile::Builder::new()
         .prefix("litejob-test-pgbouncer-")
@@ -369,8 +467,9 @@ fn start_on(bin: &Path, target: &Target, port: u16) -> Result<Pgbouncer, String>
              auth_type = {auth_type}\n\
              auth_file = {auth}\n\
              admin_users = {admin}\n\
-             pool_mode = transaction\n\
-             default_pool_size = {POOL_SIZE}\n\
+             pool_mode = {mode}\n\
+             default_pool_size = {pool_size}\n\
+             server_idle_timeout = {idle}\n\
              max_client_conn = 1000\n\
              ignore_startup_parameters = extra_float_digits\n\
              query_wait_timeout = 60\n\
@@ -381,6 +480,9 @@ fn start_on(bin: &Path, target: &Target, port: u16) -> Result<Pgbouncer, String>
             dir = dir.path().display(),
             auth = auth.display(),
             admin = target.user,
+            mode = mode.name(),
+            pool_size = mode.pool_size(),
+            idle = mode.server_idle_timeout(),
         ),
         &user,
     )?;
@@ -436,7 +538,7 @@ fn start_on(bin: &Path, target: &Target, port: u16) -> Result<Pgbouncer, String>
                 .parse::<u32>()
                 .map_err(|_| format!("the guardian printed no pid: {pid:?}"))
         })
-        .and_then(|pid| wait_ready(&p, pid));
+        .and_then(|pid| wait_ready(&p, pid, mode));
     match ready {
         Ok(()) => Ok(p),
         Err(e) => {
@@ -447,17 +549,17 @@ fn start_on(bin: &Path, target: &Target, port: u16) -> Result<Pgbouncer, String>
     }
 }
 
-/// Waits until pgbouncer answers on its port in transaction mode, or has
-/// exited, or [`START_TIMEOUT`] has passed.
-fn wait_ready(p: &Pgbouncer, pid: u32) -> Result<(), String> {
+/// Waits until pgbouncer answers on its port in `mode`, or has exited, or
+/// [`START_TIMEOUT`] has passed.
+fn wait_ready(p: &Pgbouncer, pid: u32, mode: Mode) -> Result<(), String> {
     let t0 = Instant::now();
     loop {
         if exited(pid) {
             return Err("pgbouncer exited".into());
         }
         let last = match pool_mode(&p.admin_url()) {
-            Ok(mode) if mode == "transaction" => return Ok(()),
-            Ok(mode) => return Err(format!("pgbouncer answers in pool_mode {mode}")),
+            Ok(m) if m == mode.name() => return Ok(()),
+            Ok(m) => return Err(format!("pgbouncer answers in pool_mode {m}")),
             Err(e) => e,
         };
         if t0.elapsed() > START_TIMEOUT {
@@ -571,6 +673,61 @@ it! {
         let other = backend(&mut rest[0], "SELECT pg_backend_pid()");
         assert_ne!(held, other, "a transaction's backend is its own while it is open");
         a.simple_query("COMMIT").unwrap();
+
+        let sep = if pooled.contains('?') { '&' } else { '?' };
+        let with_options = format!("{pooled}{sep}options=-csearch_path%3Dpublic");
+        let e = Client::connect(&with_options, NoTls).map(drop).unwrap_err();
+        let message = e.as_db_error().map(|d| d.message().to_string());
+        assert_eq!(
+            message.as_deref(),
+            Some("unsupported startup parameter: options"),
+            "{e:?}"
+        );
+    }
+}
+
+it! {
+    /// What the session-mode tests rely on: the session pooler is in
+    /// session mode with a pool of [`SESSION_POOL_SIZE`] server
+    /// connections, each client keeps one server backend of its own from
+    /// one transaction to the next (while another client holds a
+    /// transaction open), and the `options` startup parameter is refused
+    /// there too.
+    #[needs(Postgres, Pgbouncer)]
+    fn the_tests_session_pooler_keeps_each_clients_server_connection_and_refuses_options() {
+        let admin = session_admin_url();
+        assert_eq!(pool_mode(&admin).unwrap(), "session");
+        assert_eq!(
+            show_config(&admin, "default_pool_size").unwrap(),
+            SESSION_POOL_SIZE.to_string()
+        );
+        let base = super::cluster::base_url().unwrap();
+        let pooled = session_pooled_url_for(base);
+        assert_ne!(pooled, base);
+        assert_ne!(pooled, pooled_url_for(base), "another pooler than the transaction one");
+
+        let mut clients: Vec<Client> = (0..4)
+            .map(|i| {
+                Client::connect(&pooled, NoTls)
+                    .unwrap_or_else(|e| panic!("client {i} through {pooled}: {e}"))
+            })
+            .collect();
+        let first: Vec<i64> = clients
+            .iter_mut()
+            .map(|c| backend(c, "SELECT pg_backend_pid()"))
+            .collect();
+        let distinct: std::collections::HashSet<&i64> = first.iter().collect();
+        assert_eq!(distinct.len(), clients.len(), "a backend each: {first:?}");
+        let (a, rest) = clients.split_first_mut().unwrap();
+        let held = backend(a, "BEGIN; SELECT pg_backend_pid()");
+        assert_eq!(held, first[0]);
+        for round in 0..3 {
+            for (c, pid) in rest.iter_mut().zip(&first[1..]) {
+                assert_eq!(backend(c, "SELECT pg_backend_pid()"), *pid, "round {round}");
+            }
+        }
+        a.simple_query("COMMIT").unwrap();
+        assert_eq!(backend(a, "SELECT pg_backend_pid()"), first[0]);
 
         let sep = if pooled.contains('?') { '&' } else { '?' };
         let with_options = format!("{pooled}{sep}options=-csearch_path%3Dpublic");
