@@ -24,15 +24,35 @@
 //!
 //! A reader's snapshot keeps the frames committed after it in the WAL: no
 //! checkpoint copies them, and the WAL cannot restart, until that reader
-//! moves on. Litestream holds such a read transaction at all times (it
-//! checkpoints the WAL itself, once it has copied the frames to its
-//! replica), so under it the WAL stays past [`HARD_FRAMES`] for a second
-//! at a time, and an inline checkpoint after every commit copied nothing:
-//! 6,000 of them in one `litejob bench`, half a second of the writer's
-//! time, 29–43 µs of CPU per processed job against 20–21 µs with no
-//! checkpoints of litejob's at all. So once an inline checkpoint could not
-//! copy every frame, the writer tries again only [`SOFT_FRAMES`] frames
-//! later, or as usual once the WAL has restarted.
+//! moves on. Litestream (0.3 and 0.5 alike) holds such a read transaction
+//! at all times, so that no checkpoint but its own moves frames it has not
+//! copied to its replica yet. Once a second it copies the new frames, lets
+//! go, runs a PASSIVE checkpoint of its own (0.5 under the write lock),
+//! takes its read again and writes a row, which starts the WAL over. In
+//! between, an inline checkpoint after every commit copied nothing: 6,000
+//! of them in one `litejob bench`, half a second of the writer's time,
+//! 29–43 µs of CPU per processed job against 20–21 µs with no checkpoints
+//! of litejob's at all. So once an inline checkpoint could not copy every
+//! frame, the writer tries again only [`SOFT_FRAMES`] frames later, or as
+//! usual once the WAL has restarted.
+//!
+//! Nor can litejob's checkpoints keep that WAL short, and a writer that
+//! never stops wrote 30,000 frames (120 MB) within one of Litestream's
+//! seconds in `litejob demo`; the file reached 100–265 MB. It keeps the size
+//! it reached: a PASSIVE checkpoint never shrinks it, and it is removed
+//! only when its last connection closes, which Litestream's is not. So at
+//! [`PINNED_FRAMES`], with the WAL still pinned, the writer holds off
+//! between two transactions until the reader lets go (a PASSIVE checkpoint
+//! now and then shows the WAL copied or started over), which Litestream
+//! does within its second: the file then stayed at 32–33 MB, under any
+//! load, with both releases. That is what Litestream expects of an
+//! application: it checkpoints, and the application lets it (0.5 takes the
+//! write lock for it, and the writer holds none meanwhile). A writer that
+//! would write more than that in a second waits for the rest of it. It
+//! waits [`HOLD_AT_MOST`] at most: a reader still there by then is not one
+//! that checkpoints (a long report, a stalled replicator), and the writer
+//! writes on, holding off again only once the WAL has restarted. With no
+//! reader holding on, the WAL never gets there and nothing waits.
 //!
 //! Durability is SQLite's own: a checkpoint syncs the WAL before it copies a
 //! frame and the database file before the WAL may be reused.
@@ -40,9 +60,10 @@
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TrySendError};
 use rusqlite::{Connection, OpenFlags};
@@ -54,6 +75,14 @@ pub(crate) const SOFT_FRAMES: i32 = 1000;
 /// Frames at which the writer checkpoints itself, so the WAL restarts even
 /// when the background checkpoints never catch up with a busy writer.
 pub(crate) const HARD_FRAMES: i32 = 4 * SOFT_FRAMES;
+
+/// Frames at which the writer holds off while a reader pins the WAL
+/// (~32 MB with 4 KiB pages), until the reader lets go.
+pub(crate) const PINNED_FRAMES: i32 = 2 * HARD_FRAMES;
+
+/// The longest the writer holds off for a reader: Litestream checkpoints
+/// once a second, twice that is a reader that does not.
+const HOLD_AT_MOST: Duration = Duration::from_secs(2);
 
 thread_local! {
     /// The WAL's size in frames after this thread's last commit on a write
@@ -96,6 +125,16 @@ pub(crate) struct Checkpointer {
     /// While a reader pins the WAL: the frame count below which no inline
     /// checkpoint is tried (0: none pinned it at the last one).
     pinned_below: AtomicI32,
+    /// The WAL's frames after the last commit that wrote some: fewer after
+    /// the next, and the WAL has restarted.
+    last_frames: AtomicI32,
+    /// False once a hold ran out with the reader still there, until the
+    /// WAL restarts.
+    may_hold: AtomicBool,
+    hold_at_most: Duration,
+    /// Holds, and the milliseconds they lasted (for tests and stats).
+    holds: AtomicU64,
+    held_ms: AtomicU64,
 }
 
 impl Checkpointer {
@@ -143,6 +182,11 @@ impl Checkpointer {
             gate,
             next_nudge: AtomicI32::new(SOFT_FRAMES),
             pinned_below: AtomicI32::new(0),
+            last_frames: AtomicI32::new(0),
+            may_hold: AtomicBool::new(true),
+            hold_at_most: HOLD_AT_MOST,
+            holds: AtomicU64::new(0),
+            held_ms: AtomicU64::new(0),
         })
     }
 
@@ -153,20 +197,43 @@ impl Checkpointer {
         let frames = FRAMES.with(|f| f.replace(0));
         // Only whoever holds the write connection gets here: no race.
         let mut pinned = self.pinned_below.load(Ordering::Relaxed);
-        if frames > 0 && frames < pinned - SOFT_FRAMES {
-            // Fewer frames than at the pinned checkpoint: the WAL
-            // restarted, whatever pinned it let go.
+        let mut may_hold = self.may_hold.load(Ordering::Relaxed);
+        if frames > 0 && frames < self.last_frames.swap(frames, Ordering::Relaxed) {
+            // The WAL restarted: whatever pinned it let go.
             pinned = 0;
+            may_hold = true;
         }
         let due = self.next_nudge.load(Ordering::Relaxed);
-        let (step, due) = plan(frames, due, busy, pinned);
+        let (step, due) = plan(frames, due, busy, pinned, may_hold);
         self.next_nudge.store(due, Ordering::Relaxed);
         let inline = match step {
             Step::Nothing => false,
             Step::Inline => true,
             // Full: a nudge is already waiting; one checkpoint serves both.
             Step::Nudge => matches!(self.nudge.try_send(()), Err(TrySendError::Disconnected(()))),
+            Step::Hold => {
+                self.holds.fetch_add(1, Ordering::Relaxed);
+                let t0 = Instant::now();
+                let released = self.hold(conn, frames);
+                self.held_ms
+                    .fetch_add(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+                // Released, the WAL may still not restart: a reader whose
+                // snapshot is the WAL's end (Litestream's, after a
+                // checkpoint of its own that could not copy every frame)
+                // lets a checkpoint copy all, not the WAL start over. So
+                // `pinned` stays: the next commit past the limit holds off
+                // again while that lasts.
+                if !released {
+                    log::debug!(target: "litejob",
+                        "a reader has kept the WAL from a checkpoint for {:?}: writing on",
+                        self.hold_at_most);
+                    may_hold = false;
+                    pinned = frames.saturating_add(SOFT_FRAMES);
+                }
+                false
+            }
         };
+        self.may_hold.store(may_hold, Ordering::Relaxed);
         if inline {
             self.inline.fetch_add(1, Ordering::Relaxed);
             let _turn = self.gate.lock().unwrap_or_else(|e| e.into_inner());
@@ -179,11 +246,52 @@ impl Checkpointer {
         self.pinned_below.store(pinned, Ordering::Relaxed);
     }
 
+    /// Waits, between two transactions, until the reader that keeps the
+    /// WAL's `frames` from any checkpoint lets go: true once a checkpoint
+    /// copied every frame or the WAL started over (another's checkpoint,
+    /// then a write), false if the reader is still there after
+    /// `hold_at_most`. Each try is a PASSIVE checkpoint, microseconds
+    /// while the reader holds on, so one of Litestream's, which runs once
+    /// in its second, seldom finds the checkpoint lock taken.
+    fn hold(&self, conn: &Connection, frames: i32) -> bool {
+        let t0 = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let tried = {
+                let _turn = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+                checkpoint_counts(conn)
+            };
+            match tried {
+                Ok((false, log, copied)) if log < frames || copied >= log => return true,
+                // Still pinned, or another checkpoint under way (perhaps
+                // the one waited for).
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!(target: "litejob", "checkpoint failed: {e}");
+                    return false;
+                }
+            }
+            if t0.elapsed() >= self.hold_at_most {
+                return false;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
     /// (checkpoints by the thread, checkpoints by the writer itself).
     pub(crate) fn counts(&self) -> (u64, u64) {
         (
             self.done.load(Ordering::Relaxed),
             self.inline.load(Ordering::Relaxed),
+        )
+    }
+
+    /// (times the writer held off for a reader, milliseconds in all).
+    fn holds(&self) -> (u64, u64) {
+        (
+            self.holds.load(Ordering::Relaxed),
+            self.held_ms.load(Ordering::Relaxed),
         )
     }
 }
@@ -196,6 +304,8 @@ enum Step {
     Nudge,
     /// Checkpoint on the committing connection, now.
     Inline,
+    /// Wait for the reader that pins the WAL (see [`Checkpointer::hold`]).
+    Hold,
 }
 
 /// The step after a commit that left `frames` in the WAL, with the nudge
@@ -210,11 +320,17 @@ enum Step {
 /// slower). When writes wait, the thread
 /// is nudged instead: once per [`SOFT_FRAMES`] new frames, not once per
 /// commit (each checkpoint costs two fsyncs, and until the WAL
-/// restarts every commit is past the threshold).
-fn plan(frames: i32, due: i32, busy: bool, pinned_below: i32) -> (Step, i32) {
+/// restarts every commit is past the threshold). From [`PINNED_FRAMES`]
+/// on, which only a WAL pinned by a reader reaches (the checkpoints from
+/// [`HARD_FRAMES`] on restart it otherwise, or another's is under way),
+/// the writer holds off, unless `may_hold` is false (a hold ran out since
+/// the WAL last restarted).
+fn plan(frames: i32, due: i32, busy: bool, pinned_below: i32, may_hold: bool) -> (Step, i32) {
     let next = |f: i32| (f / SOFT_FRAMES + 1) * SOFT_FRAMES;
     if frames <= 0 {
         (Step::Nothing, due)
+    } else if frames >= PINNED_FRAMES && may_hold {
+        (Step::Hold, next(frames))
     } else if (frames >= HARD_FRAMES || (!busy && frames >= SOFT_FRAMES)) && frames >= pinned_below
     {
         // The WAL restarts at the next write, from 0.
@@ -231,6 +347,11 @@ fn plan(frames: i32, due: i32, busy: bool, pinned_below: i32) -> (Step, i32) {
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
+        let (holds, ms) = self.holds();
+        if holds > 0 {
+            log::debug!(target: "litejob",
+                "the writer held off {holds} times for a reader pinning the WAL, {ms} ms in all");
+        }
         self.stop.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -273,13 +394,19 @@ enum Copied {
 /// One PASSIVE checkpoint: copies every frame it can without waiting for
 /// readers or the writer.
 fn passive(conn: &Connection) -> rusqlite::Result<Copied> {
+    let (busy, log, copied) = checkpoint_counts(conn)?;
+    Ok(if !busy && copied < log {
+        Copied::Pinned
+    } else {
+        Copied::All
+    })
+}
+
+/// One PASSIVE checkpoint: (another checkpoint held the lock, frames in the
+/// WAL, frames copied).
+fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, i32, i32)> {
     conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-        let (busy, log, copied): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
-        Ok(if busy == 0 && copied < log {
-            Copied::Pinned
-        } else {
-            Copied::All
-        })
+        Ok((r.get::<_, i64>(0)? != 0, r.get(1)?, r.get(2)?))
     })
 }
 
@@ -292,7 +419,7 @@ mod tests {
         let mut due = SOFT_FRAMES;
         let mut steps = Vec::new();
         for frames in [10, 999, 1000, 1010, 1999, 2500, 2600, 3999, 4000, 30, 1200] {
-            let (step, d) = plan(frames, due, true, 0);
+            let (step, d) = plan(frames, due, true, 0, true);
             due = d;
             steps.push((frames, step));
         }
@@ -315,17 +442,26 @@ mod tests {
         );
         // A restart noticed late (the nudge was due at 3000, the WAL now
         // holds 40 frames) starts counting again from there.
-        assert_eq!(plan(40, 3000, true, 0), (Nothing, 1000));
-        assert_eq!(plan(0, 3000, true, 0), (Nothing, 3000));
+        assert_eq!(plan(40, 3000, true, 0, true), (Nothing, 1000));
+        assert_eq!(plan(0, 3000, true, 0, true), (Nothing, 3000));
         // With no write waiting, the committer checkpoints at 1000 itself.
-        assert_eq!(plan(999, 1000, false, 0), (Nothing, 1000));
-        assert_eq!(plan(1000, 1000, false, 0), (Inline, 1000));
-        assert_eq!(plan(2300, 3000, false, 0), (Inline, 1000));
+        assert_eq!(plan(999, 1000, false, 0, true), (Nothing, 1000));
+        assert_eq!(plan(1000, 1000, false, 0, true), (Inline, 1000));
+        assert_eq!(plan(2300, 3000, false, 0, true), (Inline, 1000));
         // Pinned by a reader below 5,000 frames: no inline checkpoint
         // before, only the nudges.
-        assert_eq!(plan(4500, 4000, true, 5000), (Nudge, 5000));
-        assert_eq!(plan(4600, 5000, false, 5000), (Nothing, 5000));
-        assert_eq!(plan(5000, 5000, true, 5000), (Inline, 1000));
+        assert_eq!(plan(4500, 4000, true, 5000, true), (Nudge, 5000));
+        assert_eq!(plan(4600, 5000, false, 5000, true), (Nothing, 5000));
+        assert_eq!(plan(5000, 5000, true, 5000, true), (Inline, 1000));
+        // Still pinned at 8,000 frames: the writer holds off; and no more
+        // once a hold ran out, until the WAL restarts.
+        assert_eq!(plan(8000, 8000, true, 6000, true), (Hold, 9000));
+        assert_eq!(plan(8000, 8000, false, 6000, true), (Hold, 9000));
+        assert_eq!(plan(8100, 9000, true, 9100, false), (Nothing, 9000));
+        assert_eq!(plan(9100, 9000, true, 9100, false), (Inline, 1000));
+        // Not known to be pinned (the last checkpoint found another under
+        // way): a hold too, whose first checkpoint says.
+        assert_eq!(plan(8000, 8000, true, 0, true), (Hold, 9000));
     }
 
     #[test]
@@ -368,6 +504,15 @@ mod tests {
         assert_eq!(n, 300 * 32);
     }
 
+    /// ~33 frames in one transaction.
+    fn commit_33_frames(conn: &Connection) {
+        conn.execute_batch(
+            "BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 32) \
+             INSERT INTO t SELECT randomblob(4000) FROM n; COMMIT;",
+        )
+        .unwrap();
+    }
+
     #[test]
     fn while_a_reader_pins_the_wal_the_writer_checkpoints_once_per_thousand_frames() {
         let dir = tempfile::tempdir().unwrap();
@@ -375,18 +520,16 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
         conn.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
-        let ck = Checkpointer::start(&conn).unwrap();
+        let mut ck = Checkpointer::start(&conn).unwrap();
+        // A reader that never lets go: the one hold runs out soon.
+        ck.hold_at_most = Duration::from_millis(50);
         // Litestream's hold on the WAL: a read transaction kept open.
         let reader = Connection::open(&path).unwrap();
         reader
             .execute_batch("BEGIN; SELECT count(*) FROM t;")
             .unwrap();
         let commit = || {
-            conn.execute_batch(
-                "BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 32) \
-                 INSERT INTO t SELECT randomblob(4000) FROM n; COMMIT;",
-            )
-            .unwrap();
+            commit_33_frames(&conn);
             // A lone writer, with no other write waiting: the case that
             // checkpoints inline from 1,000 frames on.
             ck.after_commit(&conn, false);
@@ -401,6 +544,11 @@ mod tests {
             (5..=15).contains(&inline),
             "{inline} inline checkpoints while the WAL was pinned"
         );
+        assert_eq!(
+            ck.holds().0,
+            1,
+            "the writer holds off once, then writes on until the WAL restarts"
+        );
         // The reader lets go: the next inline checkpoint copies it all and
         // the WAL starts over.
         reader.execute_batch("COMMIT").unwrap();
@@ -411,5 +559,78 @@ mod tests {
             .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
             .unwrap();
         assert!(log < 2000, "the WAL did not restart: {log} frames");
+    }
+
+    /// Litestream's way with the WAL: a read transaction held at all
+    /// times, let go every `every` for a checkpoint of its own, then a
+    /// write that starts the WAL over.
+    fn replicator(path: &Path, every: Duration, stop: Receiver<()>) -> JoinHandle<u32> {
+        let open = || {
+            let c = Connection::open(path).unwrap();
+            c.busy_timeout(Duration::from_secs(5)).unwrap();
+            c.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+            c
+        };
+        let (read, write) = (open(), open());
+        write
+            .execute_batch("CREATE TABLE IF NOT EXISTS seq (n INTEGER)")
+            .unwrap();
+        std::thread::spawn(move || {
+            let hold = || {
+                read.execute_batch("BEGIN; SELECT count(*) FROM seq;")
+                    .unwrap()
+            };
+            let mut copied_all = 0;
+            hold();
+            loop {
+                let stopped = stop.recv_timeout(every).is_ok();
+                read.execute_batch("COMMIT").unwrap();
+                if stopped {
+                    return copied_all;
+                }
+                let (_, log, copied) = checkpoint_counts(&read).unwrap();
+                copied_all += u32::from(copied == log);
+                hold();
+                write.execute_batch("INSERT INTO seq VALUES (1)").unwrap();
+            }
+        })
+    }
+
+    #[test]
+    fn beside_a_replicator_that_checkpoints_itself_the_writer_keeps_the_wal_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        conn.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
+        let ck = Checkpointer::start(&conn).unwrap();
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
+        let replicating = replicator(&path, Duration::from_millis(200), stopped);
+        let wal = dir.path().join("q.db-wal");
+        let mut biggest = 0;
+        // ~30,000 frames: 120 MB of WAL with nothing holding off.
+        for _ in 0..900 {
+            commit_33_frames(&conn);
+            ck.after_commit(&conn, true);
+            biggest = biggest.max(std::fs::metadata(&wal).unwrap().len());
+        }
+        stop.send(()).unwrap();
+        let copied_all = replicating.join().unwrap();
+        let limit = (PINNED_FRAMES as u64 + 2 * 40) * (4096 + 24) + 32;
+        assert!(
+            biggest <= limit,
+            "WAL reached {biggest} bytes (limit {limit})"
+        );
+        let (holds, _) = ck.holds();
+        assert!(
+            holds >= 2,
+            "{holds} holds, {copied_all} full checkpoints by the replicator"
+        );
+        drop(ck);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 900 * 32);
     }
 }
