@@ -130,7 +130,7 @@ pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<Stri
 /// Rounds of [`probe`] before it concludes there is no transaction pooler:
 /// a round costs two round trips on each connection (a few ms in all on a
 /// direct one), and under a busy pooler a round can miss it.
-const ROUNDS: usize = 16;
+const ROUNDS: usize = 32;
 
 /// One round of [`probe`]: `first`'s backend read, then read again while
 /// `other` holds a transaction open. Gives `other` back.

@@ -350,7 +350,10 @@ both! {
         let most = max_overlap(&runs, slack);
         assert!(most <= 2, "{most} runs at once: {runs:?}");
         let mean = mean_concurrency(&runs);
-        assert!(mean >= 1.5, "the cap of 2 was used {mean:.2} at a time: {runs:?}");
+        // Behind a transaction pooler each claim takes a few round trips
+        // more, so a freed slot waits longer for its next run.
+        let used = if q.pooled { 1.3 } else { 1.5 };
+        assert!(mean >= used, "the cap of 2 was used {mean:.2} at a time: {runs:?}");
     }
 }
 
