@@ -116,13 +116,27 @@ pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<Stri
     let mut other = session.connect_bare()?;
     // One round can miss a busy pooler (a third client takes the backend
     // between two reads and gives it back); none finds one where there is
-    // none, so a few rounds settle it.
+    // none, so a few rounds settle it. Across rounds too, each of our
+    // connections keeps one backend for its life on a direct connection
+    // or behind a session pooler: one that shows another backend in a
+    // later round is lent one per transaction.
+    let (mut firsts, mut others) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let (found, back) = round(first, other)?;
+        let (found, pids, back) = round(first, other)?;
         if found.is_some() {
             return Ok(found);
         }
+        firsts.push(pids.0);
+        others.push(pids.1);
         other = back;
+    }
+    for (who, pids) in [("its first", &firsts), ("its second", &others)] {
+        if let Some(changed) = pids.iter().find(|p| **p != pids[0]) {
+            return Ok(Some(format!(
+                "{who} connection ran on server backend {}, then on {changed}",
+                pids[0]
+            )));
+        }
     }
     Ok(None)
 }
@@ -133,8 +147,9 @@ pub(crate) fn probe(session: &Session, first: &mut PgConn) -> Result<Option<Stri
 const ROUNDS: usize = 32;
 
 /// One round of [`probe`]: `first`'s backend read, then read again while
-/// `other` holds a transaction open. Gives `other` back.
-fn round(first: &mut PgConn, mut other: PgConn) -> Result<(Option<String>, PgConn)> {
+/// `other` holds a transaction open. Gives `other` back, with the backends
+/// the round saw `first` and `other` on.
+fn round(first: &mut PgConn, mut other: PgConn) -> Result<(Option<String>, (i64, i64), PgConn)> {
     let before = backend(&mut first.client)?;
     let (held, is_held) = mpsc::channel::<Result<i64>>();
     let (done, is_done) = mpsc::channel::<()>();
@@ -187,7 +202,7 @@ fn round(first: &mut PgConn, mut other: PgConn) -> Result<(Option<String>, PgCon
     } else {
         None
     };
-    Ok((found, other))
+    Ok((found, (before, held), other))
 }
 
 /// Says once, when a queue opens, that it found a transaction pooler and
