@@ -171,9 +171,11 @@ both! {
             vec!["<tr data-name=\"heartbeat\">", "class=\"slot last\"", "<code>* * * * * *</code>"],
         ),
     ];
-    let engine = match q.engine {
-        Engine::Sqlite => "sqlite",
-        Engine::Postgres => "postgres",
+    // The pooled case runs beside the direct one: a file of its own.
+    let engine = match (q.engine, q.pooled) {
+        (Engine::Sqlite, _) => "sqlite",
+        (Engine::Postgres, false) => "postgres",
+        (Engine::Postgres, true) => "postgres-pooled",
     };
     let dir = shots();
     for (name, path, parts) in &pages {
@@ -230,9 +232,10 @@ both! {
             .collect();
         assert_eq!(linked, ids[..4], "a node per job of the workflow, x apart:\n{svg}");
         assert_eq!(svg.matches("<rect").count(), 4, "{svg}");
-        let engine = match q.engine {
-            Engine::Sqlite => "sqlite",
-            Engine::Postgres => "postgres",
+        let engine = match (q.engine, q.pooled) {
+            (Engine::Sqlite, _) => "sqlite",
+            (Engine::Postgres, false) => "postgres",
+            (Engine::Postgres, true) => "postgres-pooled",
         };
         let png = shots().join(format!("{engine}-workflow.png"));
         let _ = std::fs::remove_file(&png);
