@@ -1,4 +1,4 @@
--- litejob schema for PostgreSQL, version 4 (the row in litejob_schema).
+-- litejob schema for PostgreSQL, version 5 (the row in litejob_schema).
 --
 -- The same tables, columns, states and views as schema.sql, the SQLite file's
 -- schema, so a queue moves from a file to PostgreSQL (`litejob copy`) row for
@@ -74,6 +74,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- job looks for dependents only then, so a queue without workflows
     -- pays nothing for them.
     has_dependents   boolean NOT NULL DEFAULT false,
+    -- The partition of its queue the queue's partition limits count it in
+    -- (e.g. 'shop:42'); NULL: none.
+    partition_key    text    CHECK (partition_key IS NULL OR length(partition_key) BETWEEN 1 AND 200),
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
     CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL))
@@ -89,6 +92,10 @@ CREATE INDEX IF NOT EXISTS jobs_suspect ON jobs (kind, priority, run_at, id)
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
 -- Pruning walks finished jobs oldest first.
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- A partitioned claim counts each partition's running jobs here; a job
+-- without a partition never enters it.
+CREATE INDEX IF NOT EXISTS jobs_partition_running ON jobs (queue, partition_key)
+    WHERE state = 'running' AND partition_key IS NOT NULL;
 
 -- processed_jobs: the ledger. One row is a key whose work committed. A job's
 -- transaction inserts its key here first; a conflict means the work was
@@ -247,26 +254,38 @@ FROM schedules;
 --   concurrency: at most this many of its jobs running at once (state 'running'
 --                with an unexpired lease)
 --   rate_limit per rate_window_ms: at most this many starts in any window that long
+--   partition_*: the same two limits for each partition of the queue apart
+--                (jobs.partition_key), counted from the rows of that partition
 -- Every process reads the rows again at least once per poll interval.
 CREATE TABLE IF NOT EXISTS queues (
-    name           text    PRIMARY KEY CHECK (length(name) > 0),
-    paused         boolean NOT NULL DEFAULT false,
-    concurrency    bigint  CHECK (concurrency >= 1),    -- NULL: no cap
-    rate_limit     bigint  CHECK (rate_limit >= 1),     -- NULL: no rate limit
-    rate_window_ms bigint  CHECK (rate_window_ms >= 1),
-    updated_at     bigint  NOT NULL,
-    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
-    CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+    name                     text    PRIMARY KEY CHECK (length(name) > 0),
+    paused                   boolean NOT NULL DEFAULT false,
+    concurrency              bigint  CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit               bigint  CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms           bigint  CHECK (rate_window_ms >= 1),
+    updated_at               bigint  NOT NULL,
+    partition_concurrency    bigint  CHECK (partition_concurrency >= 1),    -- NULL: no cap per partition
+    partition_rate_limit     bigint  CHECK (partition_rate_limit >= 1),     -- NULL: no rate per partition
+    partition_rate_window_ms bigint  CHECK (partition_rate_window_ms >= 1),
+    CONSTRAINT queues_check CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CONSTRAINT queues_partition_rate_check
+        CHECK ((partition_rate_limit IS NULL) = (partition_rate_window_ms IS NULL)),
+    CONSTRAINT queues_in_force_check
+        CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+               OR partition_concurrency IS NOT NULL OR partition_rate_limit IS NOT NULL)
 );
 
 -- queue_starts: the runs of a rate-limited queue started inside its window
--- (one row per start, the same started_at as its attempts row); a claim
--- deletes the rows older than the window.
+-- (one row per start, the same started_at as its attempts row, and the
+-- job's partition); a claim deletes the rows older than the window.
 CREATE TABLE IF NOT EXISTS queue_starts (
-    queue      text    NOT NULL,
-    started_at bigint  NOT NULL
+    queue         text    NOT NULL,
+    started_at    bigint  NOT NULL,
+    partition_key text
 );
 CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+CREATE INDEX IF NOT EXISTS queue_starts_partition ON queue_starts (queue, partition_key, started_at)
+    WHERE partition_key IS NOT NULL;
 
 -- The controls with readable times, and the starts inside each rate window.
 CREATE OR REPLACE VIEW queue_overview AS
@@ -274,7 +293,9 @@ SELECT name, paused, concurrency,
        rate_limit || '/' || rate_window_ms || 'ms' AS rate,
        (SELECT count(*) FROM queue_starts s
         WHERE s.queue = q.name AND s.started_at > litejob_now_ms() - q.rate_window_ms) AS started_in_window,
-       litejob_time(updated_at) AS updated_at
+       litejob_time(updated_at) AS updated_at,
+       partition_concurrency,
+       partition_rate_limit || '/' || partition_rate_window_ms || 'ms' AS partition_rate
 FROM queues q;
 
 -- job_dependencies: the edges of workflows. A row says job_id runs only

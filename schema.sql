@@ -1,4 +1,4 @@
--- litejob schema, version 4 (PRAGMA user_version = 4).
+-- litejob schema, version 5 (PRAGMA user_version = 5).
 --
 -- This file is the whole current schema. The litejob binary embeds it and runs
 -- it on a new file; an older file is migrated step by step (src/schema.rs).
@@ -54,6 +54,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- What the handler finished with (JSON), committed with its success;
     -- NULL when it returned no value.
     output           TEXT    CHECK (output IS NULL OR json_valid(output)),
+    -- The partition of its queue the queue's partition limits count it in
+    -- (e.g. 'shop:42'); NULL: none.
+    partition_key    TEXT    CHECK (partition_key IS NULL OR length(partition_key) BETWEEN 1 AND 200),
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
     CHECK ((state = 'succeeded' OR state = 'dead' OR state = 'cancelled') = (finished_at IS NOT NULL))
@@ -65,6 +68,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (kind, priority, run_at, id) WHERE state = 'queued';
 -- Expired leases are found without scanning finished jobs.
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
+-- A partitioned claim counts each partition's running jobs here; a job
+-- without a partition never enters it.
+CREATE INDEX IF NOT EXISTS jobs_partition_running ON jobs (queue, partition_key)
+    WHERE state = 'running' AND partition_key IS NOT NULL;
 -- Pruning walks finished jobs oldest first.
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
@@ -225,25 +232,35 @@ FROM schedules;
 --   concurrency: at most this many of its jobs running at once (state 'running'
 --                with an unexpired lease, claimed-ahead jobs included)
 --   rate_limit per rate_window_ms: at most this many starts in any window that long
+--   partition_*: the same two limits for each partition of the queue apart
+--                (jobs.partition_key), counted from the rows of that partition
 CREATE TABLE IF NOT EXISTS queues (
-    name           TEXT    PRIMARY KEY CHECK (length(name) > 0),
-    paused         INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
-    concurrency    INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
-    rate_limit     INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
-    rate_window_ms INTEGER CHECK (rate_window_ms >= 1),
-    updated_at     INTEGER NOT NULL,
+    name                     TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    paused                   INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
+    concurrency              INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit               INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms           INTEGER CHECK (rate_window_ms >= 1),
+    partition_concurrency    INTEGER CHECK (partition_concurrency >= 1),    -- NULL: no cap per partition
+    partition_rate_limit     INTEGER CHECK (partition_rate_limit >= 1),     -- NULL: no rate per partition
+    partition_rate_window_ms INTEGER CHECK (partition_rate_window_ms >= 1),
+    updated_at               INTEGER NOT NULL,
     CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
-    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+    CHECK ((partition_rate_limit IS NULL) = (partition_rate_window_ms IS NULL)),
+    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+           OR partition_concurrency IS NOT NULL OR partition_rate_limit IS NOT NULL)
 );
 
 -- queue_starts: the runs of a rate-limited queue started inside its window
--- (one row per start, the same started_at as its attempts row); a claim
--- deletes the rows older than the window.
+-- (one row per start, the same started_at as its attempts row, and the
+-- job's partition); a claim deletes the rows older than the window.
 CREATE TABLE IF NOT EXISTS queue_starts (
-    queue      TEXT    NOT NULL,
-    started_at INTEGER NOT NULL
+    queue         TEXT    NOT NULL,
+    started_at    INTEGER NOT NULL,
+    partition_key TEXT
 );
 CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+CREATE INDEX IF NOT EXISTS queue_starts_partition ON queue_starts (queue, partition_key, started_at)
+    WHERE partition_key IS NOT NULL;
 
 -- The controls with readable times, and the starts inside each rate window.
 CREATE VIEW IF NOT EXISTS queue_overview AS
@@ -251,7 +268,9 @@ SELECT name, paused, concurrency,
        rate_limit || '/' || rate_window_ms || 'ms' AS rate,
        (SELECT count(*) FROM queue_starts s
         WHERE s.queue = q.name AND s.started_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000 - q.rate_window_ms) AS started_in_window,
-       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at,
+       partition_concurrency,
+       partition_rate_limit || '/' || partition_rate_window_ms || 'ms' AS partition_rate
 FROM queues q;
 
 -- job_dependencies: the edges of workflows. A row says job_id runs only

@@ -1,9 +1,9 @@
 //! Queue controls as values and arithmetic: a queue paused, capped (at most
 //! N of its jobs running at once) or rate-limited (at most N starts per
-//! rolling window), in force for every process on the queue
-//! ([`QueueLimits`], [`Rate`], [`QueueControl`]), and what a claim may take
-//! under them, the clock a parameter. Both engines' claims use it. Writes
-//! no table.
+//! rolling window), and the same two limits for each partition of a queue
+//! apart, in force for every process on the queue ([`QueueLimits`],
+//! [`Rate`], [`QueueControl`]), and what a claim may take under them, the
+//! clock a parameter. Both engines' claims use it. Writes no table.
 
 use std::time::Duration;
 
@@ -141,6 +141,8 @@ impl<T: Copy> Change<T> {
 pub struct QueueLimits {
     pub(crate) concurrency: Change<u32>,
     pub(crate) rate: Change<Rate>,
+    pub(crate) partition_concurrency: Change<u32>,
+    pub(crate) partition_rate: Change<Rate>,
 }
 
 impl QueueLimits {
@@ -175,6 +177,41 @@ impl QueueLimits {
         self
     }
 
+    /// At most `n` jobs of each partition of the queue running at once
+    /// (see [`NewJob::with_partition`](crate::NewJob::with_partition)),
+    /// across every process, beside the queue-wide cap. `1` is one at a
+    /// time per key: a partition's jobs start in order of (priority,
+    /// run_at, id) and never overlap. 0 is refused when it is set.
+    ///
+    /// ```
+    /// # use litejob::admin::QueueLimits;
+    /// let one_sync_per_user = QueueLimits::new().partition_concurrency(1);
+    /// # let _ = one_sync_per_user;
+    /// ```
+    pub fn partition_concurrency(mut self, n: u32) -> Self {
+        self.partition_concurrency = Change::Set(n);
+        self
+    }
+
+    /// No cap per partition.
+    pub fn no_partition_concurrency(mut self) -> Self {
+        self.partition_concurrency = Change::Clear;
+        self
+    }
+
+    /// At most `rate.limit()` starts per `rate.window()` in each partition
+    /// of the queue, across every process, beside the queue-wide rate.
+    pub fn partition_rate(mut self, rate: Rate) -> Self {
+        self.partition_rate = Change::Set(rate);
+        self
+    }
+
+    /// No rate limit per partition.
+    pub fn no_partition_rate(mut self) -> Self {
+        self.partition_rate = Change::Clear;
+        self
+    }
+
     /// True when it changes nothing.
     pub fn is_empty(&self) -> bool {
         self == &QueueLimits::default()
@@ -201,14 +238,45 @@ pub struct QueueControl {
     /// Starts counted in the rate's window at the time of reading; None
     /// without a rate.
     pub started_in_window: Option<i64>,
+    /// At most this many jobs of each partition run at once; None: no cap.
+    pub partition_concurrency: Option<u32>,
+    /// At most so many starts per window in each partition; None: no rate.
+    pub partition_rate: Option<Rate>,
+    /// Its partitions at their limit when it was read, the busiest first
+    /// (at most [`PARTITIONS_LISTED`]; `partitions_at_limit_count` counts
+    /// them all).
+    pub partitions_at_limit: Vec<PartitionAtLimit>,
+    /// How many of its partitions were at their limit.
+    pub partitions_at_limit_count: i64,
     /// When its controls last changed; None when it has none.
     pub updated_at: Option<Millis>,
 }
 
+/// The most partitions at their limit a [`QueueControl`] lists.
+pub const PARTITIONS_LISTED: usize = 20;
+
+/// A partition of a queue that a claim would skip now: its cap or its rate
+/// is full.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct PartitionAtLimit {
+    /// The partition key.
+    pub key: String,
+    /// Its jobs `running` (claimed or started).
+    pub running: i64,
+    /// Its starts in the partition rate's window; None without one.
+    pub started_in_window: Option<i64>,
+}
+
 impl QueueControl {
-    /// True when a control is in force: paused, capped or rate-limited.
+    /// True when a control is in force: paused, capped or rate-limited, as
+    /// a whole or per partition.
     pub fn in_force(&self) -> bool {
-        self.paused || self.concurrency.is_some() || self.rate.is_some()
+        self.paused
+            || self.concurrency.is_some()
+            || self.rate.is_some()
+            || self.partition_concurrency.is_some()
+            || self.partition_rate.is_some()
     }
 
     /// A queue with no control and no jobs counted yet.
@@ -221,13 +289,29 @@ impl QueueControl {
             queued: 0,
             running: 0,
             started_in_window: None,
+            partition_concurrency: None,
+            partition_rate: None,
+            partitions_at_limit: Vec::new(),
+            partitions_at_limit_count: 0,
             updated_at: None,
         }
     }
 
+    /// A queue of `limits`, changed at `updated_at`, its load not read yet.
+    pub(crate) fn with_limits(name: &str, limits: &Limits, updated_at: Millis) -> QueueControl {
+        let mut c = QueueControl::named(name);
+        c.paused = limits.paused;
+        c.concurrency = limits.concurrency;
+        c.rate = limits.rate;
+        c.partition_concurrency = limits.partition_concurrency;
+        c.partition_rate = limits.partition_rate;
+        c.updated_at = Some(updated_at);
+        c
+    }
+
     /// Whether any control is in force.
     pub fn is_controlled(&self) -> bool {
-        self.paused || self.concurrency.is_some() || self.rate.is_some()
+        self.in_force()
     }
 }
 
@@ -246,6 +330,12 @@ impl Serialize for QueueControl {
             queued: i64,
             running: i64,
             started_in_window: Option<i64>,
+            partition_concurrency: Option<u32>,
+            partition_rate: Option<Rate>,
+            partition_rate_limit: Option<u32>,
+            partition_rate_window_ms: Option<i64>,
+            partitions_at_limit: &'a [PartitionAtLimit],
+            partitions_at_limit_count: i64,
             updated_at: Option<Millis>,
         }
         Json {
@@ -258,6 +348,12 @@ impl Serialize for QueueControl {
             queued: self.queued,
             running: self.running,
             started_in_window: self.started_in_window,
+            partition_concurrency: self.partition_concurrency,
+            partition_rate: self.partition_rate,
+            partition_rate_limit: self.partition_rate.map(|r| r.limit),
+            partition_rate_window_ms: self.partition_rate.map(|r| r.window_ms),
+            partitions_at_limit: &self.partitions_at_limit,
+            partitions_at_limit_count: self.partitions_at_limit_count,
             updated_at: self.updated_at,
         }
         .serialize(s)
@@ -270,6 +366,8 @@ pub(crate) struct Limits {
     pub paused: bool,
     pub concurrency: Option<u32>,
     pub rate: Option<Rate>,
+    pub partition_concurrency: Option<u32>,
+    pub partition_rate: Option<Rate>,
 }
 
 impl Limits {
@@ -278,9 +376,30 @@ impl Limits {
         !self.paused && !self.limited()
     }
 
-    /// A cap or a rate: a claim must count the queue's load.
+    /// A cap or a rate, queue-wide or per partition: a claim must count
+    /// the queue's load.
     pub(crate) fn limited(&self) -> bool {
-        self.concurrency.is_some() || self.rate.is_some()
+        self.concurrency.is_some() || self.rate.is_some() || self.partitioned()
+    }
+
+    /// A limit per partition: a claim counts each partition's load.
+    pub(crate) fn partitioned(&self) -> bool {
+        self.partition_concurrency.is_some() || self.partition_rate.is_some()
+    }
+
+    /// A claim records its starts: a rate, queue-wide or per partition.
+    pub(crate) fn rated(&self) -> bool {
+        self.rate.is_some() || self.partition_rate.is_some()
+    }
+
+    /// The starts a claim may delete at `now`: those before both rates'
+    /// margins (see [`prune_floor`]); None without a rate.
+    pub(crate) fn prune_floor(&self, now: Millis) -> Option<Millis> {
+        let floors = [self.rate, self.partition_rate]
+            .into_iter()
+            .flatten()
+            .map(|r| prune_floor(now, r));
+        floors.min()
     }
 
     /// These limits after `change` (`paused`: Some to set it).
@@ -289,6 +408,10 @@ impl Limits {
             paused: paused.unwrap_or(self.paused),
             concurrency: change.concurrency.apply(self.concurrency),
             rate: change.rate.apply(self.rate),
+            partition_concurrency: change
+                .partition_concurrency
+                .apply(self.partition_concurrency),
+            partition_rate: change.partition_rate.apply(self.partition_rate),
         }
     }
 }
@@ -299,6 +422,11 @@ pub(crate) fn check_change(queue: &str, change: &QueueLimits) -> Result<()> {
     if change.concurrency == Change::Set(0) {
         return Err(Error::invalid(
             "a concurrency cap must be at least 1 (clear it to lift the cap)",
+        ));
+    }
+    if change.partition_concurrency == Change::Set(0) {
+        return Err(Error::invalid(
+            "a partition concurrency cap must be at least 1 (clear it to lift the cap)",
         ));
     }
     Ok(())
@@ -352,4 +480,39 @@ pub(crate) fn room(limits: &Limits, load: &Load) -> usize {
         room = room.min(i64::from(rate.limit) - load.started - load.claimed);
     }
     usize::try_from(room.max(0)).unwrap_or(usize::MAX)
+}
+
+/// How many more jobs of one partition a claim may take: under the
+/// partition cap, its free slots (`load.running` counts every running job
+/// of the partition, whatever its lease: one whose lease ran out still
+/// runs until it is reaped, and one at a time means one); under the
+/// partition rate, the starts left in its window once its claimed jobs
+/// are counted. None when the queue has no limit per partition.
+pub(crate) fn partition_room(limits: &Limits, load: &Load) -> Option<usize> {
+    if !limits.partitioned() {
+        return None;
+    }
+    let mut room = i64::MAX;
+    if let Some(cap) = limits.partition_concurrency {
+        room = room.min(i64::from(cap) - load.running);
+    }
+    if let Some(rate) = limits.partition_rate {
+        room = room.min(i64::from(rate.limit) - load.started - load.claimed);
+    }
+    Some(usize::try_from(room.max(0)).unwrap_or(usize::MAX))
+}
+
+/// The room of a partition nothing of which runs or started in the window.
+pub(crate) fn empty_partition_room(limits: &Limits) -> usize {
+    partition_room(limits, &Load::default()).unwrap_or(usize::MAX)
+}
+
+/// What a claim found in one partition at its limit, for `explain` and the
+/// listings.
+pub(crate) fn at_limit(limits: &Limits, key: String, load: &Load) -> Option<PartitionAtLimit> {
+    (partition_room(limits, load) == Some(0)).then(|| PartitionAtLimit {
+        key,
+        running: load.running,
+        started_in_window: limits.partition_rate.map(|_| load.started),
+    })
 }

@@ -99,6 +99,8 @@ pub struct NewJob {
     pub(crate) max_retries: Option<u32>,
     /// Keys of the jobs that must succeed before this one runs.
     pub(crate) depends_on: Vec<String>,
+    /// The partition of its queue it is limited in, if any.
+    pub(crate) partition: Option<String>,
 }
 
 impl NewJob {
@@ -141,6 +143,7 @@ impl NewJob {
             delay: None,
             max_retries: None,
             depends_on: Vec::new(),
+            partition: None,
         }
     }
 
@@ -153,6 +156,24 @@ impl NewJob {
     /// Priority: smaller runs first (default 0; negative is allowed).
     pub fn with_priority(mut self, priority: i64) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// Puts the job in a partition of its queue, e.g. `"shop:42"`: a
+    /// queue's partition limits ([`QueueLimits::partition_concurrency`],
+    /// [`QueueLimits::partition_rate`]) hold for each partition apart, so
+    /// one shop's jobs never take another's turn. A key of 1 to 200 bytes;
+    /// a job without one is limited by the queue-wide limits only.
+    ///
+    /// [`QueueLimits::partition_concurrency`]: crate::admin::QueueLimits::partition_concurrency
+    /// [`QueueLimits::partition_rate`]: crate::admin::QueueLimits::partition_rate
+    ///
+    /// ```
+    /// # use litejob::NewJob;
+    /// let sync = NewJob::new("sync_shop", "sync:42:2026-12-03", &42).with_partition("shop:42");
+    /// ```
+    pub fn with_partition(mut self, key: impl Into<String>) -> Self {
+        self.partition = Some(key.into());
         self
     }
 

@@ -31,6 +31,32 @@ pub(crate) struct ValidJob {
     pub max_attempts: i64,
     /// The keys it waits for (distinct, none its own).
     pub depends_on: Vec<String>,
+    /// Its partition of the queue (`jobs.partition_key`).
+    pub partition: Option<String>,
+}
+
+/// Longest partition key accepted (`jobs.partition_key`, a CHECK too).
+pub(crate) const MAX_PARTITION_BYTES: usize = 200;
+
+/// Refuses an empty partition key, one over [`MAX_PARTITION_BYTES`], or one
+/// holding a NUL or the unit separator (which joins a queue and a
+/// partition in a claim's list of full partitions).
+pub(crate) fn check_partition(p: &str) -> Result<()> {
+    if p.is_empty() {
+        return Err(Error::invalid("a partition key must not be empty"));
+    }
+    if p.len() > MAX_PARTITION_BYTES {
+        return Err(Error::invalid(format!(
+            "partition key is {} bytes, longer than the limit of {MAX_PARTITION_BYTES}",
+            p.len()
+        )));
+    }
+    if p.contains(['\0', '\u{1f}']) {
+        return Err(Error::invalid(
+            "a partition key must not contain a NUL or a unit separator (0x1f)",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses an empty name, one over the length limit, or one holding a NUL.
@@ -70,6 +96,7 @@ pub(crate) fn into_valid(job: NewJob, run_at: Millis, max_attempts: i64) -> Vali
         run_at,
         max_attempts,
         depends_on: distinct(job.depends_on),
+        partition: job.partition,
     }
 }
 
@@ -97,6 +124,7 @@ pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Resul
         run_at,
         max_attempts,
         depends_on: distinct(job.depends_on.clone()),
+        partition: job.partition.clone(),
     })
 }
 
@@ -109,6 +137,9 @@ pub(crate) fn validate_parts(
     check_name("kind", &job.kind)?;
     check_name("key", &job.key)?;
     check_name("queue", &job.queue)?;
+    if let Some(p) = &job.partition {
+        check_partition(p)?;
+    }
     let payload = match &job.payload {
         Ok(p) => p,
         Err(e) => {

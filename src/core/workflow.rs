@@ -131,6 +131,7 @@ mod tests {
             run_at: 0,
             max_attempts: 2,
             depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            partition: None,
         }
     }
 

@@ -13,6 +13,7 @@
 //! controlled queues by a parameter of their one statement, and the
 //! controls are read again once per poll interval, not per claim.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,26 +21,33 @@ use postgres::{GenericClient, Row};
 
 use super::conn::{in_row, read_err, write_err, Col, PgConn, Stmt};
 use super::run::{self, ClaimAsk, Started};
-use crate::core::controls::{Limits, QueueControl, QueueLimits, Rate};
+use crate::core::controls::{
+    Limits, Load, PartitionAtLimit, QueueControl, QueueLimits, Rate, PARTITIONS_LISTED,
+};
 use crate::core::time::Millis;
 use crate::error::Result;
 
-const ROWS: &str =
-    "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues";
-const ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at \
+const ROWS: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at, \
+     partition_concurrency, partition_rate_limit, partition_rate_window_ms FROM queues";
+const ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at, \
+     partition_concurrency, partition_rate_limit, partition_rate_window_ms \
      FROM queues WHERE name = $1";
 /// The limited claim's lock: claims of the queue, and the operator's
 /// changes, take turns on it.
-const LOCK_ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at \
+const LOCK_ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at, \
+     partition_concurrency, partition_rate_limit, partition_rate_window_ms \
      FROM queues WHERE name = $1 FOR UPDATE";
 /// Two operators changing one queue take turns even before it has a row
 /// to lock (the first argument is litejob's own key space).
 const SERIALIZE_CHANGES: &str = "SELECT pg_advisory_xact_lock(1818914658, hashtext($1))";
 const UPSERT: &str = "INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, \
-     updated_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET \
+     updated_at, partition_concurrency, partition_rate_limit, partition_rate_window_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO UPDATE SET \
      paused = excluded.paused, concurrency = excluded.concurrency, \
      rate_limit = excluded.rate_limit, rate_window_ms = excluded.rate_window_ms, \
-     updated_at = excluded.updated_at";
+     updated_at = excluded.updated_at, partition_concurrency = excluded.partition_concurrency, \
+     partition_rate_limit = excluded.partition_rate_limit, \
+     partition_rate_window_ms = excluded.partition_rate_window_ms";
 const DELETE: &str = "DELETE FROM queues WHERE name = $1";
 const FORGET_STARTS: &str = "DELETE FROM queue_starts WHERE queue = $1";
 const LOAD: &str = "SELECT count(*) FILTER (WHERE lease_expires_at >= $2), \
@@ -48,23 +56,31 @@ const LOAD: &str = "SELECT count(*) FILTER (WHERE lease_expires_at >= $2), \
 const STARTED: &str =
     "SELECT count(*), min(started_at) FROM queue_starts WHERE queue = $1 AND started_at > $2";
 const PRUNE_STARTS: &str = "DELETE FROM queue_starts WHERE queue = $1 AND started_at <= $2";
-const RECORD_STARTS: &str = "INSERT INTO queue_starts (queue, started_at) \
-     SELECT $1, $2 FROM generate_series(1, $3::bigint)";
+const RECORD_STARTS: &str = "INSERT INTO queue_starts (queue, started_at, partition_key) \
+     SELECT $1, $2, p FROM unnest($3::text[]) AS s(p)";
+// A partitioned queue's load, partition by partition: only the partitions
+// with a job running or a start in the window have a row (through
+// `jobs_partition_running` and `queue_starts_partition`).
+const PARTITIONS_RUNNING: &str = "SELECT partition_key, count(*), \
+     count(*) FILTER (WHERE current_attempt IS NULL) FROM jobs \
+     WHERE state = 'running' AND queue = $1 AND partition_key IS NOT NULL GROUP BY partition_key";
+const PARTITIONS_STARTED: &str = "SELECT partition_key, count(*) FROM queue_starts \
+     WHERE queue = $1 AND partition_key IS NOT NULL AND started_at > $2 GROUP BY partition_key";
 const JOB_COUNTS: &str = "SELECT queue, count(*) FILTER (WHERE state = 'queued'), \
      count(*) FILTER (WHERE state = 'running') FROM jobs GROUP BY queue";
 
 /// A row of `queues`: its name, limits and time of change.
 fn from_row(r: &Row) -> Result<(String, Limits, Millis)> {
     in_row("queues", r, |r| {
-        let concurrency: Option<i64> = r.col(2)?;
+        let cap = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok()).filter(|&n| n >= 1);
         Ok((
             r.col(0)?,
             Limits {
                 paused: r.col(1)?,
-                concurrency: concurrency
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|&n| n >= 1),
+                concurrency: cap(r.col(2)?),
                 rate: Rate::from_columns(r.col(3)?, r.col(4)?),
+                partition_concurrency: cap(r.col(6)?),
+                partition_rate: Rate::from_columns(r.col(7)?, r.col(8)?),
             },
             r.col(5)?,
         ))
@@ -107,6 +123,107 @@ fn load(
     ))
 }
 
+/// The load of each partition of `queue` with a job running or a start in
+/// its rate's window at `now` (a partition without a row has none). `sql`
+/// holds [`PARTITIONS_RUNNING`] and [`PARTITIONS_STARTED`], as text or
+/// prepared.
+fn partition_loads(
+    client: &mut impl GenericClient,
+    sql: (&Stmt, &Stmt),
+    queue: &str,
+    limits: &Limits,
+    now: Millis,
+) -> Result<HashMap<String, Load>> {
+    let mut loads: HashMap<String, Load> = HashMap::new();
+    for r in sql.0.query(client, &[&queue]).map_err(read_err)? {
+        let l = loads.entry(r.col(0)?).or_default();
+        l.running = r.col(1)?;
+        l.claimed = r.col(2)?;
+    }
+    if let Some(rate) = limits.partition_rate {
+        let floor = crate::core::controls::window_floor(now, rate);
+        for r in sql.1.query(client, &[&queue, &floor]).map_err(read_err)? {
+            loads.entry(r.col(0)?).or_default().started = r.col(1)?;
+        }
+    }
+    Ok(loads)
+}
+
+/// The partitions of `queue` at their limit at `now`, the busiest first
+/// (at most [`PARTITIONS_LISTED`]), and how many there are.
+fn at_limit(
+    client: &mut impl GenericClient,
+    queue: &str,
+    limits: &Limits,
+    now: Millis,
+) -> Result<(Vec<PartitionAtLimit>, i64)> {
+    if !limits.partitioned() {
+        return Ok((Vec::new(), 0));
+    }
+    let sql = (
+        &Stmt::Text(PARTITIONS_RUNNING),
+        &Stmt::Text(PARTITIONS_STARTED),
+    );
+    let mut full: Vec<PartitionAtLimit> = partition_loads(client, sql, queue, limits, now)?
+        .into_iter()
+        .filter_map(|(key, load)| crate::core::controls::at_limit(limits, key, &load))
+        .collect();
+    let count = full.len() as i64;
+    full.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
+    full.truncate(PARTITIONS_LISTED);
+    Ok((full, count))
+}
+
+/// What holds back a job of `partition` in `queue` now, if the queue
+/// limits partitions and the partition is at its limit: the limits and
+/// the partition's load.
+pub(crate) fn partition_held(
+    c: &mut PgConn,
+    queue: &str,
+    partition: &str,
+    now: Millis,
+) -> Result<Option<(Limits, Load)>> {
+    super::reads::in_snapshot(c, |tx| {
+        let Some((_, limits, _)) = tx
+            .query_opt(ROW, &[&queue])
+            .map_err(read_err)?
+            .map(|r| from_row(&r))
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        let sql = (
+            &Stmt::Text(PARTITIONS_RUNNING),
+            &Stmt::Text(PARTITIONS_STARTED),
+        );
+        let load = partition_loads(tx, sql, queue, &limits, now)?
+            .remove(partition)
+            .unwrap_or_default();
+        let full = crate::core::controls::partition_room(&limits, &load) == Some(0);
+        Ok(full.then_some((limits, load)))
+    })
+}
+
+/// The room of each partition a claim may take from, from their loads.
+fn partition_room(limits: &Limits, loads: HashMap<String, Load>) -> run::PartitionRoom {
+    let mut room = run::PartitionRoom {
+        full: Vec::new(),
+        keys: Vec::with_capacity(loads.len()),
+        rooms: Vec::with_capacity(loads.len()),
+        default_room: crate::core::controls::empty_partition_room(limits).min(i64::MAX as usize)
+            as i64,
+    };
+    for (key, load) in loads {
+        let r = crate::core::controls::partition_room(limits, &load).unwrap_or(usize::MAX);
+        if r == 0 {
+            room.full.push(key.clone());
+        }
+        room.keys.push(key);
+        room.rooms.push(r.min(i64::MAX as usize) as i64);
+    }
+    room
+}
+
 /// Applies an operator's change to `queue`, in one transaction.
 pub(crate) fn change(
     c: &mut PgConn,
@@ -131,6 +248,9 @@ pub(crate) fn change(
         let concurrency = next.concurrency.map(i64::from);
         let rate_limit = next.rate.map(|r| i64::from(r.limit()));
         let window = next.rate.map(|r| r.window_ms());
+        let p_cap = next.partition_concurrency.map(i64::from);
+        let p_limit = next.partition_rate.map(|r| i64::from(r.limit()));
+        let p_window = next.partition_rate.map(|r| r.window_ms());
         tx.execute(
             UPSERT,
             &[
@@ -140,11 +260,14 @@ pub(crate) fn change(
                 &rate_limit,
                 &window,
                 &now,
+                &p_cap,
+                &p_limit,
+                &p_window,
             ],
         )
         .map_err(read_err)?;
     }
-    if next.rate.is_none() && current.rate.is_some() {
+    if !next.rated() && current.rated() {
         tx.execute(FORGET_STARTS, &[&queue]).map_err(read_err)?;
     }
     tx.commit().map_err(write_err)
@@ -190,12 +313,9 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
             &l,
             now,
         )?;
-        let mut q = QueueControl::named(&name);
-        q.paused = l.paused;
-        q.concurrency = l.concurrency;
-        q.rate = l.rate;
+        let mut q = QueueControl::with_limits(&name, &l, updated_at);
         q.started_in_window = l.rate.map(|_| load.started);
-        q.updated_at = Some(updated_at);
+        (q.partitions_at_limit, q.partitions_at_limit_count) = at_limit(tx, &name, &l, now)?;
         out.push(q);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -220,13 +340,10 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
             &l,
             now,
         )?;
-        let mut q = QueueControl::named(&name);
-        q.paused = l.paused;
-        q.concurrency = l.concurrency;
-        q.rate = l.rate;
+        let mut q = QueueControl::with_limits(&name, &l, updated_at);
         q.running = running;
         q.started_in_window = l.rate.map(|_| load.started);
-        q.updated_at = Some(updated_at);
+        (q.partitions_at_limit, q.partitions_at_limit_count) = at_limit(tx, &name, &l, now)?;
         Ok(Some(q))
     })
 }
@@ -304,6 +421,11 @@ pub(crate) fn claim_limited(
         c.stmt(STARTED)?,
         c.stmt(RECORD_STARTS)?,
     );
+    let partitioned = (
+        c.stmt(PARTITIONS_RUNNING)?,
+        c.stmt(PARTITIONS_STARTED)?,
+        c.stmt(run::CLAIM_PARTITIONED)?,
+    );
     let mut tx = c.begin().map_err(read_err)?;
     let limits = lock
         .query_opt(&mut tx, &[&queue])
@@ -314,12 +436,9 @@ pub(crate) fn claim_limited(
         .unwrap_or_default();
     let now = clock();
     let lease_until = now + (ask.lease_until - ask.now);
-    if let Some(rate) = limits.rate {
+    if let Some(floor) = limits.prune_floor(now) {
         prune
-            .execute(
-                &mut tx,
-                &[&queue, &crate::core::controls::prune_floor(now, rate)],
-            )
+            .execute(&mut tx, &[&queue, &floor])
             .map_err(read_err)?;
     }
     let (load, _, oldest) = load(&mut tx, (&count, &started), queue, &limits, now)?;
@@ -329,25 +448,39 @@ pub(crate) fn claim_limited(
         take = take.min(1);
     }
     let queues = [queue.to_string()];
+    let ask = ClaimAsk {
+        queues: Some(&queues),
+        skipped: None,
+        limit: take as i64,
+        now,
+        lease_until,
+        ..*ask
+    };
+    let mut partitions_full = false;
     let started = if take == 0 {
         Vec::new()
-    } else {
-        run::claim_with(
+    } else if limits.partitioned() {
+        let loads = partition_loads(
             &mut tx,
-            claim,
-            &ClaimAsk {
-                queues: Some(&queues),
-                skipped: None,
-                limit: take as i64,
-                now,
-                lease_until,
-                ..*ask
-            },
-        )?
+            (&partitioned.0, &partitioned.1),
+            queue,
+            &limits,
+            now,
+        )?;
+        let room = partition_room(&limits, loads);
+        partitions_full = !room.full.is_empty();
+        // Enough candidates that a batch finds partitions with room past
+        // the head of one with many jobs waiting.
+        let scan = (take as i64 * 8).max(64);
+        run::claim_partitioned(&mut tx, &partitioned.2, &ask, &room, scan)?
+    } else {
+        run::claim_with(&mut tx, claim, &ask)?
     };
-    if limits.rate.is_some() && !started.is_empty() {
+    if limits.rated() && !started.is_empty() {
+        let partitions: Vec<Option<&str>> =
+            started.iter().map(|s| s.partition.as_deref()).collect();
         record
-            .execute(&mut tx, &[&queue, &now, &(started.len() as i64)])
+            .execute(&mut tx, &[&queue, &now, &partitions])
             .map_err(read_err)?;
     }
     tx.commit().map_err(write_err)?;
@@ -358,7 +491,7 @@ pub(crate) fn claim_limited(
         .filter(|_| started.len() >= room)
         .map(|rate| crate::core::controls::frees_at(oldest.unwrap_or(now), rate));
     Ok(LimitedClaim {
-        held_back: limits.limited() && (take == 0 || started.len() == take),
+        held_back: limits.limited() && (take == 0 || started.len() == take || partitions_full),
         more_room: started.len() == take && room > take,
         started,
         frees_at,

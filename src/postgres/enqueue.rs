@@ -25,8 +25,9 @@ pub(crate) const INSERT_ONE: &str = "\
 WITH done AS (SELECT job_id FROM processed_jobs WHERE key = $3),
 existing AS (SELECT id FROM jobs WHERE idempotency_key = $3),
 ins AS (
-    INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8
+    INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at,
+                      partition_key)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
     WHERE NOT EXISTS (SELECT 1 FROM done) AND NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (idempotency_key) DO UPDATE SET deliveries = jobs.deliveries + 1
     RETURNING id, (xmax = 0) AS new
@@ -46,14 +47,15 @@ UNION ALL SELECT coalesce(job_id, 0), false FROM done
 pub(crate) const INSERT_MANY: &str = "\
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                         $6::bigint[], $7::bigint[]) WITH ORDINALITY
-        AS t(queue, kind, key, payload, priority, run_at, max_attempts, ord)
+                         $6::bigint[], $7::bigint[], $9::text[]) WITH ORDINALITY
+        AS t(queue, kind, key, payload, priority, run_at, max_attempts, partition_key, ord)
 ),
 done AS (SELECT p.key, p.job_id FROM processed_jobs p JOIN input i ON p.key = i.key),
 existing AS (SELECT j.idempotency_key AS key, j.id FROM jobs j JOIN input i ON j.idempotency_key = i.key),
 ins AS (
-    INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at)
-    SELECT i.queue, i.kind, i.key, i.payload, i.priority, i.run_at, i.max_attempts, $8
+    INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at,
+                      partition_key)
+    SELECT i.queue, i.kind, i.key, i.payload, i.priority, i.run_at, i.max_attempts, $8, i.partition_key
     FROM input i
     WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.key = i.key)
       AND NOT EXISTS (SELECT 1 FROM existing e WHERE e.key = i.key)
@@ -102,6 +104,7 @@ pub(crate) fn insert<C: GenericClient>(
                 &job.run_at,
                 &job.max_attempts,
                 &now,
+                &job.partition,
             ],
         )
         .map_err(write_err)?;
@@ -148,6 +151,7 @@ pub(crate) fn insert_many(
     let priorities: Vec<i64> = jobs.iter().map(|j| j.priority).collect();
     let run_ats: Vec<i64> = jobs.iter().map(|j| j.run_at).collect();
     let max_attempts: Vec<i64> = jobs.iter().map(|j| j.max_attempts).collect();
+    let partitions: Vec<Option<&str>> = jobs.iter().map(|j| j.partition.as_deref()).collect();
     let rows = conn.write(
         INSERT_MANY,
         &[
@@ -159,6 +163,7 @@ pub(crate) fn insert_many(
             &run_ats,
             &max_attempts,
             &now,
+            &partitions,
         ],
     )?;
     let by_key: HashMap<String, Enqueued> = rows

@@ -231,6 +231,7 @@ mod tests {
             run_at: 0,
             max_attempts: 2,
             depends_on: Vec::new(),
+            partition: None,
         }
     }
 

@@ -42,13 +42,62 @@ taken AS (
         attempts = j.attempts + 1, current_attempt = p.attempt_id
     FROM picked p WHERE j.id = p.id
     RETURNING j.id, j.kind, j.idempotency_key, j.queue, j.payload, j.attempts, j.max_attempts,
-        p.attempt_id, j.abandoned, j.priority, j.run_at
+        p.attempt_id, j.abandoned, j.priority, j.run_at, j.partition_key
 ),
 att AS (
     INSERT INTO attempts (id, job_id, attempt, key, worker, started_at)
     SELECT attempt_id, id, attempts, idempotency_key, $7, $2 FROM taken
 )
-SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id
+SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id, partition_key
+FROM taken ORDER BY priority, run_at, id";
+
+/// [`CLAIM`] for one queue with partition limits (`$3`, a list of one),
+/// run under the lock on its `queues` row: the partitions at their limit
+/// (`$9`) are skipped by the scan itself, so a partition with many jobs
+/// waiting does not fill the candidates; of the first `$10` candidates of
+/// each kind, each partition gives at most its room (`$12` for the
+/// partitions `$11` with a load, `$13` for any other) in its own order,
+/// so one at a time means its best job; then the best `$4` of those.
+pub(crate) const CLAIM_PARTITIONED: &str = "\
+WITH cand AS (
+    SELECT c.id, c.partition_key, c.priority, c.run_at
+    FROM unnest($1::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT id, partition_key, priority, run_at FROM jobs
+        WHERE state = 'queued' AND kind = k.kind AND run_at <= $2
+          AND queue = ANY($3) AND (abandoned > 0) = $8
+          AND (partition_key IS NULL OR partition_key <> ALL($9::text[]))
+        ORDER BY priority, run_at, id LIMIT $10
+    ) c
+),
+ranked AS (
+    SELECT id, partition_key, priority, run_at,
+        row_number() OVER (PARTITION BY partition_key ORDER BY priority, run_at, id) AS rn
+    FROM cand
+),
+fits AS (
+    SELECT r.id FROM ranked r
+    LEFT JOIN unnest($11::text[], $12::bigint[]) AS p(key, room) ON p.key = r.partition_key
+    WHERE r.partition_key IS NULL OR r.rn <= coalesce(p.room, $13)
+    ORDER BY r.priority, r.run_at, r.id LIMIT $4
+),
+picked AS (
+    SELECT j.id, nextval(pg_get_serial_sequence('attempts', 'id')) AS attempt_id
+    FROM jobs j WHERE j.id IN (SELECT id FROM fits) AND j.state = 'queued'
+    FOR UPDATE OF j SKIP LOCKED
+),
+taken AS (
+    UPDATE jobs j SET state = 'running', lease_owner = $5, lease_expires_at = $6,
+        attempts = j.attempts + 1, current_attempt = p.attempt_id
+    FROM picked p WHERE j.id = p.id
+    RETURNING j.id, j.kind, j.idempotency_key, j.queue, j.payload, j.attempts, j.max_attempts,
+        p.attempt_id, j.abandoned, j.priority, j.run_at, j.partition_key
+),
+att AS (
+    INSERT INTO attempts (id, job_id, attempt, key, worker, started_at)
+    SELECT attempt_id, id, attempts, idempotency_key, $7, $2 FROM taken
+)
+SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id, partition_key
 FROM taken ORDER BY priority, run_at, id";
 
 /// Why these statements never say `state = 'running'`: a job's
@@ -129,6 +178,8 @@ pub(crate) struct Started {
     pub attempt: i64,
     pub max_attempts: i64,
     pub attempt_id: i64,
+    /// Its partition of the queue, if it has one.
+    pub partition: Option<String>,
 }
 
 /// The prepared statements of a worker's connection.
@@ -221,6 +272,65 @@ pub(crate) fn claim_with(
                     attempt: r.col(5)?,
                     max_attempts: r.col(6)?,
                     attempt_id: r.col(7)?,
+                    partition: r.col(8)?,
+                })
+            })
+        })
+        .collect()
+}
+
+/// The partitions a partitioned claim must respect: those at their limit,
+/// the room of those with a load, and the room of any other.
+pub(crate) struct PartitionRoom {
+    pub full: Vec<String>,
+    pub keys: Vec<String>,
+    pub rooms: Vec<i64>,
+    pub default_room: i64,
+}
+
+/// [`claim_with`] for a queue with partition limits (see
+/// [`CLAIM_PARTITIONED`]), scanning `scan` candidates of each kind.
+pub(crate) fn claim_partitioned(
+    client: &mut impl GenericClient,
+    claim: &Stmt,
+    ask: &ClaimAsk<'_>,
+    room: &PartitionRoom,
+    scan: i64,
+) -> Result<Vec<Started>> {
+    let queues: Option<Vec<String>> = ask.queues.map(<[String]>::to_vec);
+    let rows = claim
+        .query(
+            client,
+            &[
+                &ask.kinds,
+                &ask.now,
+                &queues,
+                &ask.limit,
+                &ask.owner,
+                &ask.lease_until,
+                &ask.worker,
+                &ask.suspects,
+                &room.full,
+                &scan,
+                &room.keys,
+                &room.rooms,
+                &room.default_room,
+            ],
+        )
+        .map_err(write_err)?;
+    rows.iter()
+        .map(|r| {
+            in_row("jobs", r, |r| {
+                Ok(Started {
+                    id: r.col(0)?,
+                    kind: r.col(1)?,
+                    key: r.col(2)?,
+                    queue: r.col(3)?,
+                    payload: r.col(4)?,
+                    attempt: r.col(5)?,
+                    max_attempts: r.col(6)?,
+                    attempt_id: r.col(7)?,
+                    partition: r.col(8)?,
                 })
             })
         })

@@ -24,7 +24,35 @@ const MIGRATIONS: &[&[&str]] = &[
     // on `jobs`, then
     // the edges' table, as `postgres.sql` ends.
     &[JOBS_V4_SQL, DEPENDENCIES_SQL],
+    // 4 → 5: partitions: `jobs.partition_key`, the partition limits of
+    // `queues` and the partition of a start, then the controls' tables,
+    // indexes and view as `postgres.sql` has them.
+    &[PARTITIONS_V5_SQL, QUEUES_SQL],
 ];
+
+/// The columns and constraints version 5 adds, on a version-4 database (or
+/// a newer shape already, from an older one's steps: each is idempotent).
+const PARTITIONS_V5_SQL: &str = "-- version 5: partitions.
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS partition_key text
+    CHECK (partition_key IS NULL OR length(partition_key) BETWEEN 1 AND 200);
+CREATE INDEX IF NOT EXISTS jobs_partition_running ON jobs (queue, partition_key)
+    WHERE state = 'running' AND partition_key IS NOT NULL;
+ALTER TABLE queues ADD COLUMN IF NOT EXISTS partition_concurrency bigint
+    CHECK (partition_concurrency >= 1);
+ALTER TABLE queues ADD COLUMN IF NOT EXISTS partition_rate_limit bigint
+    CHECK (partition_rate_limit >= 1);
+ALTER TABLE queues ADD COLUMN IF NOT EXISTS partition_rate_window_ms bigint
+    CHECK (partition_rate_window_ms >= 1);
+ALTER TABLE queues DROP CONSTRAINT IF EXISTS queues_check1;
+ALTER TABLE queues DROP CONSTRAINT IF EXISTS queues_in_force_check;
+ALTER TABLE queues ADD CONSTRAINT queues_in_force_check
+    CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+           OR partition_concurrency IS NOT NULL OR partition_rate_limit IS NOT NULL);
+ALTER TABLE queues DROP CONSTRAINT IF EXISTS queues_partition_rate_check;
+ALTER TABLE queues ADD CONSTRAINT queues_partition_rate_check
+    CHECK ((partition_rate_limit IS NULL) = (partition_rate_window_ms IS NULL));
+ALTER TABLE queue_starts ADD COLUMN IF NOT EXISTS partition_key text;
+";
 
 /// `jobs` as `postgres.sql` defines it from version 4.
 const JOBS_V4_SQL: &str = "-- jobs from version 4: the waiting state, the output and
@@ -64,26 +92,38 @@ const QUEUES_SQL: &str = r#"-- queues: the controls an operator set on a queue (
 --   concurrency: at most this many of its jobs running at once (state 'running'
 --                with an unexpired lease)
 --   rate_limit per rate_window_ms: at most this many starts in any window that long
+--   partition_*: the same two limits for each partition of the queue apart
+--                (jobs.partition_key), counted from the rows of that partition
 -- Every process reads the rows again at least once per poll interval.
 CREATE TABLE IF NOT EXISTS queues (
-    name           text    PRIMARY KEY CHECK (length(name) > 0),
-    paused         boolean NOT NULL DEFAULT false,
-    concurrency    bigint  CHECK (concurrency >= 1),    -- NULL: no cap
-    rate_limit     bigint  CHECK (rate_limit >= 1),     -- NULL: no rate limit
-    rate_window_ms bigint  CHECK (rate_window_ms >= 1),
-    updated_at     bigint  NOT NULL,
-    CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
-    CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+    name                     text    PRIMARY KEY CHECK (length(name) > 0),
+    paused                   boolean NOT NULL DEFAULT false,
+    concurrency              bigint  CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit               bigint  CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms           bigint  CHECK (rate_window_ms >= 1),
+    updated_at               bigint  NOT NULL,
+    partition_concurrency    bigint  CHECK (partition_concurrency >= 1),    -- NULL: no cap per partition
+    partition_rate_limit     bigint  CHECK (partition_rate_limit >= 1),     -- NULL: no rate per partition
+    partition_rate_window_ms bigint  CHECK (partition_rate_window_ms >= 1),
+    CONSTRAINT queues_check CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
+    CONSTRAINT queues_partition_rate_check
+        CHECK ((partition_rate_limit IS NULL) = (partition_rate_window_ms IS NULL)),
+    CONSTRAINT queues_in_force_check
+        CHECK (paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+               OR partition_concurrency IS NOT NULL OR partition_rate_limit IS NOT NULL)
 );
 
 -- queue_starts: the runs of a rate-limited queue started inside its window
--- (one row per start, the same started_at as its attempts row); a claim
--- deletes the rows older than the window.
+-- (one row per start, the same started_at as its attempts row, and the
+-- job's partition); a claim deletes the rows older than the window.
 CREATE TABLE IF NOT EXISTS queue_starts (
-    queue      text    NOT NULL,
-    started_at bigint  NOT NULL
+    queue         text    NOT NULL,
+    started_at    bigint  NOT NULL,
+    partition_key text
 );
 CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+CREATE INDEX IF NOT EXISTS queue_starts_partition ON queue_starts (queue, partition_key, started_at)
+    WHERE partition_key IS NOT NULL;
 
 -- The controls with readable times, and the starts inside each rate window.
 CREATE OR REPLACE VIEW queue_overview AS
@@ -91,7 +131,9 @@ SELECT name, paused, concurrency,
        rate_limit || '/' || rate_window_ms || 'ms' AS rate,
        (SELECT count(*) FROM queue_starts s
         WHERE s.queue = q.name AND s.started_at > litejob_now_ms() - q.rate_window_ms) AS started_in_window,
-       litejob_time(updated_at) AS updated_at
+       litejob_time(updated_at) AS updated_at,
+       partition_concurrency,
+       partition_rate_limit || '/' || partition_rate_window_ms || 'ms' AS partition_rate
 FROM queues q;
 "#;
 

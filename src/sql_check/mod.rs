@@ -50,7 +50,7 @@ const VERBS: &[&str] = &[
 /// What a placeholder of a run-time template stands for, by file (a path
 /// under `src/`) and name (`""` for `{}`): every value the code can give it.
 fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
-    let rows = |n: usize| vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; n].join(", ");
+    let rows = |n: usize| vec![crate::sqlite::enqueue::ROW_VALUES; n].join(", ");
     vec![
         // The claim's LIMIT: its batch size rounded up to a power of two.
         (

@@ -20,8 +20,9 @@ pub(crate) struct Claimed {
     /// flight, so that if it is the one that kills the process, it does not
     /// take a healthy neighbour's uncommitted run down with it again.
     pub abandoned: i64,
-    /// Its queue is rate-limited: its start is recorded in `queue_starts`
-    /// (see the controls module), in the start's transaction.
+    /// Its queue is rate-limited, as a whole or per partition: its start
+    /// is recorded in `queue_starts` (see the controls module), in the
+    /// start's transaction.
     pub rated: bool,
 }
 
@@ -53,8 +54,9 @@ pub(crate) struct Batch<W> {
 }
 
 /// A job the claim's query found: `(priority, run_at, id, kind index,
-/// abandoned, queue)`; the queue is read only when controls are in force.
-type Candidate = (i64, i64, i64, usize, i64, Option<String>);
+/// abandoned, queue, partition)`; the queue and the partition are read
+/// only when controls are in force.
+type Candidate = (i64, i64, i64, usize, i64, Option<String>, Option<String>);
 
 /// What a claim asks for: up to `limit` runnable jobs of `kinds` (in the
 /// queues of `queues_json`, if given), leased to `owner` until
@@ -93,7 +95,7 @@ pub(crate) fn claim_batch<W>(
     const TAKE: &str =
         "UPDATE jobs SET state = 'running', lease_owner = ?2, lease_expires_at = ?3 \
          WHERE id = ?1 AND state = 'queued'";
-    let mut gate = controls::Gate::read(conn)?;
+    let mut gate = controls::Gate::read(conn, ask.now)?;
     let candidates = candidates(conn, ask, &mut gate)?;
     let worst = candidates.last().map_or(0, |c| c.0);
     let split = candidates.first().is_some_and(|c| c.0 < worst);
@@ -106,14 +108,14 @@ pub(crate) fn claim_batch<W>(
     let mut take = conn.prepare_cached(TAKE)?;
     let mut starter: Option<Starter<'_>> = None;
     let mut for_workers = ask.for_workers;
-    for (priority, _, id, k, abandoned, queue) in candidates {
+    for (priority, _, id, k, abandoned, queue, _) in candidates {
         let limits = queue.as_deref().and_then(|q| gate.limits(q));
         let limited = limits.is_some_and(crate::core::controls::Limits::limited);
         let c = Claimed {
             id,
             kind: ask.kinds[k].clone(),
             abandoned,
-            rated: limits.is_some_and(|l| l.rate.is_some()),
+            rated: limits.is_some_and(crate::core::controls::Limits::rated),
         };
         let decided = match decide(&c, split, priority < worst) {
             Take::Later(token, worker) if limited => Take::Start(token, worker),
@@ -163,17 +165,21 @@ fn candidates(
     // `limit`.
     let cap = ask.limit.max(1).next_power_of_two();
     let candidates_sql = format!(
-        "SELECT id, priority, run_at, abandoned, queue FROM jobs \
+        "SELECT id, priority, run_at, abandoned, queue, partition_key FROM jobs \
          WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
          AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
          AND (?4 IS NULL OR queue NOT IN (SELECT value FROM json_each(?4))) \
+         AND (?5 IS NULL OR partition_key IS NULL \
+              OR queue || char(31) || partition_key NOT IN (SELECT value FROM json_each(?5))) \
          ORDER BY priority, run_at, id LIMIT {cap}"
     );
     let mut st = conn.prepare_cached(&candidates_sql)?;
-    let mut find = |skipped: Option<&str>, with_queue: bool| -> Result<Vec<Candidate>> {
+    let mut find = |skipped: (Option<&str>, Option<&str>),
+                    with_queue: bool|
+     -> Result<Vec<Candidate>> {
         let mut found: Vec<Candidate> = Vec::new();
         for (k, kind) in ask.kinds.iter().enumerate() {
-            let params = rusqlite::params![kind, ask.now, ask.queues_json, skipped];
+            let params = rusqlite::params![kind, ask.now, ask.queues_json, skipped.0, skipped.1];
             let rows = st.query_map(params, |r| {
                 Ok((
                     r.get::<_, i64>(1)?,
@@ -186,6 +192,7 @@ fn candidates(
                     } else {
                         None
                     },
+                    if with_queue { r.get(5)? } else { None },
                 ))
             })?;
             for row in rows {
@@ -196,17 +203,18 @@ fn candidates(
         Ok(found)
     };
     if gate.is_open() {
-        let mut found = find(None, false)?;
+        let mut found = find((None, None), false)?;
         found.truncate(ask.limit);
         return Ok(found);
     }
     let mut kept = Vec::new();
     loop {
-        let mut found = find(gate.skipped_json().as_deref(), true)?;
+        let (queues, partitions) = gate.skipped_json();
+        let mut found = find((queues.as_deref(), partitions.as_deref()), true)?;
         found.append(&mut kept);
         found.sort_unstable();
         match gate.choose(conn, found, ask.limit, ask.now, |c| {
-            c.5.as_deref().unwrap_or("")
+            (c.5.as_deref().unwrap_or(""), c.6.as_deref())
         })? {
             controls::Chosen::Done(chosen) => return Ok(chosen),
             controls::Chosen::Again(full) => kept = full,
@@ -233,8 +241,8 @@ impl<'c> Starter<'c> {
         // job started a transaction after its claim chose it (see
         // `Take::Later`) may have been run, failed and requeued meanwhile
         // by another process.
-        const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload \
-             FROM jobs WHERE id = ?1 AND state = 'queued' AND run_at <= ?2 AND abandoned = ?3";
+        const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload, \
+             partition_key FROM jobs WHERE id = ?1 AND state = 'queued' AND run_at <= ?2 AND abandoned = ?3";
         const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
              lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
              WHERE id = ?1 AND state = 'queued'";
@@ -287,7 +295,7 @@ impl<'c> Starter<'c> {
             )));
         }
         if c.rated {
-            controls::record_start(self.conn, &st.queue, now)?;
+            controls::record_start(self.conn, &st.queue, st.partition.as_deref(), now)?;
         }
         Ok(Some(st))
     }
@@ -328,7 +336,7 @@ fn begin_run(
                 .into_owned(),
         )
     };
-    let row: Option<(i64, i64, String, String, String, bool)> = {
+    let row: Option<(i64, i64, String, String, String, Option<String>, bool)> = {
         let mut rows = read.query(params)?;
         match rows.next()? {
             Some(r) => Some((
@@ -337,6 +345,7 @@ fn begin_run(
                 text(r, 2)?,
                 text(r, 3)?,
                 text(r, 4)?,
+                r.get(5)?,
                 match paused_col {
                     Some(i) => r.get(i)?,
                     None => false,
@@ -345,7 +354,7 @@ fn begin_run(
             None => None,
         }
     };
-    let Some((charged, max_attempts, key, queue, payload, paused)) = row else {
+    let Some((charged, max_attempts, key, queue, payload, partition, paused)) = row else {
         return Ok(Begun::Missing);
     };
     if paused {
@@ -368,6 +377,7 @@ fn begin_run(
         key,
         queue,
         payload,
+        partition,
     }))
 }
 
@@ -380,6 +390,8 @@ pub(crate) struct Started {
     pub key: String,
     pub queue: String,
     pub payload: String,
+    /// Its partition of the queue, if it has one.
+    pub partition: Option<String>,
 }
 
 /// Starts the run of a claimed job: charges an attempt, writes the attempt
@@ -405,6 +417,7 @@ pub(crate) fn start(
     // Its queue's pause read in the same statement: one key lookup in a
     // table that holds only the controlled queues.
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload, \
+         partition_key, \
          EXISTS (SELECT 1 FROM queues q WHERE q.name = jobs.queue AND q.paused = 1) FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
@@ -413,7 +426,7 @@ pub(crate) fn start(
         &mut history::start_statement(conn)?,
         conn,
         rusqlite::params![job_id, owner],
-        Some(5),
+        Some(6),
         job_id,
         worker,
         now,
@@ -428,7 +441,7 @@ pub(crate) fn start(
     conn.prepare_cached(FENCE)?
         .execute(rusqlite::params![job_id, st.attempt, st.attempt_id])?;
     if rated {
-        controls::record_start(conn, &st.queue, now)?;
+        controls::record_start(conn, &st.queue, st.partition.as_deref(), now)?;
     }
     Ok(Some(st))
 }

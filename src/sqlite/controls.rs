@@ -1,6 +1,7 @@
 //! Queue controls on a file: every statement on its `queues` and
 //! `queue_starts` tables, and the gate a claim passes its candidates
-//! through. PostgreSQL's twin is `postgres/controls.rs`; the values and
+//! through, queue by queue and (for a queue with partition limits)
+//! partition by partition. PostgreSQL's twin is `postgres/controls.rs`; the values and
 //! the arithmetic are the core's. Writes `queues` (the operator's changes)
 //! and `queue_starts` (a rate-limited queue's starts, and their pruning).
 //!
@@ -8,21 +9,24 @@
 //! queue's load in its own transaction, under the file's write lock: two
 //! claims never count the same free slot. A claimed job waiting for a
 //! worker holds its lease, so it counts as running for the cap, and as a
-//! start to come for the rate (it starts at or after its claim).
+//! start to come for the rate (it starts at or after its claim). A
+//! partition's load is counted the same way, from its own rows: no
+//! counter is kept that a crash or a lost lease could leave wrong.
 
 use std::collections::{BTreeMap, HashMap};
 
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::core::controls::frees_at;
-use crate::core::controls::prune_floor;
 use crate::core::controls::room;
 use crate::core::controls::window_floor;
 use crate::core::controls::Limits;
 use crate::core::controls::Load;
+use crate::core::controls::PartitionAtLimit;
 use crate::core::controls::QueueControl;
 use crate::core::controls::QueueLimits;
 use crate::core::controls::Rate;
+use crate::core::controls::PARTITIONS_LISTED;
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -30,15 +34,19 @@ use crate::error::Result;
 // `jobs_lease` (the running set, small however many jobs wait or finished)
 // and the starts through `queue_starts_window`.
 
-const ROWS: &str =
-    "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues";
-const ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at \
+const ROWS: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at, \
+     partition_concurrency, partition_rate_limit, partition_rate_window_ms FROM queues";
+const ROW: &str = "SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at, \
+     partition_concurrency, partition_rate_limit, partition_rate_window_ms \
      FROM queues WHERE name = ?1";
 const UPSERT: &str = "INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, \
-     updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (name) DO UPDATE SET \
+     updated_at, partition_concurrency, partition_rate_limit, partition_rate_window_ms) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (name) DO UPDATE SET \
      paused = excluded.paused, concurrency = excluded.concurrency, \
      rate_limit = excluded.rate_limit, rate_window_ms = excluded.rate_window_ms, \
-     updated_at = excluded.updated_at";
+     updated_at = excluded.updated_at, partition_concurrency = excluded.partition_concurrency, \
+     partition_rate_limit = excluded.partition_rate_limit, \
+     partition_rate_window_ms = excluded.partition_rate_window_ms";
 const DELETE: &str = "DELETE FROM queues WHERE name = ?1";
 const FORGET_STARTS: &str = "DELETE FROM queue_starts WHERE queue = ?1";
 const RUNNING: &str = "SELECT coalesce(sum(lease_expires_at >= ?2), 0), \
@@ -47,21 +55,30 @@ const RUNNING: &str = "SELECT coalesce(sum(lease_expires_at >= ?2), 0), \
 const STARTED: &str =
     "SELECT count(*), min(started_at) FROM queue_starts WHERE queue = ?1 AND started_at > ?2";
 const PRUNE_STARTS: &str = "DELETE FROM queue_starts WHERE queue = ?1 AND started_at <= ?2";
-const RECORD_START: &str = "INSERT INTO queue_starts (queue, started_at) VALUES (?1, ?2)";
+const RECORD_START: &str =
+    "INSERT INTO queue_starts (queue, started_at, partition_key) VALUES (?1, ?2, ?3)";
+// A partitioned queue's load, partition by partition: only the partitions
+// with a job running or a start in the window have a row (through
+// `jobs_partition_running` and `queue_starts_partition`).
+const PARTITIONS_RUNNING: &str = "SELECT partition_key, count(*), \
+     coalesce(sum(current_attempt IS NULL), 0) FROM jobs \
+     WHERE state = 'running' AND queue = ?1 AND partition_key IS NOT NULL GROUP BY partition_key";
+const PARTITIONS_STARTED: &str = "SELECT partition_key, count(*) FROM queue_starts \
+     WHERE queue = ?1 AND partition_key IS NOT NULL AND started_at > ?2 GROUP BY partition_key";
 const JOB_COUNTS: &str = "SELECT queue, coalesce(sum(state = 'queued'), 0), \
      coalesce(sum(state = 'running'), 0) FROM jobs GROUP BY queue";
 
 /// A row of `queues`: its name, limits and time of change.
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, Limits, Millis)> {
-    let concurrency: Option<i64> = r.get(2)?;
+    let cap = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok()).filter(|&n| n >= 1);
     Ok((
         r.get(0)?,
         Limits {
             paused: r.get::<_, i64>(1)? != 0,
-            concurrency: concurrency
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|&n| n >= 1),
+            concurrency: cap(r.get(2)?),
             rate: Rate::from_columns(r.get(3)?, r.get(4)?),
+            partition_concurrency: cap(r.get(6)?),
+            partition_rate: Rate::from_columns(r.get(7)?, r.get(8)?),
         },
         r.get(5)?,
     ))
@@ -93,20 +110,103 @@ pub(crate) fn change(
             next.concurrency,
             next.rate.map(|r| r.limit()),
             next.rate.map(|r| r.window_ms()),
-            now
+            now,
+            next.partition_concurrency,
+            next.partition_rate.map(|r| r.limit()),
+            next.partition_rate.map(|r| r.window_ms()),
         ])?;
     }
-    if next.rate.is_none() && current.rate.is_some() {
+    if !next.rated() && current.rated() {
         conn.prepare_cached(FORGET_STARTS)?.execute([queue])?;
     }
     Ok(next)
 }
 
-/// Records a start of a rate-limited queue, in the start's transaction.
-pub(crate) fn record_start(conn: &Connection, queue: &str, now: Millis) -> Result<()> {
+/// Records a start of a rate-limited queue (and of the job's partition),
+/// in the start's transaction.
+pub(crate) fn record_start(
+    conn: &Connection,
+    queue: &str,
+    partition: Option<&str>,
+    now: Millis,
+) -> Result<()> {
     conn.prepare_cached(RECORD_START)?
-        .execute(rusqlite::params![queue, now])?;
+        .execute(rusqlite::params![queue, now, partition])?;
     Ok(())
+}
+
+/// The load of each partition of `queue` with a job running or a start in
+/// its rate's window at `now` (a partition without a row has none).
+pub(crate) fn partition_loads(
+    conn: &Connection,
+    queue: &str,
+    limits: &Limits,
+    now: Millis,
+) -> Result<HashMap<String, Load>> {
+    let mut loads: HashMap<String, Load> = HashMap::new();
+    let mut st = conn.prepare_cached(PARTITIONS_RUNNING)?;
+    for row in st.query_map([queue], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))? {
+        let (key, running, claimed): (String, i64, i64) = row?;
+        let l = loads.entry(key).or_default();
+        l.running = running;
+        l.claimed = claimed;
+    }
+    if let Some(rate) = limits.partition_rate {
+        let mut st = conn.prepare_cached(PARTITIONS_STARTED)?;
+        let floor = window_floor(now, rate);
+        for row in st.query_map(rusqlite::params![queue, floor], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })? {
+            let (key, started): (String, i64) = row?;
+            loads.entry(key).or_default().started = started;
+        }
+    }
+    Ok(loads)
+}
+
+/// The partitions of `queue` at their limit at `now`, the busiest first
+/// (at most [`PARTITIONS_LISTED`]), and how many there are.
+fn at_limit(
+    conn: &Connection,
+    queue: &str,
+    limits: &Limits,
+    now: Millis,
+) -> Result<(Vec<PartitionAtLimit>, i64)> {
+    if !limits.partitioned() {
+        return Ok((Vec::new(), 0));
+    }
+    let mut full: Vec<PartitionAtLimit> = partition_loads(conn, queue, limits, now)?
+        .into_iter()
+        .filter_map(|(key, load)| crate::core::controls::at_limit(limits, key, &load))
+        .collect();
+    let count = full.len() as i64;
+    full.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
+    full.truncate(PARTITIONS_LISTED);
+    Ok((full, count))
+}
+
+/// What holds `job`'s partition back now, if its queue limits partitions
+/// and the partition is at its limit: its load.
+pub(crate) fn partition_held(
+    conn: &Connection,
+    queue: &str,
+    partition: &str,
+    now: Millis,
+) -> Result<Option<(Limits, Load)>> {
+    let Some((_, limits, _)) = conn
+        .prepare_cached(ROW)?
+        .query_row([queue], from_row)
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let load = partition_loads(conn, queue, &limits, now)?
+        .remove(partition)
+        .unwrap_or_default();
+    Ok(
+        (crate::core::controls::partition_room(&limits, &load) == Some(0))
+            .then_some((limits, load)),
+    )
 }
 
 /// Every queue with jobs or controls, by name, with its load at `now`.
@@ -153,12 +253,9 @@ pub(crate) fn controlled(conn: &Connection, now: Millis) -> Result<Vec<QueueCont
             Some(rate) => Some(started(conn, &name, rate, now)?.0),
             None => None,
         };
-        let mut c = QueueControl::named(&name);
-        c.paused = l.paused;
-        c.concurrency = l.concurrency;
-        c.rate = l.rate;
+        let mut c = QueueControl::with_limits(&name, &l, updated_at);
         c.started_in_window = started_in_window;
-        c.updated_at = Some(updated_at);
+        (c.partitions_at_limit, c.partitions_at_limit_count) = at_limit(conn, &name, &l, now)?;
         out.push(c);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -179,13 +276,10 @@ pub(crate) fn of_queue(
         return Ok(None);
     };
     let (load, running) = load(conn, &name, &l, now)?;
-    let mut c = QueueControl::named(&name);
-    c.paused = l.paused;
-    c.concurrency = l.concurrency;
-    c.rate = l.rate;
+    let mut c = QueueControl::with_limits(&name, &l, updated_at);
     c.running = running;
     c.started_in_window = l.rate.map(|_| load.started);
-    c.updated_at = Some(updated_at);
+    (c.partitions_at_limit, c.partitions_at_limit_count) = at_limit(conn, &name, &l, now)?;
     Ok(Some(c))
 }
 
@@ -226,15 +320,23 @@ fn load(conn: &Connection, queue: &str, limits: &Limits, now: Millis) -> Result<
 }
 
 /// The controls a claim obeys, read in the claim's own transaction, and
-/// the room it found in each queue it met.
+/// the room it found in each queue and partition it met.
 pub(crate) struct Gate {
     limits: HashMap<String, Limits>,
     /// Room in a limited queue, counted when a candidate of it first came
     /// up, and the oldest start in its rate's window.
     room: HashMap<String, (usize, Option<Millis>)>,
+    /// Each partitioned queue's partitions with a load, counted when the
+    /// gate was read: the room left in each (a partition not there has a
+    /// partition's whole room).
+    partitions: HashMap<String, HashMap<String, usize>>,
     /// Queues the claim's query must skip: paused, or with no room left.
     skipped: Vec<String>,
-    /// A job was left queued because its queue's cap or rate was full.
+    /// Partitions the claim's query must skip, as `queue` U+001F `key`:
+    /// those with no room left.
+    skipped_partitions: Vec<String>,
+    /// A job was left queued because its queue's or its partition's cap
+    /// or rate was full.
     pub held_back: bool,
     /// When a full rate next frees a start.
     pub wake_at: Option<Millis>,
@@ -244,16 +346,26 @@ pub(crate) struct Gate {
 pub(crate) enum Chosen<C> {
     /// These, in order.
     Done(Vec<C>),
-    /// A queue ran out of room and its candidates took places others may
-    /// fill: ask again without the full queues, whose chosen candidates
-    /// (these) the next round must add back, since its query skips them.
+    /// A queue or a partition ran out of room and its candidates took
+    /// places others may fill: ask again without the full ones, whose
+    /// chosen candidates (these) the next round must add back, since its
+    /// query skips them.
     Again(Vec<C>),
 }
 
+/// A partition's name in the claim's list of partitions to skip.
+fn partition_id(queue: &str, key: &str) -> String {
+    format!("{queue}\u{1f}{key}")
+}
+
 impl Gate {
-    /// Reads the controls in force. An empty `queues` table (no control
-    /// anywhere) costs this one read of an empty table, nothing more.
-    pub(crate) fn read(conn: &Connection) -> Result<Gate> {
+    /// Reads the controls in force at `now`. An empty `queues` table (no
+    /// control anywhere) costs this one read of an empty table, nothing
+    /// more. A queue with partition limits has its partitions' load
+    /// counted here, so the claim's first query already skips the full
+    /// ones (a partition with many jobs waiting at its limit would
+    /// otherwise fill every round's candidates).
+    pub(crate) fn read(conn: &Connection, now: Millis) -> Result<Gate> {
         let mut limits = HashMap::new();
         let mut skipped = Vec::new();
         let mut st = conn.prepare_cached(ROWS)?;
@@ -264,10 +376,32 @@ impl Gate {
             }
             limits.insert(name, l);
         }
+        let mut partitions = HashMap::new();
+        let mut skipped_partitions = Vec::new();
+        for (name, l) in &limits {
+            if l.paused || !l.partitioned() {
+                continue;
+            }
+            if let (Some(floor), Some(_)) = (l.prune_floor(now), l.partition_rate) {
+                conn.prepare_cached(PRUNE_STARTS)?
+                    .execute(rusqlite::params![name, floor])?;
+            }
+            let mut rooms = HashMap::new();
+            for (key, load) in partition_loads(conn, name, l, now)? {
+                let r = crate::core::controls::partition_room(l, &load).unwrap_or(usize::MAX);
+                if r == 0 {
+                    skipped_partitions.push(partition_id(name, &key));
+                }
+                rooms.insert(key, r);
+            }
+            partitions.insert(name.clone(), rooms);
+        }
         Ok(Gate {
             limits,
             room: HashMap::new(),
+            partitions,
             skipped,
+            skipped_partitions,
             held_back: false,
             wake_at: None,
         })
@@ -283,10 +417,12 @@ impl Gate {
         self.limits.get(queue)
     }
 
-    /// The queues to skip, as the JSON list the claim's SQL reads; None
-    /// when there are none.
-    pub(crate) fn skipped_json(&self) -> Option<String> {
-        (!self.skipped.is_empty()).then(|| serde_json::to_string(&self.skipped).unwrap_or_default())
+    /// The queues and the partitions to skip, as the JSON lists the
+    /// claim's SQL reads; None for an empty one.
+    pub(crate) fn skipped_json(&self) -> (Option<String>, Option<String>) {
+        let json =
+            |v: &Vec<String>| (!v.is_empty()).then(|| serde_json::to_string(v).unwrap_or_default());
+        (json(&self.skipped), json(&self.skipped_partitions))
     }
 
     /// The room left in a limited queue, counted once per claim.
@@ -297,8 +433,10 @@ impl Gate {
         let l = self.limits[queue];
         let mut oldest = None;
         if let Some(rate) = l.rate {
-            conn.prepare_cached(PRUNE_STARTS)?
-                .execute(rusqlite::params![queue, prune_floor(now, rate)])?;
+            if let Some(floor) = l.prune_floor(now) {
+                conn.prepare_cached(PRUNE_STARTS)?
+                    .execute(rusqlite::params![queue, floor])?;
+            }
             oldest = started(conn, queue, rate, now)?.1;
         }
         let (load, _) = load(conn, queue, &l, now)?;
@@ -309,7 +447,8 @@ impl Gate {
 
     /// A rate this claim found or left full frees its next start when its
     /// oldest start leaves the window (one of this claim's, if none is
-    /// older): the earliest such moment.
+    /// older): the earliest such moment. A full partition rate is looked
+    /// at again a tenth of its window on (its oldest start is not read).
     fn note_full_rates(&mut self, used: &HashMap<String, usize>, now: Millis) {
         for (q, &(room, oldest)) in &self.room {
             let Some(rate) = self.limits.get(q).and_then(|l| l.rate) else {
@@ -320,18 +459,37 @@ impl Gate {
                 self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
             }
         }
+        if !self.skipped_partitions.is_empty() {
+            for (q, l) in &self.limits {
+                if let (Some(rate), true) = (l.partition_rate, self.partitions.contains_key(q)) {
+                    let at = now + (rate.window_ms() / 10).max(1);
+                    self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+                }
+            }
+        }
+    }
+
+    /// Whether a candidate of `queue` (in `partition`) is skipped by the
+    /// next round's query.
+    fn is_skipped(&self, queue: &str, partition: Option<&str>) -> bool {
+        self.skipped.iter().any(|s| s == queue)
+            || partition.is_some_and(|p| {
+                self.partitions.contains_key(queue)
+                    && self.skipped_partitions.contains(&partition_id(queue, p))
+            })
     }
 
     /// Takes candidates in their order (priority first) up to `limit`,
-    /// each of a limited queue while the queue has room. `queue_of` names a
-    /// candidate's queue.
+    /// each of a limited queue while the queue has room, and each of a
+    /// limited partition while the partition has room. `key_of` names a
+    /// candidate's queue and partition.
     pub(crate) fn choose<C>(
         &mut self,
         conn: &Connection,
         candidates: Vec<C>,
         limit: usize,
         now: Millis,
-        queue_of: impl Fn(&C) -> &str,
+        key_of: impl Fn(&C) -> (&str, Option<&str>),
     ) -> Result<Chosen<C>> {
         let mut used: HashMap<String, usize> = HashMap::new();
         let mut chosen = Vec::with_capacity(candidates.len().min(limit));
@@ -340,8 +498,28 @@ impl Gate {
             if chosen.len() == limit {
                 break;
             }
-            let q = queue_of(&c);
-            if self.limits.get(q).is_some_and(Limits::limited) {
+            let (q, partition) = key_of(&c);
+            let Some(l) = self.limits.get(q).copied().filter(Limits::limited) else {
+                chosen.push(c);
+                continue;
+            };
+            if let (Some(p), true) = (partition, l.partitioned()) {
+                let room = self
+                    .partitions
+                    .get(q)
+                    .and_then(|rooms| rooms.get(p).copied())
+                    .unwrap_or_else(|| crate::core::controls::empty_partition_room(&l));
+                if room == 0 {
+                    self.held_back = true;
+                    let id = partition_id(q, p);
+                    if !self.skipped_partitions.contains(&id) {
+                        self.skipped_partitions.push(id);
+                        filled = true;
+                    }
+                    continue;
+                }
+            }
+            if l.concurrency.is_some() || l.rate.is_some() {
                 let room = self.room_in(conn, q, now)?;
                 let n = used.entry(q.to_string()).or_default();
                 if *n >= room {
@@ -354,11 +532,20 @@ impl Gate {
                 }
                 *n += 1;
             }
+            if let (Some(p), true) = (partition, l.partitioned()) {
+                let rooms = self.partitions.entry(q.to_string()).or_default();
+                let room = rooms
+                    .entry(p.to_string())
+                    .or_insert_with(|| crate::core::controls::empty_partition_room(&l));
+                *room -= 1;
+            }
             chosen.push(c);
         }
         if filled && chosen.len() < limit {
-            let skipped = &self.skipped;
-            chosen.retain(|c| skipped.iter().any(|s| s == queue_of(c)));
+            chosen.retain(|c| {
+                let (q, p) = key_of(c);
+                self.is_skipped(q, p)
+            });
             return Ok(Chosen::Again(chosen));
         }
         self.note_full_rates(&used, now);

@@ -51,6 +51,12 @@ FROM schedules;
     // cannot alter) and `output`: it is rebuilt by `rebuild_jobs` first,
     // then this creates the edges' table, as `schema.sql` ends.
     WORKFLOW_SQL,
+    // 4 → 5: partitions. `jobs` gains `partition_key` (rebuilt by
+    // `rebuild_jobs` from a version-4 file), `queues` its partition limits
+    // (a CHECK changes) and `queue_starts` the partition of each start:
+    // both rebuilt by `rebuild_controls` first; `schema.sql` then creates
+    // the new indexes.
+    "-- partitions: see rebuild_controls",
 ];
 
 /// The workflows' table, the end of `schema.sql` (a test checks the two
@@ -86,6 +92,47 @@ pub(crate) const VIEWS: [&str; 7] = [
 
 /// The columns of `jobs` before version 4, copied into the new table.
 const JOBS_V3_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt";
+/// The columns of `jobs` in version 4.
+const JOBS_V4_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt, output";
+
+/// The text of `CREATE TABLE IF NOT EXISTS <table> (…);` in `schema.sql`.
+fn create_text(table: &str) -> Result<&'static str> {
+    // (Searched for without its verb, which would make the SQL check take
+    // the fragment for a statement.)
+    let start = SCHEMA_SQL
+        .find(&format!("TABLE IF NOT EXISTS {table} ("))
+        .and_then(|at| at.checked_sub(7)) // "CREATE "
+        .ok_or_else(|| Error::Internal(format!("schema.sql defines no {table} table")))?;
+    let len = SCHEMA_SQL[start..]
+        .find("\n);")
+        .ok_or_else(|| Error::Internal(format!("schema.sql's {table} table has no end")))?;
+    Ok(&SCHEMA_SQL[start..start + len + 3])
+}
+
+/// Rebuilds the queue controls' tables of a version-3 or -4 file as
+/// `schema.sql` defines them now, their rows copied: `queues` gains the
+/// partition limits (its CHECK changes) and `queue_starts` the partition
+/// of a start. Their indexes and views come again from `schema.sql`.
+fn rebuild_controls(tx: &Connection) -> Result<()> {
+    let drop_views: String = VIEWS
+        .iter()
+        .map(|v| format!("DROP VIEW IF EXISTS {v};\n"))
+        .collect();
+    let (queues, starts) = (create_text("queues")?, create_text("queue_starts")?);
+    tx.execute_batch(&format!(
+        "{drop_views}\
+         ALTER TABLE queues RENAME TO queues_v4;\n\
+         ALTER TABLE queue_starts RENAME TO queue_starts_v4;\n\
+         {queues}\n{starts}\n\
+         INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, updated_at) \
+           SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues_v4;\n\
+         INSERT INTO queue_starts (queue, started_at) SELECT queue, started_at FROM queue_starts_v4;\n\
+         DROP TABLE queues_v4;\n\
+         DROP TABLE queue_starts_v4;\n\
+         {SCHEMA_SQL}"
+    ))?;
+    Ok(())
+}
 
 /// Rebuilds `jobs` as `schema.sql` defines it now (SQLite's way to change a
 /// CHECK): the old table renamed aside, the new one created from
@@ -97,17 +144,9 @@ const JOBS_V3_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state,
 /// attempt through their cascade) and the legacy rename (which leaves the
 /// other tables' references to `jobs` as they are, instead of pointing
 /// them at the renamed table).
-fn rebuild_jobs(tx: &Connection) -> Result<()> {
-    // (Searched for without its verb, which would make the SQL check take
-    // the fragment for a statement.)
-    let start = SCHEMA_SQL
-        .find("TABLE IF NOT EXISTS jobs (")
-        .and_then(|at| at.checked_sub(7)) // "CREATE "
-        .ok_or_else(|| Error::Internal("schema.sql defines no jobs table".into()))?;
-    let len = SCHEMA_SQL[start..]
-        .find("\n);")
-        .ok_or_else(|| Error::Internal("schema.sql's jobs table has no end".into()))?;
-    let create = &SCHEMA_SQL[start..start + len + 3];
+fn rebuild_jobs(tx: &Connection, columns: &str) -> Result<()> {
+    let create = create_text("jobs")?;
+    let (old, old_seq) = ("jobs_old", "'jobs_old'");
     let drop_views: String = VIEWS
         .iter()
         .map(|v| format!("DROP VIEW IF EXISTS {v};\n"))
@@ -115,11 +154,11 @@ fn rebuild_jobs(tx: &Connection) -> Result<()> {
     tx.pragma_update(None, "legacy_alter_table", "ON")?;
     let rebuilt = tx.execute_batch(&format!(
         "{drop_views}\
-         ALTER TABLE jobs RENAME TO jobs_v3;\n\
+         ALTER TABLE jobs RENAME TO {old};\n\
          {create}\n\
-         INSERT INTO jobs ({JOBS_V3_COLUMNS}) SELECT {JOBS_V3_COLUMNS} FROM jobs_v3;\n\
-         CREATE TEMP TABLE litejob_seq AS SELECT seq FROM sqlite_sequence WHERE name = 'jobs_v3';\n\
-         DROP TABLE jobs_v3;\n\
+         INSERT INTO jobs ({columns}) SELECT {columns} FROM {old};\n\
+         CREATE TEMP TABLE litejob_seq AS SELECT seq FROM sqlite_sequence WHERE name = {old_seq};\n\
+         DROP TABLE {old};\n\
          DELETE FROM sqlite_sequence WHERE name = 'jobs';\n\
          INSERT INTO sqlite_sequence (name, seq) \
            SELECT 'jobs', max(coalesce((SELECT seq FROM temp.litejob_seq), 0), \
@@ -134,7 +173,7 @@ fn rebuild_jobs(tx: &Connection) -> Result<()> {
     })?;
     if broken > 0 {
         return Err(Error::Internal(format!(
-            "migrating jobs to version 4 left {broken} rows whose reference is broken; \
+            "migrating jobs left {broken} rows whose reference is broken; \
              nothing was changed"
         )));
     }
@@ -151,25 +190,35 @@ const QUEUES_SQL: &str = r#"-- queues: the controls an operator set on a queue (
 --   concurrency: at most this many of its jobs running at once (state 'running'
 --                with an unexpired lease, claimed-ahead jobs included)
 --   rate_limit per rate_window_ms: at most this many starts in any window that long
+--   partition_*: the same two limits for each partition of the queue apart
+--                (jobs.partition_key), counted from the rows of that partition
 CREATE TABLE IF NOT EXISTS queues (
-    name           TEXT    PRIMARY KEY CHECK (length(name) > 0),
-    paused         INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
-    concurrency    INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
-    rate_limit     INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
-    rate_window_ms INTEGER CHECK (rate_window_ms >= 1),
-    updated_at     INTEGER NOT NULL,
+    name                     TEXT    PRIMARY KEY CHECK (length(name) > 0),
+    paused                   INTEGER NOT NULL DEFAULT 0 CHECK (paused = 0 OR paused = 1),
+    concurrency              INTEGER CHECK (concurrency >= 1),    -- NULL: no cap
+    rate_limit               INTEGER CHECK (rate_limit >= 1),     -- NULL: no rate limit
+    rate_window_ms           INTEGER CHECK (rate_window_ms >= 1),
+    partition_concurrency    INTEGER CHECK (partition_concurrency >= 1),    -- NULL: no cap per partition
+    partition_rate_limit     INTEGER CHECK (partition_rate_limit >= 1),     -- NULL: no rate per partition
+    partition_rate_window_ms INTEGER CHECK (partition_rate_window_ms >= 1),
+    updated_at               INTEGER NOT NULL,
     CHECK ((rate_limit IS NULL) = (rate_window_ms IS NULL)),
-    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+    CHECK ((partition_rate_limit IS NULL) = (partition_rate_window_ms IS NULL)),
+    CHECK (paused = 1 OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+           OR partition_concurrency IS NOT NULL OR partition_rate_limit IS NOT NULL)
 );
 
 -- queue_starts: the runs of a rate-limited queue started inside its window
--- (one row per start, the same started_at as its attempts row); a claim
--- deletes the rows older than the window.
+-- (one row per start, the same started_at as its attempts row, and the
+-- job's partition); a claim deletes the rows older than the window.
 CREATE TABLE IF NOT EXISTS queue_starts (
-    queue      TEXT    NOT NULL,
-    started_at INTEGER NOT NULL
+    queue         TEXT    NOT NULL,
+    started_at    INTEGER NOT NULL,
+    partition_key TEXT
 );
 CREATE INDEX IF NOT EXISTS queue_starts_window ON queue_starts (queue, started_at);
+CREATE INDEX IF NOT EXISTS queue_starts_partition ON queue_starts (queue, partition_key, started_at)
+    WHERE partition_key IS NOT NULL;
 
 -- The controls with readable times, and the starts inside each rate window.
 CREATE VIEW IF NOT EXISTS queue_overview AS
@@ -177,7 +226,9 @@ SELECT name, paused, concurrency,
        rate_limit || '/' || rate_window_ms || 'ms' AS rate,
        (SELECT count(*) FROM queue_starts s
         WHERE s.queue = q.name AND s.started_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000 - q.rate_window_ms) AS started_in_window,
-       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at
+       strftime('%Y-%m-%d %H:%M:%f', updated_at / 1000.0, 'unixepoch') AS updated_at,
+       partition_concurrency,
+       partition_rate_limit || '/' || partition_rate_window_ms || 'ms' AS partition_rate
 FROM queues q;
 "#;
 
@@ -226,8 +277,16 @@ fn migrate_in_tx(conn: &mut Connection) -> Result<i64> {
         tx.execute_batch(SCHEMA_SQL)?;
     } else {
         for (i, step) in MIGRATIONS.iter().enumerate().skip((found - 1) as usize) {
-            if i + 2 == 4 {
-                rebuild_jobs(&tx)?;
+            let to = i as i64 + 2;
+            if to == 4 {
+                rebuild_jobs(&tx, JOBS_V3_COLUMNS)?;
+            }
+            if to == 5 {
+                // A file that was version 3 got today's jobs a step ago.
+                if found == 4 {
+                    rebuild_jobs(&tx, JOBS_V4_COLUMNS)?;
+                }
+                rebuild_controls(&tx)?;
             }
             tx.execute_batch(step)?;
         }

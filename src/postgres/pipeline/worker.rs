@@ -204,7 +204,8 @@ impl Worker {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let capped = limits.concurrency.is_some() && !got.started.is_empty();
+            let capped = (limits.concurrency.is_some() || limits.partition_concurrency.is_some())
+                && !got.started.is_empty();
             started.extend(got.started);
             if capped {
                 // A capped queue's slot is held until its batch commits:

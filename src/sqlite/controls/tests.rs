@@ -5,7 +5,7 @@
 //! the file's statements on a fresh file.
 
 use super::*;
-use crate::core::controls::{check_change, MAX_WINDOW_MS};
+use crate::core::controls::{check_change, partition_room, prune_floor, MAX_WINDOW_MS};
 use crate::sql_check::fresh_file;
 use std::time::Duration;
 
@@ -89,11 +89,66 @@ fn room_is_the_tightest_of_the_cap_and_the_rate_and_none_when_paused() {
 }
 
 #[test]
+fn a_partition_has_the_tightest_of_its_cap_and_its_rate_counted_from_its_own_load() {
+    let load = |running, started, claimed| Load {
+        running,
+        started,
+        claimed,
+    };
+    assert_eq!(partition_room(&Limits::default(), &load(0, 0, 0)), None);
+    let one = Limits {
+        partition_concurrency: Some(1),
+        ..Limits::default()
+    };
+    assert!(one.limited() && one.partitioned() && !one.rated());
+    assert_eq!(partition_room(&one, &load(0, 0, 0)), Some(1));
+    assert_eq!(partition_room(&one, &load(1, 0, 0)), Some(0));
+    // A cap lowered under what runs: none, not negative.
+    assert_eq!(partition_room(&one, &load(3, 0, 0)), Some(0));
+    let both = Limits {
+        partition_concurrency: Some(4),
+        partition_rate: Some(rate(2, 1000)),
+        ..Limits::default()
+    };
+    assert!(both.rated());
+    assert_eq!(partition_room(&both, &load(0, 0, 0)), Some(2));
+    // Claimed jobs are starts to come.
+    assert_eq!(partition_room(&both, &load(1, 1, 1)), Some(0));
+    assert_eq!(partition_room(&both, &load(3, 0, 0)), Some(1));
+    // The queue-wide room knows nothing of partitions.
+    assert!(room(&both, &load(9, 9, 9)) > 1 << 40);
+    // Starts are kept for the longer of the two windows.
+    let rates = Limits {
+        rate: Some(rate(5, 1000)),
+        partition_rate: Some(rate(1, 60_000)),
+        ..Limits::default()
+    };
+    assert_eq!(rates.prune_floor(T0 * 10), Some(T0 * 10 - 120_000));
+}
+
+#[test]
+fn a_partition_limit_of_zero_is_refused_and_clearing_one_keeps_the_others() {
+    assert!(check_change("q", &QueueLimits::new().partition_concurrency(0)).is_err());
+    let l = Limits::default().changed(None, &QueueLimits::new().partition_concurrency(1));
+    assert!(!l.is_empty() && l.partitioned());
+    let l = l.changed(None, &QueueLimits::new().partition_rate(rate(2, 1000)));
+    let l = l.changed(None, &QueueLimits::new().no_partition_concurrency());
+    assert_eq!(
+        (l.partition_concurrency, l.partition_rate),
+        (None, Some(rate(2, 1000)))
+    );
+    assert!(l
+        .changed(None, &QueueLimits::new().no_partition_rate())
+        .is_empty());
+}
+
+#[test]
 fn a_change_keeps_what_it_does_not_name() {
     let start = Limits {
         paused: true,
         concurrency: Some(3),
         rate: Some(rate(10, 1000)),
+        ..Limits::default()
     };
     let l = start.changed(None, &QueueLimits::new().no_concurrency());
     assert_eq!(
@@ -132,7 +187,7 @@ fn a_queue_keeps_a_row_while_a_control_is_in_force() {
     )
     .unwrap();
     assert!(l.paused && l.rate.is_some());
-    record_start(&conn, "mail", T0 + 2).unwrap();
+    record_start(&conn, "mail", None, T0 + 2).unwrap();
     let l = change(
         &conn,
         "mail",
@@ -170,7 +225,7 @@ fn the_listing_counts_each_queues_jobs_and_starts_in_the_window() {
     )
     .unwrap();
     for at in [T0 - 1000, T0 - 999, T0 - 1] {
-        record_start(&conn, "c", at).unwrap();
+        record_start(&conn, "c", None, at).unwrap();
     }
     let all = list(&conn, T0).unwrap();
     let names: Vec<&str> = all.iter().map(|q| q.name.as_str()).collect();

@@ -36,7 +36,7 @@ both! {
         }
         let queue = q.open();
         assert_eq!(queue.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
-        assert_eq!(litejob::admin::SCHEMA_VERSION, 4);
+        assert_eq!(litejob::admin::SCHEMA_VERSION, 5);
         let old = queue.job_by_key("from-v3").unwrap().unwrap();
         assert_eq!((old.id, old.state, old.output), (5, JobState::Queued, None));
         assert_eq!(queue.attempts(5).unwrap().len(), 1, "attempts survive the rebuild");
