@@ -492,6 +492,9 @@ impl Gate {
         key_of: impl Fn(&C) -> (&str, Option<&str>),
     ) -> Result<Chosen<C>> {
         let mut used: HashMap<String, usize> = HashMap::new();
+        // Per round, like `used`: a round asked again is given back the
+        // chosen candidates of full partitions, which count again.
+        let mut used_in: HashMap<(String, String), usize> = HashMap::new();
         let mut chosen = Vec::with_capacity(candidates.len().min(limit));
         let mut filled = false;
         for c in candidates {
@@ -509,7 +512,11 @@ impl Gate {
                     .get(q)
                     .and_then(|rooms| rooms.get(p).copied())
                     .unwrap_or_else(|| crate::core::controls::empty_partition_room(&l));
-                if room == 0 {
+                let taken = used_in
+                    .get(&(q.to_string(), p.to_string()))
+                    .copied()
+                    .unwrap_or(0);
+                if taken >= room {
                     self.held_back = true;
                     let id = partition_id(q, p);
                     if !self.skipped_partitions.contains(&id) {
@@ -533,11 +540,7 @@ impl Gate {
                 *n += 1;
             }
             if let (Some(p), true) = (partition, l.partitioned()) {
-                let rooms = self.partitions.entry(q.to_string()).or_default();
-                let room = rooms
-                    .entry(p.to_string())
-                    .or_insert_with(|| crate::core::controls::empty_partition_room(&l));
-                *room -= 1;
+                *used_in.entry((q.to_string(), p.to_string())).or_default() += 1;
             }
             chosen.push(c);
         }

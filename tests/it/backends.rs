@@ -19,6 +19,7 @@ pub(crate) mod child;
 mod controls;
 mod faults;
 mod migrations;
+mod partitions;
 mod processes;
 mod schedules;
 

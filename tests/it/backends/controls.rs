@@ -77,7 +77,7 @@ it! {
 
 /// A runtime whose `slow` handler sleeps `sleep` in its prepare step
 /// (outside any transaction, workers in parallel) and applies nothing.
-fn slow_runtime(
+pub(super) fn slow_runtime(
     engine: Engine,
     q: &AnyQueue,
     workers: usize,
@@ -105,7 +105,7 @@ fn slow_runtime(
 }
 
 /// Child processes on the test's queue, killed on drop.
-struct Children {
+pub(super) struct Children {
     kids: Vec<Child>,
     stderr: PathBuf,
     _dir: tempfile::TempDir,
@@ -114,7 +114,7 @@ struct Children {
 impl Children {
     /// Starts `n` children (with `vars` set, `SLEEP_MS` etc. without the
     /// prefix) and waits until each has its runtime running.
-    fn spawn(q: &TestQueue, n: usize, vars: &[(&str, &str)]) -> Children {
+    pub(super) fn spawn(q: &TestQueue, n: usize, vars: &[(&str, &str)]) -> Children {
         let dir = tempfile::tempdir().unwrap();
         let (stderr, ready) = (dir.path().join("stderr"), dir.path().join("ready"));
         let kids = (0..n)
@@ -162,7 +162,7 @@ impl Children {
     }
 
     /// Fails the test with the children's stderr if one of them failed.
-    fn check(&self) {
+    pub(super) fn check(&self) {
         let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         assert!(
             !text.contains("panicked"),
@@ -198,7 +198,7 @@ fn enqueue(q: &AnyQueue, queue: &str, n: usize) {
 }
 
 /// Waits until `n` jobs of `queue` succeeded.
-fn wait_succeeded(q: &TestQueue, queue: &str, n: i64, kids: Option<&Children>) {
+pub(super) fn wait_succeeded(q: &TestQueue, queue: &str, n: i64, kids: Option<&Children>) {
     let sql = format!("SELECT count(*) FROM jobs WHERE queue = '{queue}' AND state = 'succeeded'");
     wait_until(&format!("{n} jobs of {queue} succeeded"), LONG, || {
         if let Some(k) = kids {
@@ -209,7 +209,7 @@ fn wait_succeeded(q: &TestQueue, queue: &str, n: i64, kids: Option<&Children>) {
 }
 
 /// `(started_at, finished_at)` of every run of `queue`'s jobs, by start.
-fn runs(q: &TestQueue, queue: &str) -> Vec<(i64, i64)> {
+pub(super) fn runs(q: &TestQueue, queue: &str) -> Vec<(i64, i64)> {
     q.strings(&format!(
         "SELECT a.started_at || ',' || coalesce(a.finished_at, -1) FROM attempts a \
          JOIN jobs j ON j.id = a.job_id WHERE j.queue = '{queue}' ORDER BY a.started_at"
@@ -224,7 +224,7 @@ fn runs(q: &TestQueue, queue: &str) -> Vec<(i64, i64)> {
 
 /// The most runs under way at one instant, a run taking `[start, end)`
 /// shortened by `slack` ms at each end.
-fn max_overlap(runs: &[(i64, i64)], slack: i64) -> usize {
+pub(super) fn max_overlap(runs: &[(i64, i64)], slack: i64) -> usize {
     let mut events: Vec<(i64, i32)> = runs
         .iter()
         .filter(|&&(s, f)| f - s > 2 * slack)
@@ -249,7 +249,7 @@ fn mean_concurrency(runs: &[(i64, i64)]) -> f64 {
 }
 
 /// The most starts inside any window of `window_ms` (`[t, t + window)`).
-fn busiest_window(starts: &[i64], window_ms: i64) -> usize {
+pub(super) fn busiest_window(starts: &[i64], window_ms: i64) -> usize {
     let mut s = starts.to_vec();
     s.sort_unstable();
     (0..s.len())
@@ -260,13 +260,13 @@ fn busiest_window(starts: &[i64], window_ms: i64) -> usize {
 
 /// Reads one count again and again, on one connection of its own, until
 /// stopped; answers the largest it saw and how many reads it made.
-struct Sampler {
+pub(super) struct Sampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<(i64, usize)>,
 }
 
 impl Sampler {
-    fn start(q: &TestQueue, sql: &str) -> Sampler {
+    pub(super) fn start(q: &TestQueue, sql: &str) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (engine, location, sql, flag) = (
             q.engine,
@@ -302,7 +302,7 @@ impl Sampler {
         Sampler { stop, thread }
     }
 
-    fn stop(self) -> (i64, usize) {
+    pub(super) fn stop(self) -> (i64, usize) {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.join().unwrap()
     }
@@ -378,7 +378,7 @@ both! {
 }
 
 /// Runs the real binary on the test's queue; checks its exit status.
-fn litejob(q: &TestQueue, args: &[&str], status: i32) -> Output {
+pub(super) fn litejob(q: &TestQueue, args: &[&str], status: i32) -> Output {
     let out = Command::new(bin())
         .arg("--db")
         .arg(&q.location)
