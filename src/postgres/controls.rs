@@ -471,7 +471,7 @@ pub(crate) fn claim_limited(
         partitions_full = !room.full.is_empty();
         // Enough candidates that a batch finds partitions with room past
         // the head of one with many jobs waiting.
-        let scan = (take as i64 * 8).max(64);
+        let scan = (take as i64 * 32).max(256);
         run::claim_partitioned(&mut tx, &partitioned.2, &ask, &room, scan)?
     } else {
         run::claim_with(&mut tx, claim, &ask)?

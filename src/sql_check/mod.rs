@@ -56,7 +56,9 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
         (
             "sqlite/claim.rs",
             "cap",
-            [1, 2, 8, 64, 256].map(|n: usize| n.to_string()).into(),
+            [1, 2, 8, 64, 256, 1024]
+                .map(|n: usize| n.to_string())
+                .into(),
         ),
         // A batch's multi-row INSERT, one per chunk size.
         (

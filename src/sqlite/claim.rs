@@ -164,19 +164,30 @@ fn candidates(
     // a power of two, so a handful of texts stay prepared; the merge takes
     // `limit`.
     let cap = ask.limit.max(1).next_power_of_two();
-    let candidates_sql = format!(
-        "SELECT id, priority, run_at, abandoned, queue, partition_key FROM jobs \
-         WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
-         AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
-         AND (?4 IS NULL OR queue NOT IN (SELECT value FROM json_each(?4))) \
-         AND (?5 IS NULL OR partition_key IS NULL \
-              OR queue || char(31) || partition_key NOT IN (SELECT value FROM json_each(?5))) \
-         ORDER BY priority, run_at, id LIMIT {cap}"
-    );
-    let mut st = conn.prepare_cached(&candidates_sql)?;
+    let sql = |cap: usize| {
+        format!(
+            "SELECT id, priority, run_at, abandoned, queue, partition_key FROM jobs \
+             WHERE state = 'queued' AND kind = ?1 AND run_at <= ?2 \
+             AND (?3 IS NULL OR queue IN (SELECT value FROM json_each(?3))) \
+             AND (?4 IS NULL OR queue NOT IN (SELECT value FROM json_each(?4))) \
+             AND (?5 IS NULL OR partition_key IS NULL \
+                  OR queue || char(31) || partition_key NOT IN (SELECT value FROM json_each(?5))) \
+             ORDER BY priority, run_at, id LIMIT {cap}"
+        )
+    };
+    // A partition gives a round its room only (one job, under a cap of 1)
+    // and its next jobs are skipped: a round asked again reads further, or
+    // a backlog stored partition by partition would take a round per job.
+    let mut widen = gate.is_partitioned();
+    let mut st = conn.prepare_cached(&sql(cap))?;
     let mut find = |skipped: (Option<&str>, Option<&str>),
-                    with_queue: bool|
+                    with_queue: bool,
+                    again: bool|
      -> Result<Vec<Candidate>> {
+        if again && widen {
+            st = conn.prepare_cached(&sql((cap * 16).min(1024)))?;
+            widen = false;
+        }
         let mut found: Vec<Candidate> = Vec::new();
         for (k, kind) in ask.kinds.iter().enumerate() {
             let params = rusqlite::params![kind, ask.now, ask.queues_json, skipped.0, skipped.1];
@@ -203,14 +214,17 @@ fn candidates(
         Ok(found)
     };
     if gate.is_open() {
-        let mut found = find((None, None), false)?;
+        let mut found = find((None, None), false, false)?;
         found.truncate(ask.limit);
         return Ok(found);
     }
     let mut kept = Vec::new();
+    let mut rounds = 0;
     loop {
         let (queues, partitions) = gate.skipped_json();
-        let mut found = find((queues.as_deref(), partitions.as_deref()), true)?;
+        let again = !kept.is_empty() || rounds > 0;
+        rounds += 1;
+        let mut found = find((queues.as_deref(), partitions.as_deref()), true, again)?;
         found.append(&mut kept);
         found.sort_unstable();
         match gate.choose(conn, found, ask.limit, ask.now, |c| {
@@ -336,7 +350,7 @@ fn begin_run(
                 .into_owned(),
         )
     };
-    let row: Option<(i64, i64, String, String, String, Option<String>, bool)> = {
+    let row: Option<StartRow> = {
         let mut rows = read.query(params)?;
         match rows.next()? {
             Some(r) => Some((
@@ -380,6 +394,10 @@ fn begin_run(
         partition,
     }))
 }
+
+/// What a start reads of its job: attempts charged, max_attempts, key,
+/// queue, payload, partition, and whether its queue is paused.
+type StartRow = (i64, i64, String, String, String, Option<String>, bool);
 
 /// A run that started: its attempt row is written and the job is fenced on it.
 #[derive(Debug, Clone)]

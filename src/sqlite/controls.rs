@@ -412,6 +412,11 @@ impl Gate {
         self.limits.is_empty()
     }
 
+    /// Some queue has partition limits.
+    pub(crate) fn is_partitioned(&self) -> bool {
+        !self.partitions.is_empty()
+    }
+
     /// The limits in force on `queue`, if any.
     pub(crate) fn limits(&self, queue: &str) -> Option<&Limits> {
         self.limits.get(queue)
