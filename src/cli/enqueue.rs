@@ -38,6 +38,10 @@ pub struct EnqueueArgs {
     /// Smaller runs first; may be negative.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i64,
+    /// The partition of its queue the queue's partition limits count it
+    /// in (`shop:42`; 1 to 200 bytes).
+    #[arg(long, value_name = "KEY")]
+    pub partition: Option<String>,
     /// Do not run before this long from now (`30s`, `15m`, `12h`, `7d`).
     #[arg(long, value_name = "DUR", value_parser = super::time::parse_duration, conflicts_with = "run_at")]
     pub delay: Option<Duration>,
@@ -101,6 +105,9 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
     let mut job = NewJob::from_json(&a.kind, &a.key, payload)
         .with_queue(&a.queue)
         .with_priority(a.priority);
+    if let Some(p) = &a.partition {
+        job = job.with_partition(p);
+    }
     if let Some(n) = a.max_retries {
         let n = u32::try_from(n).map_err(|_| {
             CliError::Input(format!(

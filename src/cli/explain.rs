@@ -105,7 +105,8 @@ fn waiting_on_controls(e: &Explanation, now: i64) -> Option<String> {
     if j.state != JobState::Queued || j.run_at > now {
         return None;
     }
-    super::queues::waiting(e.queue_control.as_ref()?).map(|w| format!("waiting: {w}"))
+    super::queues::waiting(e.queue_control.as_ref()?, j.partition.as_deref())
+        .map(|w| format!("waiting: {w}"))
 }
 
 fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -> CliResult {
@@ -330,6 +331,7 @@ mod tests {
             lease_expires_at: None,
             current_attempt: None,
             output: None,
+            partition: None,
         }
     }
 

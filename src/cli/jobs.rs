@@ -228,6 +228,9 @@ fn print_job(j: &Job, dependencies: &[Linked], dependents: &[Linked], out: &mut 
     field("key", cell(&j.idempotency_key));
     field("kind", cell(&j.kind));
     field("queue", cell(&j.queue));
+    if let Some(p) = &j.partition {
+        field("partition", cell(p));
+    }
     field("state", j.state.to_string());
     field("priority", j.priority.to_string());
     field(

@@ -51,14 +51,19 @@ pub enum QueueAction {
     /// Cap the queue's running jobs and limit its starts, across every
     /// process on the file; `none` clears a limit, one not given is kept.
     #[command(
-        group(ArgGroup::new("limits").required(true).multiple(true).args(["concurrency", "rate"])),
+        group(ArgGroup::new("limits").required(true).multiple(true)
+            .args(["concurrency", "rate", "partition_concurrency", "partition_rate"])),
         after_help = "Examples:\n  \
         litejob queue set mail --concurrency 2\n  \
         litejob queue set api --rate 100/1m\n  \
         litejob queue set api --concurrency none --rate none\n  \
-        litejob queue set reports --create --concurrency 1\n\n\
+        litejob queue set reports --create --concurrency 1\n  \
+        litejob queue set sync --partition-concurrency 1\n  \
+        litejob queue set api --partition-rate 2/1s\n\n\
         --concurrency N: at most N of its jobs running at once (claimed-ahead ones included).\n\
-        --rate N/DUR: at most N starts in any window of DUR (500ms, 1s, 1m, 1h, 1d)."
+        --rate N/DUR: at most N starts in any window of DUR (500ms, 1s, 1m, 1h, 1d).\n\
+        --partition-concurrency, --partition-rate: the same for each partition of the queue\n\
+        (enqueue --partition KEY) apart; 1 is one at a time per key."
     )]
     Set {
         /// The queue: one that a job, a control or a schedule names, unless --create.
@@ -72,6 +77,12 @@ pub enum QueueAction {
         /// At most N starts per DUR (`100/1m`), or `none`.
         #[arg(long, value_name = "N/DUR|none", value_parser = parse_rate)]
         rate: Option<Setting<Rate>>,
+        /// At most N running at once in each partition (N ≥ 1), or `none`.
+        #[arg(long, value_name = "N|none", value_parser = parse_concurrency)]
+        partition_concurrency: Option<Setting<u32>>,
+        /// At most N starts per DUR in each partition (`2/1s`), or `none`.
+        #[arg(long, value_name = "N/DUR|none", value_parser = parse_rate)]
+        partition_rate: Option<Setting<Rate>>,
     },
 }
 
@@ -138,6 +149,8 @@ pub fn queues(queue: &AnyQueue, _a: &QueuesArgs, json: bool, out: &mut Out) -> C
         "CONCURRENCY",
         "RATE",
         "IN WINDOW",
+        "PER PARTITION",
+        "PARTITIONS AT LIMIT",
         "QUEUE",
     ]);
     for q in &all {
@@ -148,6 +161,8 @@ pub fn queues(queue: &AnyQueue, _a: &QueuesArgs, json: bool, out: &mut Out) -> C
             q.concurrency.map_or("-".into(), |n| n.to_string()),
             q.rate.map_or("-".into(), |r| r.to_string()),
             q.started_in_window.map_or("-".into(), |n| n.to_string()),
+            per_partition(q),
+            at_limit(q),
             cell_cut(&q.name, 80),
         ]);
     }
@@ -172,6 +187,8 @@ pub fn queue_cmd(queue: &AnyQueue, a: &QueueArgs, json: bool, out: &mut Out) -> 
             create,
             concurrency,
             rate,
+            partition_concurrency,
+            partition_rate,
         } => {
             known(queue, q, Some(*create))?;
             let mut l = QueueLimits::new();
@@ -183,6 +200,16 @@ pub fn queue_cmd(queue: &AnyQueue, a: &QueueArgs, json: bool, out: &mut Out) -> 
             l = match rate {
                 Some(Setting::Set(r)) => l.rate(*r),
                 Some(Setting::Clear) => l.no_rate(),
+                None => l,
+            };
+            l = match partition_concurrency {
+                Some(Setting::Set(n)) => l.partition_concurrency(*n),
+                Some(Setting::Clear) => l.no_partition_concurrency(),
+                None => l,
+            };
+            l = match partition_rate {
+                Some(Setting::Set(r)) => l.partition_rate(*r),
+                Some(Setting::Clear) => l.no_partition_rate(),
                 None => l,
             };
             queue.admin().set_queue_limits(q, l)?;
@@ -207,6 +234,10 @@ pub fn queue_cmd(queue: &AnyQueue, a: &QueueArgs, json: bool, out: &mut Out) -> 
                 queued: 0,
                 running: 0,
                 started_in_window: None,
+                partition_concurrency: None,
+                partition_rate: None,
+                partitions_at_limit: Vec::new(),
+                partitions_at_limit_count: 0,
                 updated_at: None,
             }),
         };
@@ -270,7 +301,53 @@ struct Uncontrolled<'a> {
     queued: i64,
     running: i64,
     started_in_window: Option<i64>,
+    partition_concurrency: Option<u32>,
+    partition_rate: Option<String>,
+    partitions_at_limit: Vec<String>,
+    partitions_at_limit_count: i64,
     updated_at: Option<i64>,
+}
+
+/// A queue's limits per partition, for its row: `1 running, 2/1s`, or `-`.
+fn per_partition(q: &QueueControl) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = q.partition_concurrency {
+        parts.push(format!("{n} running"));
+    }
+    if let Some(r) = q.partition_rate {
+        parts.push(r.to_string());
+    }
+    if parts.is_empty() {
+        return "-".into();
+    }
+    parts.join(", ")
+}
+
+/// The partitions at their limit, for people: `2: shop:1 (1 running),
+/// shop:7 (1 running)`, the first few of them; `-` without partition limits.
+pub fn at_limit(q: &QueueControl) -> String {
+    if q.partition_concurrency.is_none() && q.partition_rate.is_none() {
+        return "-".into();
+    }
+    const SHOWN: usize = 3;
+    let mut list: Vec<String> = q
+        .partitions_at_limit
+        .iter()
+        .take(SHOWN)
+        .map(|p| match p.started_in_window {
+            Some(n) if q.partition_concurrency.is_none() => {
+                format!("{} ({n} in the window)", cell_cut(&p.key, 40))
+            }
+            _ => format!("{} ({} running)", cell_cut(&p.key, 40), p.running),
+        })
+        .collect();
+    if q.partitions_at_limit_count as usize > list.len() {
+        list.push("…".into());
+    }
+    if list.is_empty() {
+        return "0".into();
+    }
+    format!("{}: {}", q.partitions_at_limit_count, list.join(", "))
 }
 
 /// The controls in force and the load they count, for people: `paused;
@@ -293,6 +370,23 @@ pub fn describe(q: &QueueControl) -> String {
             q.started_in_window.unwrap_or(0)
         ));
     }
+    if let Some(n) = q.partition_concurrency {
+        parts.push(format!("at most {n} running per partition"));
+    }
+    if let Some(r) = q.partition_rate {
+        let text = r.to_string();
+        let window = text.split_once('/').map_or("", |(_, w)| w);
+        parts.push(format!(
+            "at most {} starts per {window} per partition",
+            r.limit()
+        ));
+    }
+    if q.partitions_at_limit_count > 0 {
+        parts.push(format!(
+            "{} partitions at their limit",
+            q.partitions_at_limit_count
+        ));
+    }
     if parts.is_empty() {
         return "no controls".into();
     }
@@ -301,13 +395,31 @@ pub fn describe(q: &QueueControl) -> String {
 
 /// Why a queued job that is due waits on its queue's controls, or None:
 /// `queue mail is paused`, `queue mail is at its cap (2 of 2 running)`,
-/// `queue api's rate 20/1s is used up (20 starts in the window)`.
-pub fn waiting(q: &QueueControl) -> Option<String> {
+/// `queue api's rate 20/1s is used up (20 starts in the window)`, and for
+/// a job of `partition`, `partition shop:42 of queue api is at its limit
+/// (1 running)`.
+pub fn waiting(q: &QueueControl, partition: Option<&str>) -> Option<String> {
     let name = cell(&q.name);
     if q.paused {
         return Some(format!(
             "queue {name} is paused (litejob queue resume {name})"
         ));
+    }
+    if let Some(p) = partition.and_then(|p| q.partitions_at_limit.iter().find(|f| f.key == p)) {
+        let cap_full = q
+            .partition_concurrency
+            .is_some_and(|n| p.running >= i64::from(n));
+        return Some(match (cap_full, q.partition_rate, p.started_in_window) {
+            (false, Some(r), Some(n)) => format!(
+                "partition {} of queue {name} is at its rate limit {r} ({n} starts in the window)",
+                cell(&p.key)
+            ),
+            _ => format!(
+                "partition {} of queue {name} is at its limit ({} running)",
+                cell(&p.key),
+                p.running
+            ),
+        });
     }
     if let Some(n) = q.concurrency {
         if q.running >= i64::from(n) {

@@ -243,8 +243,9 @@ pub struct QueueControl {
     /// At most so many starts per window in each partition; None: no rate.
     pub partition_rate: Option<Rate>,
     /// Its partitions at their limit when it was read, the busiest first
-    /// (at most [`PARTITIONS_LISTED`]; `partitions_at_limit_count` counts
-    /// them all).
+    /// (every one when one queue's controls are read; in a listing of all
+    /// queues at most [`PARTITIONS_LISTED`], and
+    /// `partitions_at_limit_count` counts them all).
     pub partitions_at_limit: Vec<PartitionAtLimit>,
     /// How many of its partitions were at their limit.
     pub partitions_at_limit_count: i64,

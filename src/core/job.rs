@@ -303,6 +303,9 @@ pub struct Job {
     /// What the handler finished with ([`Outcome::done_with`](crate::Outcome::done_with)),
     /// as JSON text; `None` otherwise.
     pub output: Option<String>,
+    /// Its partition of the queue ([`NewJob::with_partition`]); `None`
+    /// for a job without one.
+    pub partition: Option<String>,
 }
 
 /// Which jobs [`crate::queue::Queue::jobs`] lists.

@@ -150,12 +150,13 @@ fn partition_loads(
 }
 
 /// The partitions of `queue` at their limit at `now`, the busiest first
-/// (at most [`PARTITIONS_LISTED`]), and how many there are.
+/// (at most `listed`), and how many there are.
 fn at_limit(
     client: &mut impl GenericClient,
     queue: &str,
     limits: &Limits,
     now: Millis,
+    listed: usize,
 ) -> Result<(Vec<PartitionAtLimit>, i64)> {
     if !limits.partitioned() {
         return Ok((Vec::new(), 0));
@@ -170,38 +171,8 @@ fn at_limit(
         .collect();
     let count = full.len() as i64;
     full.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
-    full.truncate(PARTITIONS_LISTED);
+    full.truncate(listed);
     Ok((full, count))
-}
-
-/// What holds back a job of `partition` in `queue` now, if the queue
-/// limits partitions and the partition is at its limit: the limits and
-/// the partition's load.
-pub(crate) fn partition_held(
-    c: &mut PgConn,
-    queue: &str,
-    partition: &str,
-    now: Millis,
-) -> Result<Option<(Limits, Load)>> {
-    super::reads::in_snapshot(c, |tx| {
-        let Some((_, limits, _)) = tx
-            .query_opt(ROW, &[&queue])
-            .map_err(read_err)?
-            .map(|r| from_row(&r))
-            .transpose()?
-        else {
-            return Ok(None);
-        };
-        let sql = (
-            &Stmt::Text(PARTITIONS_RUNNING),
-            &Stmt::Text(PARTITIONS_STARTED),
-        );
-        let load = partition_loads(tx, sql, queue, &limits, now)?
-            .remove(partition)
-            .unwrap_or_default();
-        let full = crate::core::controls::partition_room(&limits, &load) == Some(0);
-        Ok(full.then_some((limits, load)))
-    })
 }
 
 /// The room of each partition a claim may take from, from their loads.
@@ -315,7 +286,8 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
         )?;
         let mut q = QueueControl::with_limits(&name, &l, updated_at);
         q.started_in_window = l.rate.map(|_| load.started);
-        (q.partitions_at_limit, q.partitions_at_limit_count) = at_limit(tx, &name, &l, now)?;
+        (q.partitions_at_limit, q.partitions_at_limit_count) =
+            at_limit(tx, &name, &l, now, PARTITIONS_LISTED)?;
         out.push(q);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -343,7 +315,8 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
         let mut q = QueueControl::with_limits(&name, &l, updated_at);
         q.running = running;
         q.started_in_window = l.rate.map(|_| load.started);
-        (q.partitions_at_limit, q.partitions_at_limit_count) = at_limit(tx, &name, &l, now)?;
+        (q.partitions_at_limit, q.partitions_at_limit_count) =
+            at_limit(tx, &name, &l, now, usize::MAX)?;
         Ok(Some(q))
     })
 }

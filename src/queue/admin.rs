@@ -202,6 +202,8 @@ impl Admin {
     ///   a counter reset);
     /// - `litejob_attempts{kind,outcome}` (gauge): runs in the attempt
     ///   history, by the job's or the effect's kind;
+    /// - `litejob_partitions_at_limit{queue}` (gauge): of each queue with
+    ///   partition limits, the partitions a claim would skip now.
     /// - `litejob_ledger_rows`, `litejob_file_bytes`, `litejob_wal_bytes`
     ///   (gauges). On PostgreSQL `litejob_file_bytes` is the size of
     ///   litejob's tables on the server (`pg_total_relation_size`: rows,
@@ -215,7 +217,12 @@ impl Admin {
     pub fn metrics(&self) -> Result<String> {
         let now = self.now();
         let t = self.store.tally(now)?;
-        Ok(render(&t, now, self.store.kind()))
+        let mut text = render(&t, now, self.store.kind());
+        crate::core::reports::metrics::partitions_at_limit(
+            &mut text,
+            &self.store.queue_controls(now)?,
+        );
+        Ok(text)
     }
     /// Requeues one dead job with a renewed attempt budget, runnable now.
     /// [`crate::error::Error::NotFound`] when there is no such job; [`crate::error::Error::WrongState`]

@@ -165,12 +165,13 @@ pub(crate) fn partition_loads(
 }
 
 /// The partitions of `queue` at their limit at `now`, the busiest first
-/// (at most [`PARTITIONS_LISTED`]), and how many there are.
+/// (at most `listed`), and how many there are.
 fn at_limit(
     conn: &Connection,
     queue: &str,
     limits: &Limits,
     now: Millis,
+    listed: usize,
 ) -> Result<(Vec<PartitionAtLimit>, i64)> {
     if !limits.partitioned() {
         return Ok((Vec::new(), 0));
@@ -181,32 +182,8 @@ fn at_limit(
         .collect();
     let count = full.len() as i64;
     full.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
-    full.truncate(PARTITIONS_LISTED);
+    full.truncate(listed);
     Ok((full, count))
-}
-
-/// What holds `job`'s partition back now, if its queue limits partitions
-/// and the partition is at its limit: its load.
-pub(crate) fn partition_held(
-    conn: &Connection,
-    queue: &str,
-    partition: &str,
-    now: Millis,
-) -> Result<Option<(Limits, Load)>> {
-    let Some((_, limits, _)) = conn
-        .prepare_cached(ROW)?
-        .query_row([queue], from_row)
-        .optional()?
-    else {
-        return Ok(None);
-    };
-    let load = partition_loads(conn, queue, &limits, now)?
-        .remove(partition)
-        .unwrap_or_default();
-    Ok(
-        (crate::core::controls::partition_room(&limits, &load) == Some(0))
-            .then_some((limits, load)),
-    )
 }
 
 /// Every queue with jobs or controls, by name, with its load at `now`.
@@ -255,7 +232,8 @@ pub(crate) fn controlled(conn: &Connection, now: Millis) -> Result<Vec<QueueCont
         };
         let mut c = QueueControl::with_limits(&name, &l, updated_at);
         c.started_in_window = started_in_window;
-        (c.partitions_at_limit, c.partitions_at_limit_count) = at_limit(conn, &name, &l, now)?;
+        (c.partitions_at_limit, c.partitions_at_limit_count) =
+            at_limit(conn, &name, &l, now, PARTITIONS_LISTED)?;
         out.push(c);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -279,7 +257,8 @@ pub(crate) fn of_queue(
     let mut c = QueueControl::with_limits(&name, &l, updated_at);
     c.running = running;
     c.started_in_window = l.rate.map(|_| load.started);
-    (c.partitions_at_limit, c.partitions_at_limit_count) = at_limit(conn, &name, &l, now)?;
+    (c.partitions_at_limit, c.partitions_at_limit_count) =
+        at_limit(conn, &name, &l, now, usize::MAX)?;
     Ok(Some(c))
 }
 

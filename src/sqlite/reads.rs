@@ -9,7 +9,7 @@ use crate::error::Result;
 /// The column list every `Job` read uses, in `Job::from_row` order.
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output";
+     lease_owner, lease_expires_at, current_attempt, output, partition_key";
 
 /// A `Job` from a row read with [`JOB_COLUMNS`].
 pub(crate) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
@@ -40,6 +40,7 @@ pub(crate) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         lease_expires_at: r.get(16)?,
         current_attempt: r.get(17)?,
         output: r.get(18)?,
+        partition: r.get(19)?,
     })
 }
 

@@ -52,6 +52,30 @@ pub(crate) fn render(t: &Tally, now: Millis, engine: EngineKind) -> String {
     o
 }
 
+/// `litejob_partitions_at_limit{queue}`: of each queue with partition
+/// limits in `controls`, how many partitions are at their limit.
+pub(crate) fn partitions_at_limit(
+    o: &mut String,
+    controls: &[crate::core::controls::QueueControl],
+) {
+    family(
+        o,
+        "litejob_partitions_at_limit",
+        "gauge",
+        "Partitions of the queue at their cap or rate: a claim skips their jobs now.",
+    );
+    for q in controls {
+        if q.partition_concurrency.is_some() || q.partition_rate.is_some() {
+            let _ = writeln!(
+                o,
+                "litejob_partitions_at_limit{{queue=\"{}\"}} {}",
+                label(&q.name),
+                q.partitions_at_limit_count
+            );
+        }
+    }
+}
+
 fn jobs(o: &mut String, t: &Tally) {
     family(
         o,

@@ -391,7 +391,7 @@ pub(super) fn litejob(q: &TestQueue, args: &[&str], status: i32) -> Output {
     out
 }
 
-fn json(q: &TestQueue, args: &[&str]) -> Value {
+pub(super) fn json(q: &TestQueue, args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.push("--json");
     serde_json::from_slice(&litejob(q, &a, 0).stdout).unwrap()

@@ -12,7 +12,8 @@ use litejob::admin::{QueueLimits, Rate};
 use litejob::NewJob;
 
 use super::controls::{
-    busiest_window, max_overlap, runs, slow_runtime, wait_succeeded, Children, Sampler,
+    busiest_window, json, litejob, max_overlap, runs, slow_runtime, wait_succeeded, Children,
+    Sampler,
 };
 use super::{Engine, TestQueue};
 use crate::both;
@@ -170,5 +171,82 @@ both! {
             let busiest = busiest_window(&starts, 1000);
             assert_eq!(busiest, 4, "the busiest second of {p} held {busiest} starts: {starts:?}");
         }
+    }
+}
+
+both! {
+    /// The command end to end: `enqueue --partition`, `queue set
+    /// --partition-concurrency/--partition-rate`, and a partition at its
+    /// cap seen by `explain` (the waiting line), `queues` (the partition at
+    /// its limit), `show` and `--json` (the job's partition) and `/metrics`.
+    fn the_commands_set_partition_limits_and_show_a_partition_at_its_limit(q) {
+        litejob(q, &["init"], 0);
+
+        litejob(q, &["queue", "set", "api", "--create", "--partition-concurrency", "1"], 0);
+        for key in ["a", "b"] {
+            litejob(q, &["enqueue", "sync", "--key", key, "--queue", "api", "--partition", "shop:42"], 0);
+        }
+        litejob(q, &["enqueue", "sync", "--key", "c", "--queue", "api", "--partition", "shop:7"], 0);
+        // Job a runs (its lease held far ahead): shop:42 is at its cap.
+        q.exec(
+            "UPDATE jobs SET state = 'running', lease_owner = 'elsewhere', \
+             lease_expires_at = 9000000000000 WHERE idempotency_key = 'a'",
+        );
+        let explain = litejob(q, &["explain", "b"], 0);
+        let text = String::from_utf8_lossy(&explain.stdout);
+        assert!(
+            text.contains("waiting: partition shop:42 of queue api is at its limit (1 running)"),
+            "{text}"
+        );
+        let other = String::from_utf8_lossy(&litejob(q, &["explain", "c"], 0).stdout).to_string();
+        assert!(!other.contains("waiting:"), "another partition is held too: {other}");
+        let v = json(q, &["explain", "b"]);
+        assert_eq!(v["job"]["partition"], "shop:42", "{v}");
+        assert_eq!(v["queue_control"]["partitions_at_limit"][0]["key"], "shop:42", "{v}");
+        let v = json(q, &["queues"]);
+        let api = &v["queues"][0];
+        assert_eq!((api["name"].as_str(), api["partition_concurrency"].as_i64()), (Some("api"), Some(1)), "{v}");
+        assert_eq!(api["partitions_at_limit_count"], 1, "{v}");
+        assert_eq!(api["partitions_at_limit"][0]["running"], 1, "{v}");
+        let table = String::from_utf8_lossy(&litejob(q, &["queues"], 0).stdout).to_string();
+        assert!(table.contains("1: shop:42 (1 running)"), "{table}");
+        let c = q.count("SELECT id FROM jobs WHERE idempotency_key = 'c'").to_string();
+        let show = String::from_utf8_lossy(&litejob(q, &["show", &c], 0).stdout).to_string();
+        assert!(show.lines().any(|l| l.contains("partition") && l.contains("shop:7")), "{show}");
+        // What `litejob serve` answers at /metrics.
+        let metrics = q.open().admin().metrics().unwrap();
+        assert!(metrics.contains("litejob_partitions_at_limit{queue=\"api\"} 1"), "{metrics}");
+        // A rate per partition, then `none` clears each limit.
+        let v = json(q, &["queue", "set", "api", "--partition-rate", "2/1s"]);
+        assert_eq!((v["partition_rate"].as_str(), v["partition_concurrency"].as_i64()), (Some("2/1s"), Some(1)), "{v}");
+        let v = json(q, &["queue", "set", "api", "--partition-concurrency", "none", "--partition-rate", "none"]);
+        assert!(v["partition_rate"].is_null() && v["partition_concurrency"].is_null(), "{v}");
+        assert_eq!(q.count("SELECT count(*) FROM queues"), 0, "a queue left with no limit keeps no row");
+    }
+}
+
+both! {
+    /// An empty partition key, one over 200 bytes, and a partition cap or
+    /// rate of 0 are refused with exit 2, and nothing is written.
+    fn bad_partition_input_is_refused_and_writes_nothing(q) {
+
+        litejob(q, &["init"], 0);
+        litejob(q, &["enqueue", "sync", "--key", "ok", "--queue", "api"], 0);
+        let long = "p".repeat(201);
+        for bad in [
+            &["enqueue", "sync", "--key", "k1", "--queue", "api", "--partition", ""][..],
+            &["enqueue", "sync", "--key", "k2", "--queue", "api", "--partition", &long],
+            &["queue", "set", "api", "--partition-concurrency", "0"],
+            &["queue", "set", "api", "--partition-rate", "0/1s"],
+            &["queue", "set", "api", "--partition-rate", "2/0s"],
+        ] {
+            let out = litejob(q, bad, 2);
+            assert!(!out.stderr.is_empty(), "no message for {bad:?}");
+        }
+        assert_eq!(q.count("SELECT count(*) FROM jobs"), 1);
+        assert_eq!(q.count("SELECT count(*) FROM queues"), 0);
+        // The longest key accepted is 200 bytes.
+        let longest = "p".repeat(200);
+        litejob(q, &["enqueue", "sync", "--key", "k3", "--queue", "api", "--partition", &longest], 0);
     }
 }

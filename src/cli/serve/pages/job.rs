@@ -99,6 +99,11 @@ fn facts(h: &mut Html, app: &App, j: &Job, now: i64, back: &str) {
     fact(h, "queue", |h| {
         h.link(&url("/jobs", &[("queue", Some(&j.queue))]), &j.queue);
     });
+    if let Some(p) = &j.partition {
+        fact(h, "partition", |h| {
+            h.text(p);
+        });
+    }
     fact(h, "state", |h| badge(h, j.state.as_str()));
     fact(h, "attempts", |h| {
         h.text(&format!(

@@ -8,7 +8,7 @@
 use litejob::admin::{EngineKind, JobCounts, Overview, QueueOverview};
 use litejob::{JobState, OutboxState};
 
-use super::super::super::queues::describe;
+use super::super::super::queues::{at_limit, describe};
 
 use super::super::html::{human_span, pct, url, Html};
 use super::super::http::{Req, Resp};
@@ -135,6 +135,11 @@ fn queues(h: &mut Html, app: &App, o: &Overview) {
         h.raw("</td><td class=\"controls\">");
         let control = o.controls.iter().find(|c| c.name == name);
         match control {
+            Some(c) if c.partitions_at_limit_count > 0 => h.text(&format!(
+                "{} (at their limit: {})",
+                describe(c),
+                at_limit(c)
+            )),
             Some(c) => h.text(&describe(c)),
             None => h.raw("<span class=\"none\">-</span>"),
         };
