@@ -48,6 +48,7 @@ pub(crate) struct JobRows {
     pub lease_expires_at: Vec<Option<i64>>,
     pub current_attempt: Vec<Option<i64>>,
     pub output: Vec<Option<String>>,
+    pub partition_key: Vec<Option<String>>,
 }
 
 /// Rows of `processed_jobs`.
@@ -126,6 +127,9 @@ pub(crate) struct QueueRows {
     pub rate_limit: Vec<Option<i64>>,
     pub rate_window_ms: Vec<Option<i64>>,
     pub updated_at: Vec<i64>,
+    pub partition_concurrency: Vec<Option<i64>>,
+    pub partition_rate_limit: Vec<Option<i64>>,
+    pub partition_rate_window_ms: Vec<Option<i64>>,
 }
 
 /// Rows of `queue_starts` (a rate's starts in its window).
@@ -134,6 +138,9 @@ pub(crate) struct QueueRows {
 pub(crate) struct QueueStartRows {
     pub queue: Vec<String>,
     pub started_at: Vec<i64>,
+    /// `None` for a start the queue's own rate counts (a job without a
+    /// partition).
+    pub partition_key: Vec<Option<String>>,
 }
 
 /// Rows of `job_dependencies`: `job_id` runs only after `depends_on`
@@ -160,7 +167,7 @@ pub(crate) struct LastIds {
 pub(crate) const READ_JOBS: &str =
     "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output FROM jobs ORDER BY id";
+     lease_owner, lease_expires_at, current_attempt, output, partition_key FROM jobs ORDER BY id";
 #[cfg(feature = "postgres")]
 pub(crate) const READ_LEDGER: &str =
     "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";
@@ -181,10 +188,12 @@ pub(crate) const READ_SCHEDULES: &str =
 #[cfg(feature = "postgres")]
 pub(crate) const READ_QUEUES: &str =
     "SELECT name, paused, concurrency, rate_limit, rate_window_ms, \
-     updated_at FROM queues ORDER BY name";
+     updated_at, partition_concurrency, partition_rate_limit, partition_rate_window_ms \
+     FROM queues ORDER BY name";
 #[cfg(feature = "postgres")]
 pub(crate) const READ_QUEUE_STARTS: &str =
-    "SELECT queue, started_at FROM queue_starts ORDER BY queue, started_at";
+    "SELECT queue, started_at, partition_key FROM queue_starts \
+     ORDER BY queue, started_at, partition_key";
 #[cfg(feature = "postgres")]
 pub(crate) const READ_DEPENDENCIES: &str =
     "SELECT job_id, depends_on FROM job_dependencies ORDER BY job_id, depends_on";

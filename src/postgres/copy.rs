@@ -3,7 +3,7 @@
 //! database already holding any litejob row, inserts the file's rows in
 //! batches (one statement per batch, the columns passed as arrays), sets
 //! the id sequences past every id the file ever gave out, and commits —
-//! all of it or nothing. Writes `jobs` (outputs included),
+//! all of it or nothing. Writes `jobs` (outputs and partitions included),
 //! `processed_jobs`, `outbox`, `attempts`, `schedules`, `queues`,
 //! `queue_starts` and `job_dependencies` (rows as the file holds them, ids
 //! kept). The sending side of a copy into a file is
@@ -30,11 +30,11 @@ const LOCK_TABLES: &str = "LOCK TABLE jobs, processed_jobs, outbox, attempts, sc
 const INSERT_JOBS: &str = "\
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
     max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt, output)
+    lease_expires_at, current_attempt, output, partition_key)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
     $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
-    $19::text[])";
+    $19::text[], $20::text[])";
 
 const INSERT_LEDGER: &str = "\
 INSERT INTO processed_jobs (key, completed_at, job_id)
@@ -61,12 +61,14 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
     $13::bigint[], $14::bigint[])";
 
 const INSERT_QUEUES: &str = "\
-INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, updated_at)
+INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, updated_at,
+    partition_concurrency, partition_rate_limit, partition_rate_window_ms)
 SELECT * FROM unnest($1::text[], $2::boolean[], $3::bigint[], $4::bigint[], $5::bigint[],
-    $6::bigint[])";
+    $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])";
 
 const INSERT_QUEUE_STARTS: &str = "\
-INSERT INTO queue_starts (queue, started_at) SELECT * FROM unnest($1::text[], $2::bigint[])";
+INSERT INTO queue_starts (queue, started_at, partition_key)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])";
 
 const INSERT_DEPENDENCIES: &str = "\
 WITH e AS (
@@ -136,6 +138,7 @@ impl CopySink for CopyTx<'_, '_> {
                 &r.lease_expires_at,
                 &r.current_attempt,
                 &r.output,
+                &r.partition_key,
             ],
         )
     }
@@ -230,6 +233,9 @@ impl CopySink for CopyTx<'_, '_> {
                 &r.rate_limit,
                 &r.rate_window_ms,
                 &r.updated_at,
+                &r.partition_concurrency,
+                &r.partition_rate_limit,
+                &r.partition_rate_window_ms,
             ],
         )
     }
@@ -239,7 +245,7 @@ impl CopySink for CopyTx<'_, '_> {
         self.insert(
             "queue_starts",
             INSERT_QUEUE_STARTS,
-            &[&r.queue, &r.started_at],
+            &[&r.queue, &r.started_at, &r.partition_key],
         )
     }
 

@@ -1,8 +1,9 @@
 //! PostgreSQL's side of `verify` ([`verify`]): amcheck's `bt_index_check`
 //! of litejob's indexes when the extension is installed in the database,
 //! the schema version, and one query per invariant of
-//! [`crate::core::reports::verify`], all in one read-only REPEATABLE READ
-//! snapshot. Writes no table.
+//! [`crate::core::reports::verify`] (the database's own and the core's
+//! shared ones), all in one read-only REPEATABLE READ snapshot. Writes no
+//! table.
 //!
 //! Nothing more of the storage is checked: PostgreSQL has no
 //! `integrity_check`, and its data checksums (when the cluster has them)
@@ -151,7 +152,7 @@ fn verify(c: &mut PgConn) -> Result<(i64, String, Findings)> {
             u64::from(wrong),
             wrong.then(|| version.to_string()),
         ));
-        for (inv, sql) in CHECKS {
+        for (inv, sql) in CHECKS.into_iter().chain(verify::SHARED_CHECKS) {
             let r = tx.query_one(sql, &[]).map_err(read_err)?;
             let (n, example): (i64, Option<String>) = (r.col(0)?, r.col(1)?);
             findings.push((inv, n as u64, example));

@@ -84,6 +84,7 @@ fn copy_jobs(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
             b.lease_expires_at.push(r.get(16)?);
             b.current_attempt.push(r.get(17)?);
             b.output.push(r.get(18)?);
+            b.partition_key.push(r.get(19)?);
             Ok(())
         },
         |b| tx.jobs(b),
@@ -187,6 +188,9 @@ fn copy_queues(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
             b.rate_limit.push(r.get(3)?);
             b.rate_window_ms.push(r.get(4)?);
             b.updated_at.push(r.get(5)?);
+            b.partition_concurrency.push(r.get(6)?);
+            b.partition_rate_limit.push(r.get(7)?);
+            b.partition_rate_window_ms.push(r.get(8)?);
             Ok(())
         },
         |b| tx.queues(b),
@@ -200,6 +204,7 @@ fn copy_queue_starts(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
         |b: &mut QueueStartRows, r| {
             b.queue.push(r.get(0)?);
             b.started_at.push(r.get(1)?);
+            b.partition_key.push(r.get(2)?);
             Ok(())
         },
         |b| tx.queue_starts(b),

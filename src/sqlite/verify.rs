@@ -1,7 +1,8 @@
 //! A file's side of `verify` ([`verify`]): SQLite's own checks (`PRAGMA
 //! integrity_check`, `PRAGMA foreign_key_check`), the schema version, and
-//! one query per invariant of [`crate::core::reports::verify`], all in one
-//! read snapshot. Writes no table.
+//! one query per invariant of [`crate::core::reports::verify`] (the file's
+//! own and the core's shared ones), all in one read snapshot. Writes no
+//! table.
 
 use rusqlite::Connection;
 
@@ -143,7 +144,7 @@ fn verify(conn: &Connection) -> Result<(i64, String, Findings)> {
             u64::from(wrong),
             wrong.then(|| version.to_string()),
         ));
-        for (inv, sql) in CHECKS {
+        for (inv, sql) in CHECKS.into_iter().chain(verify::SHARED_CHECKS) {
             let (n, example): (i64, Option<String>) =
                 conn.query_row(sql, [], |r| Ok((r.get(0)?, r.get(1)?)))?;
             findings.push((inv, n as u64, example));

@@ -18,7 +18,9 @@
 //! connections that turn them on (litejob's do, the `sqlite3` shell by
 //! default does not), so a file's are checked ([`Invariant::ForeignKeys`]).
 //! What no constraint can say, because it spans rows or tables, is checked
-//! by a query each, in the same read snapshot.
+//! by a query each, in the same read snapshot; the few whose text both
+//! engines take as it is are here ([`SHARED_CHECKS`]), the others in each
+//! engine's `verify`.
 
 use serde::{Serialize, Serializer};
 
@@ -64,11 +66,14 @@ pub enum Invariant {
     /// A waiting job has no dependency that ended dead or cancelled (the
     /// commit that ended it cancels its waiting dependents).
     WaitingJobNotCancelled,
+    /// No partition of a queue with a per-partition cap has more jobs
+    /// running than the cap.
+    PartitionOverCap,
 }
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 16] = [
+    pub const ALL: [Invariant; 17] = [
         Invariant::IntegrityCheck,
         Invariant::ForeignKeys,
         Invariant::SchemaVersion,
@@ -85,6 +90,7 @@ impl Invariant {
         Invariant::WaitingJobNotPromoted,
         Invariant::DependentAheadOfDependency,
         Invariant::WaitingJobNotCancelled,
+        Invariant::PartitionOverCap,
     ];
 
     /// Its name in reports and `--json`: what is wrong when it breaks.
@@ -106,6 +112,7 @@ impl Invariant {
             Invariant::WaitingJobNotPromoted => "waiting_job_not_promoted",
             Invariant::DependentAheadOfDependency => "dependent_ahead_of_dependency",
             Invariant::WaitingJobNotCancelled => "waiting_job_not_cancelled",
+            Invariant::PartitionOverCap => "partition_over_cap",
         }
     }
 
@@ -176,13 +183,22 @@ impl Invariant {
                 "a waiting job has a dependency that ended dead or cancelled: it should have \
                  been cancelled, and it waits forever"
             }
+            Invariant::PartitionOverCap => {
+                "a partition of a queue has more jobs running than the queue's \
+                 partition_concurrency: a claim started one past the cap (lowering the cap \
+                 while a partition's jobs run also leaves it over until enough of them end)"
+            }
         }
     }
 
-    /// The table its example id comes from (`processed_jobs`: a key).
+    /// The table its example id comes from (`processed_jobs`: a key);
+    /// empty when the example is no row's id.
     pub fn table(self) -> &'static str {
         match self {
-            Invariant::IntegrityCheck | Invariant::SchemaVersion | Invariant::ForeignKeys => "",
+            Invariant::IntegrityCheck
+            | Invariant::SchemaVersion
+            | Invariant::ForeignKeys
+            | Invariant::PartitionOverCap => "",
             Invariant::SucceededJobWithoutLedgerRow
             | Invariant::RunningJobOnEndedRun
             | Invariant::SucceededJobWithoutSuccessfulRun
@@ -227,7 +243,9 @@ pub struct Broken {
     /// Rows (or, for the storage's check, messages) that break it.
     pub count: u64,
     /// One of them: the id of a row of [`Invariant::table`] (a key for
-    /// `processed_jobs`), or the storage's first message.
+    /// `processed_jobs`), the storage's first message, or for
+    /// [`Invariant::PartitionOverCap`] the partition furthest over its cap
+    /// as `queue Q, partition P: N running, cap C`.
     pub example: String,
 }
 
@@ -274,6 +292,29 @@ impl VerifyReport {
         self.broken.is_empty()
     }
 }
+
+/// The cross-table invariants whose statement is the same text on both
+/// engines, as `SELECT count(*), <an example as text>`.
+pub(crate) const SHARED_CHECKS: [(Invariant, &str); 1] = [(
+    Invariant::PartitionOverCap,
+    // Counted per partition, not per job: the cap is a partition's, and
+    // one over by three is one fault. Jobs without a partition are outside
+    // every partition's cap (a claim never counts them in one).
+    PARTITIONS_OVER_CAP,
+)];
+
+const PARTITIONS_OVER_CAP: &str = "WITH crowded AS ( \
+         SELECT j.queue, j.partition_key, count(*) AS running, \
+                q.partition_concurrency AS cap \
+         FROM jobs j JOIN queues q ON q.name = j.queue \
+         WHERE j.state = 'running' AND j.partition_key IS NOT NULL \
+           AND q.partition_concurrency IS NOT NULL \
+         GROUP BY j.queue, j.partition_key, q.partition_concurrency \
+         HAVING count(*) > q.partition_concurrency) \
+     SELECT (SELECT count(*) FROM crowded), \
+            (SELECT 'queue ' || queue || ', partition ' || partition_key || ': ' \
+                    || CAST(running AS TEXT) || ' running, cap ' || CAST(cap AS TEXT) \
+             FROM crowded ORDER BY running - cap DESC, queue, partition_key LIMIT 1)";
 
 /// An engine's raw findings: a count and an example per invariant checked.
 pub(crate) type Findings = Vec<(Invariant, u64, Option<String>)>;
@@ -325,6 +366,9 @@ mod tests {
         assert_eq!(names.len(), Invariant::ALL.len());
         for i in Invariant::ALL {
             assert!(!i.description().is_empty());
+        }
+        for (i, _) in SHARED_CHECKS {
+            assert!(Invariant::ALL.contains(&i));
         }
     }
 

@@ -95,6 +95,7 @@ fn jobs(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64> {
             b.lease_expires_at.push(col(r, 16)?);
             b.current_attempt.push(col(r, 17)?);
             b.output.push(col(r, 18)?);
+            b.partition_key.push(col(r, 19)?);
             Ok(())
         },
         |b| sink.jobs(b),
@@ -198,6 +199,9 @@ fn queues(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64> {
             b.rate_limit.push(col(r, 3)?);
             b.rate_window_ms.push(col(r, 4)?);
             b.updated_at.push(col(r, 5)?);
+            b.partition_concurrency.push(col(r, 6)?);
+            b.partition_rate_limit.push(col(r, 7)?);
+            b.partition_rate_window_ms.push(col(r, 8)?);
             Ok(())
         },
         |b| sink.queues(b),
@@ -211,6 +215,7 @@ fn queue_starts(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64
         |b: &mut QueueStartRows, r| {
             b.queue.push(col(r, 0)?);
             b.started_at.push(col(r, 1)?);
+            b.partition_key.push(col(r, 2)?);
             Ok(())
         },
         |b| sink.queue_starts(b),

@@ -3,7 +3,7 @@
 //! which must hold no queue row yet; the rows inserted as the database
 //! holds them, ids and keys kept; `sqlite_sequence` set past every id the
 //! database gave out; one commit — all of it or nothing. Writes `jobs`
-//! (outputs included), `processed_jobs`, `outbox`, `attempts`,
+//! (outputs and partitions included), `processed_jobs`, `outbox`, `attempts`,
 //! `schedules`, `queues`, `queue_starts`, `job_dependencies` and
 //! `sqlite_sequence`.
 
@@ -19,8 +19,9 @@ use crate::sqlite::db::{from_sqlite, immediate};
 
 const INSERT_JOBS: &str = "INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, \
      priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, \
-     finished_at, lease_owner, lease_expires_at, current_attempt, output) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+     finished_at, lease_owner, lease_expires_at, current_attempt, output, partition_key) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
+     ?20)";
 const INSERT_LEDGER: &str =
     "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3)";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (id, key, kind, payload, state, attempts, \
@@ -35,8 +36,10 @@ const INSERT_SCHEDULES: &str = "INSERT INTO schedules (name, cron, tz, kind, pay
      created_at, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 const INSERT_QUEUES: &str = "INSERT INTO queues (name, paused, concurrency, rate_limit, \
-     rate_window_ms, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-const INSERT_QUEUE_STARTS: &str = "INSERT INTO queue_starts (queue, started_at) VALUES (?1, ?2)";
+     rate_window_ms, updated_at, partition_concurrency, partition_rate_limit, \
+     partition_rate_window_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+const INSERT_QUEUE_STARTS: &str =
+    "INSERT INTO queue_starts (queue, started_at, partition_key) VALUES (?1, ?2, ?3)";
 const INSERT_DEPENDENCIES: &str =
     "INSERT INTO job_dependencies (job_id, depends_on) VALUES (?1, ?2)";
 
@@ -105,6 +108,7 @@ impl CopySink for FileSink<'_> {
                 &r.lease_expires_at[i],
                 &r.current_attempt[i],
                 &r.output[i],
+                &r.partition_key[i],
             ]
         })
     }
@@ -184,13 +188,16 @@ impl CopySink for FileSink<'_> {
                 &r.rate_limit[i],
                 &r.rate_window_ms[i],
                 &r.updated_at[i],
+                &r.partition_concurrency[i],
+                &r.partition_rate_limit[i],
+                &r.partition_rate_window_ms[i],
             ]
         })
     }
 
     fn queue_starts(&mut self, r: &QueueStartRows) -> Result<()> {
         self.insert("queue_starts", INSERT_QUEUE_STARTS, r.queue.len(), |i| {
-            [&r.queue[i], &r.started_at[i]]
+            [&r.queue[i], &r.started_at[i], &r.partition_key[i]]
         })
     }
 
