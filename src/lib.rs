@@ -213,7 +213,9 @@ pub use runtime::{Drained, Runtime, RuntimeBuilder, StopReport};
 /// dashboard use them.
 pub mod admin {
     pub use crate::core::attempt::MAX_ERROR_BYTES;
-    pub use crate::core::controls::{QueueControl, QueueLimits, Rate};
+    pub use crate::core::controls::{
+        PartitionAtLimit, QueueControl, QueueLimits, Rate, PARTITIONS_LISTED,
+    };
     pub use crate::core::copy::CopyReport;
     pub use crate::core::options::EngineKind;
     pub use crate::core::reports::backup::{BackupOptions, BackupProgress, BackupReport};
