@@ -491,7 +491,12 @@ impl Gate {
         now: Millis,
         key_of: impl Fn(&C) -> (&str, Option<&str>),
     ) -> Result<Chosen<C>> {
+        // Counted afresh each round, against the room the gate read: a
+        // round that ends in `Again` hands its chosen candidates to the
+        // next, which takes them again, so what a round took must not stay
+        // taken from the room.
         let mut used: HashMap<String, usize> = HashMap::new();
+        let mut used_in_partition: HashMap<(String, String), usize> = HashMap::new();
         let mut chosen = Vec::with_capacity(candidates.len().min(limit));
         let mut filled = false;
         for c in candidates {
@@ -509,7 +514,11 @@ impl Gate {
                     .get(q)
                     .and_then(|rooms| rooms.get(p).copied())
                     .unwrap_or_else(|| crate::core::controls::empty_partition_room(&l));
-                if room == 0 {
+                let taken = used_in_partition
+                    .get(&(q.to_string(), p.to_string()))
+                    .copied()
+                    .unwrap_or(0);
+                if taken >= room {
                     self.held_back = true;
                     let id = partition_id(q, p);
                     if !self.skipped_partitions.contains(&id) {
@@ -533,11 +542,9 @@ impl Gate {
                 *n += 1;
             }
             if let (Some(p), true) = (partition, l.partitioned()) {
-                let rooms = self.partitions.entry(q.to_string()).or_default();
-                let room = rooms
-                    .entry(p.to_string())
-                    .or_insert_with(|| crate::core::controls::empty_partition_room(&l));
-                *room -= 1;
+                *used_in_partition
+                    .entry((q.to_string(), p.to_string()))
+                    .or_default() += 1;
             }
             chosen.push(c);
         }
