@@ -336,7 +336,7 @@ fn begin_run(
                 .into_owned(),
         )
     };
-    let row: Option<(i64, i64, String, String, String, Option<String>, bool)> = {
+    let row: Option<StartRow> = {
         let mut rows = read.query(params)?;
         match rows.next()? {
             Some(r) => Some((
@@ -380,6 +380,10 @@ fn begin_run(
         partition,
     }))
 }
+
+/// A job's row as a start reads it: (attempts charged, max_attempts, key,
+/// queue, payload, partition, whether its queue is paused).
+type StartRow = (i64, i64, String, String, String, Option<String>, bool);
 
 /// A run that started: its attempt row is written and the job is fenced on it.
 #[derive(Debug, Clone)]
