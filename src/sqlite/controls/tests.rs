@@ -235,3 +235,40 @@ fn the_listing_counts_each_queues_jobs_and_starts_in_the_window() {
     assert_eq!(all[2].started_in_window, Some(2));
     assert_eq!(all[2].updated_at, Some(T0));
 }
+
+#[test]
+fn a_claim_that_fills_partitions_takes_one_of_each_after_asking_again() {
+    let (_dir, conn) = fresh_file();
+    change(
+        &conn,
+        "sync",
+        None,
+        &QueueLimits::new().partition_concurrency(1),
+        T0,
+    )
+    .unwrap();
+    let mut gate = Gate::read(&conn, T0).unwrap();
+    fn key_of<'c>(c: &'c (&str, &str)) -> (&'c str, Option<&'c str>) {
+        ("sync", Some(c.1))
+    }
+    // Two partitions with two candidates each: the first round fills both
+    // and asks again without them, handing back the one it took of each.
+    let first = vec![
+        ("j1", "acme"),
+        ("j2", "globex"),
+        ("j3", "acme"),
+        ("j4", "globex"),
+    ];
+    let kept = match gate.choose(&conn, first, 4, T0, key_of).unwrap() {
+        Chosen::Again(kept) => kept,
+        Chosen::Done(c) => panic!("done in one round: {c:?}"),
+    };
+    assert_eq!(kept, [("j1", "acme"), ("j2", "globex")]);
+    // The next round's query skips both partitions: only the handed-back
+    // candidates come up, and each still has its partition's place.
+    match gate.choose(&conn, kept, 4, T0, key_of).unwrap() {
+        Chosen::Done(chosen) => assert_eq!(chosen, [("j1", "acme"), ("j2", "globex")]),
+        Chosen::Again(c) => panic!("asked again: {c:?}"),
+    }
+    assert!(gate.held_back);
+}

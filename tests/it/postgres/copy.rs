@@ -1,7 +1,7 @@
 //! `litejob copy --to postgres://…` and `Queue::copy_to`: a queue file's
-//! jobs (in every state, with their outputs), workflow edges, ledger,
-//! outbox rows, attempts, schedules and queue controls (with their rates'
-//! starts) land in an empty database column for column, ids and keys
+//! jobs (in every state, with their outputs and partitions), workflow
+//! edges, ledger, outbox rows, attempts, schedules and queue controls
+//! (partition limits included, with their rates' starts) land in an empty database column for column, ids and keys
 //! kept; a copied key is a duplicate there, a new row never takes an id
 //! the file gave out, a copied workflow carries on there; a copy is all or
 //! nothing, and refused (nothing written) into a database that holds
@@ -11,6 +11,9 @@
 
 use crate::backends::Runtimes;
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use litejob::admin::Rate;
 
 use litejob::pg::{Client, NoTls};
 use litejob::{Enqueued, NewJob, Outcome};
@@ -24,17 +27,20 @@ use crate::support::{bin, show, wait_until, LONG};
 /// nullable columns, non-ASCII text, and ids given out and deleted since
 /// (jobs 500, outbox 50, attempts 900: `AUTOINCREMENT` remembers them);
 /// job 6 waits on jobs 1 and 3, and job 5 was cancelled by job 4's death.
+/// Jobs 1 and 2 have partitions, queue `fast` limits its partitions as
+/// well as itself and `tenants` only its partitions, and two of `fast`'s
+/// starts are a partition's.
 const FILE_ROWS: &str = r#"
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
     max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt, output) VALUES
- (1, 'default', 'mail', 'q-1', '{"a":1}', 'queued', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL),
- (2, 'fast', 'mail', 'r-2', '{"b":[1,2]}', 'running', -5, 1000, 1, 3, 1, 4, 'abandoned: the lease expired', 900, NULL, '123-abcd', 99999999999999, 3, NULL),
- (3, 'default', 'mail', 's-3', '{}', 'succeeded', 0, 1000, 1, 2, 0, 2, NULL, 900, 1500, NULL, NULL, NULL, '{"sent":["a","é ☃"],"n":1.5}'),
- (4, 'default', 'sms', 'd-4', '{"x":"é ☃"}', 'dead', 2, 1000, 2, 2, 0, 1, 'smtp 451 «busy»', 900, 1600, NULL, NULL, NULL, NULL),
- (5, 'default', 'sms', 'c-5', '{}', 'cancelled', 0, 5000, 0, 2, 0, 1, 'cancelled: its dependency "d-4" (job 4) ended dead', 900, 1700, NULL, NULL, NULL, NULL),
- (6, 'default', 'report', 'w-6', '{}', 'waiting', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL),
- (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL, NULL);
+    lease_expires_at, current_attempt, output, partition_key) VALUES
+ (1, 'default', 'mail', 'q-1', '{"a":1}', 'queued', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, 'tenant-é ☃'),
+ (2, 'fast', 'mail', 'r-2', '{"b":[1,2]}', 'running', -5, 1000, 1, 3, 1, 4, 'abandoned: the lease expired', 900, NULL, '123-abcd', 99999999999999, 3, NULL, 'acme'),
+ (3, 'default', 'mail', 's-3', '{}', 'succeeded', 0, 1000, 1, 2, 0, 2, NULL, 900, 1500, NULL, NULL, NULL, '{"sent":["a","é ☃"],"n":1.5}', NULL),
+ (4, 'default', 'sms', 'd-4', '{"x":"é ☃"}', 'dead', 2, 1000, 2, 2, 0, 1, 'smtp 451 «busy»', 900, 1600, NULL, NULL, NULL, NULL, NULL),
+ (5, 'default', 'sms', 'c-5', '{}', 'cancelled', 0, 5000, 0, 2, 0, 1, 'cancelled: its dependency "d-4" (job 4) ended dead', 900, 1700, NULL, NULL, NULL, NULL, NULL),
+ (6, 'default', 'report', 'w-6', '{}', 'waiting', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, NULL),
+ (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL, NULL, NULL);
 INSERT INTO job_dependencies (job_id, depends_on) VALUES (5, 4), (6, 1), (6, 3);
 INSERT INTO processed_jobs (key, completed_at, job_id) VALUES
  ('s-3', 1500, 3), ('gone-9', 1200, 400), ('no-job', 1100, NULL);
@@ -61,9 +67,13 @@ INSERT INTO schedules (name, cron, tz, kind, payload, queue, priority, max_retri
     catch_up_window_ms, last_slot_at, next_slot_at, created_at, updated_at) VALUES
  ('digest', '0 6 * * *', 'Europe/Paris', 'digest', '{}', 'mail', 0, 3, 'window', 3600000, 1000, 2000, 900, 950),
  ('hourly', '@hourly', 'UTC', 'tick', '{"a":1}', 'default', -1, NULL, 'latest', NULL, NULL, 5000, 900, 900);
-INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, updated_at) VALUES
- ('mail', 1, 2, NULL, NULL, 950), ('fast', 0, NULL, 100, 60000, 960);
-INSERT INTO queue_starts (queue, started_at) VALUES ('fast', 1000), ('fast', 1001);
+INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, updated_at,
+    partition_concurrency, partition_rate_limit, partition_rate_window_ms) VALUES
+ ('mail', 1, 2, NULL, NULL, 950, NULL, NULL, NULL),
+ ('fast', 0, NULL, 100, 60000, 960, 1, 5, 1000),
+ ('tenants', 0, NULL, NULL, NULL, 970, 3, NULL, NULL);
+INSERT INTO queue_starts (queue, started_at, partition_key) VALUES
+ ('fast', 1000, NULL), ('fast', 1001, 'acme'), ('fast', 1002, 'acme');
 DELETE FROM jobs WHERE id = 500;
 DELETE FROM outbox WHERE id = 50;
 "#;
@@ -97,6 +107,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("lease_expires_at", 'i'),
             ("current_attempt", 'i'),
             ("output", 't'),
+            ("partition_key", 't'),
         ],
     ),
     (
@@ -171,12 +182,15 @@ pub(crate) const TABLES: &[Table] = &[
             ("rate_limit", 'i'),
             ("rate_window_ms", 'i'),
             ("updated_at", 'i'),
+            ("partition_concurrency", 'i'),
+            ("partition_rate_limit", 'i'),
+            ("partition_rate_window_ms", 'i'),
         ],
     ),
     (
         "queue_starts",
         "queue, started_at",
-        &[("queue", 't'), ("started_at", 'i')],
+        &[("queue", 't'), ("started_at", 'i'), ("partition_key", 't')],
     ),
     (
         "job_dependencies",
@@ -285,13 +299,34 @@ it! {
         );
         assert_eq!(
             (report.queues, report.queue_starts, report.job_dependencies),
-            (2, 2, 3)
+            (3, 3, 3)
         );
         for (table, _, _) in TABLES {
             let (a, b) = (dump(&file, table), dump(&dest, table));
             assert!(!a.is_empty(), "{table}: the file has rows");
             assert_eq!(a, b, "{table}: the same rows, column for column");
         }
+        // The partitions and their limits, read back as the database's
+        // claims and controls read them.
+        assert_eq!(
+            dest.strings("SELECT idempotency_key || ' ' || partition_key FROM jobs \
+                          WHERE partition_key IS NOT NULL ORDER BY id"),
+            ["q-1 tenant-é ☃", "r-2 acme"]
+        );
+        assert_eq!(
+            dest.count("SELECT count(*) FROM queue_starts WHERE queue = 'fast' \
+                        AND partition_key = 'acme'"),
+            2
+        );
+        let controls = to.admin().queue_controls().unwrap();
+        let limits = |name: &str| {
+            let c = controls.iter().find(|c| c.name == name).unwrap();
+            (c.partition_concurrency, c.partition_rate)
+        };
+        let five_a_second = Rate::new(5, Duration::from_secs(1)).unwrap();
+        assert_eq!(limits("fast"), (Some(1), Some(five_a_second)));
+        assert_eq!(limits("tenants"), (Some(3), None));
+        assert_eq!(limits("mail"), (None, None));
         // A copied key is a duplicate of its job, a key only in the ledger of
         // the job the ledger names.
         assert_eq!(
@@ -357,7 +392,7 @@ it! {
         );
         assert_eq!(
             (&v["queues"], &v["queue_starts"], &v["job_dependencies"]),
-            (&json!(2), &json!(2), &json!(3)),
+            (&json!(3), &json!(3), &json!(3)),
             "{v}"
         );
         assert!(

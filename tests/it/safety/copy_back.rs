@@ -1,6 +1,7 @@
 //! `litejob --db postgres://… copy --to FILE`: a demo's queue on
-//! PostgreSQL lands in a new file row for row (ids, keys, ledger, outbox,
-//! attempts, schedules, queue controls), the file's id counters continue
+//! PostgreSQL lands in a new file row for row (ids, keys, partitions,
+//! ledger, outbox, attempts, schedules, queue controls with their
+//! partition limits, a partition's rate starts), the file's id counters continue
 //! past every id the database gave out, the file verifies; a file that
 //! holds litejob rows is refused untouched, a copy that cannot be made
 //! leaves no file, and two files or two databases are bad input. A
@@ -9,6 +10,9 @@
 
 use std::path::Path;
 
+use std::time::Duration;
+
+use litejob::admin::{QueueLimits, Rate};
 use litejob::NewJob;
 
 use super::{a_workflow, assert_verifies, carry_on_with_a_workflow, json, run};
@@ -46,7 +50,20 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "queues",
-        "SELECT name || ' ' || CAST(concurrency AS TEXT) FROM queues ORDER BY name",
+        "SELECT name || ' ' || coalesce(CAST(concurrency AS TEXT), '-') || ' ' || \
+         coalesce(CAST(partition_concurrency AS TEXT), '-') || ' ' || \
+         coalesce(CAST(partition_rate_limit AS TEXT), '-') || '/' || \
+         coalesce(CAST(partition_rate_window_ms AS TEXT), '-') FROM queues ORDER BY name",
+    ),
+    (
+        "partitions",
+        "SELECT idempotency_key || ' ' || partition_key FROM jobs \
+         WHERE partition_key IS NOT NULL ORDER BY id",
+    ),
+    (
+        "queue_starts",
+        "SELECT queue || ' ' || CAST(started_at AS TEXT) || ' ' || \
+         coalesce(partition_key, '-') FROM queue_starts ORDER BY queue, started_at",
     ),
 ];
 
@@ -93,6 +110,26 @@ it! {
             .unwrap()
             .id();
         q.exec("DELETE FROM jobs WHERE idempotency_key = 'gone-1'");
+        // A queue limiting its partitions, a job in one, and a start the
+        // partition's rate counts.
+        let sync_limits = QueueLimits::new()
+            .partition_concurrency(2)
+            .partition_rate(Rate::new(10, Duration::from_secs(60)).unwrap());
+        q.open()
+            .admin()
+            .set_queue_limits("sync", sync_limits)
+            .unwrap();
+        q.open()
+            .enqueue(
+                NewJob::new("sync", "sync-acme-1", &json!({}))
+                    .with_queue("sync")
+                    .with_partition("acme"),
+            )
+            .unwrap();
+        q.exec(
+            "INSERT INTO queue_starts (queue, started_at, partition_key) \
+             VALUES ('sync', 1, 'acme')",
+        );
         assert_verifies(pg);
 
         let file = dir.path().join("from-pg.db");
@@ -105,7 +142,7 @@ it! {
                 &v["schedules"],
                 &v["queues"]
             ),
-            (&json!(300), &json!(300), &json!(300), &json!(1), &json!(1)),
+            (&json!(301), &json!(300), &json!(300), &json!(1), &json!(2)),
             "{v}"
         );
         assert!(
@@ -118,6 +155,20 @@ it! {
             assert_eq!(a, b, "{table}: the same rows");
         }
         assert_verifies(&file);
+        let copied = litejob::Queue::open(&file).unwrap();
+        let sync = copied
+            .admin()
+            .queue_controls()
+            .unwrap()
+            .into_iter()
+            .find(|c| c.name == "sync")
+            .unwrap();
+        assert_eq!(
+            (sync.partition_concurrency, sync.partition_rate),
+            (Some(2), Some(Rate::new(10, Duration::from_secs(60)).unwrap())),
+            "the partition limits, read back from the file"
+        );
+        drop(copied);
 
         // The file carries on past every id the database gave out.
         let queue = litejob::Queue::open(&file).unwrap();

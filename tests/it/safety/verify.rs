@@ -1,13 +1,15 @@
 //! `litejob verify`: a queue that went through runs, retries, failures and
 //! effects verifies on both engines, and so does a workflow; each
 //! invariant an operator's SQL can break, the workflows' among them, is
-//! reported with its count and an example id (exit 1); a copy whose
+//! reported with its count and an example id (exit 1), and so is a
+//! partition running more jobs than its cap; a copy whose
 //! succeeded job lost its ledger row fails; the storage's own check is
 //! amcheck on PostgreSQL where it is installed.
 
 use std::path::Path;
 use std::time::Duration;
 
+use litejob::admin::{Invariant, QueueLimits};
 use litejob::{NewJob, Outcome};
 use serde_json::Value;
 
@@ -214,6 +216,93 @@ both! {
         let text = run(db, &["verify"], 1);
         assert!(text.contains("BROKEN: 3 invariants"), "{text}");
         assert!(text.contains(&format!("job {after}")), "{text}");
+    }
+}
+
+both! {
+    /// A queue capping its partitions at one running job each verifies
+    /// clean after its jobs ran, and with one partition at its cap, jobs
+    /// without a partition running beside it and an uncapped queue's
+    /// partition running two; a second running job in the capped partition
+    /// is reported with the queue, the partition and the counts, and exit 1.
+    fn verify_finds_a_partition_running_more_jobs_than_its_cap(q) {
+        let queue = q.open();
+        queue
+            .admin()
+            .set_queue_limits("sync", QueueLimits::new().partition_concurrency(1))
+            .unwrap();
+        let job = |key: &str, queue: &str, partition: Option<&str>| {
+            let j = NewJob::new("sync", key, &0).with_queue(queue);
+            match partition {
+                Some(p) => j.with_partition(p),
+                None => j,
+            }
+        };
+        for i in 0..4 {
+            let partition = if i % 2 == 0 { "acme" } else { "globex" };
+            queue.enqueue(job(&format!("ran-{i}"), "sync", Some(partition))).unwrap();
+        }
+        let b = queue.runtime().workers(4).poll_interval(Duration::from_millis(10));
+        let mut rt = handler(b, "sync", |_, _: Value| Ok(Outcome::Done))
+            .start()
+            .unwrap();
+        wait_until("the partitioned jobs ran", LONG, || {
+            q.count("SELECT count(*) FROM jobs WHERE state = 'succeeded'") == 4
+        });
+        rt.stop();
+        let db = Path::new(&q.location);
+        let v = json(db, &["verify"], 0);
+        assert_eq!(v["broken"], json!([]), "{v}");
+        let checked: Vec<&str> =
+            v["checked"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+        assert!(checked.contains(&"partition_over_cap"), "{v}");
+
+        for (key, on, partition) in [
+            ("acme-1", "sync", Some("acme")),
+            ("acme-2", "sync", Some("acme")),
+            ("globex-1", "sync", Some("globex")),
+            ("plain-1", "sync", None),
+            ("plain-2", "sync", None),
+            ("free-1", "free", Some("acme")),
+            ("free-2", "free", Some("acme")),
+        ] {
+            queue.enqueue(job(key, on, partition)).unwrap();
+        }
+        // Running as a claim leaves a job, lease and all; the second of
+        // acme's stays queued for now.
+        let start = |key: &str| {
+            q.exec(&format!(
+                "UPDATE jobs SET state = 'running', lease_owner = 'w', \
+                 lease_expires_at = 99999999999999 WHERE idempotency_key = '{key}'"
+            ))
+        };
+        for key in ["acme-1", "globex-1", "plain-1", "plain-2", "free-1", "free-2"] {
+            start(key);
+        }
+        let v = json(db, &["verify"], 0);
+        assert_eq!(v["broken"], json!([]), "at or under every cap: {v}");
+
+        start("acme-2");
+        let v = json(db, &["verify"], 1);
+        assert_eq!(
+            broken(&v),
+            [(
+                "partition_over_cap".to_string(),
+                1,
+                "queue sync, partition acme: 2 running, cap 1".to_string()
+            )],
+            "{v}"
+        );
+        assert_eq!(v["broken"][0]["table"], "", "{v}");
+        let r = queue.admin().verify().unwrap();
+        assert_eq!(r.broken.len(), 1, "{r:?}");
+        assert_eq!(r.broken[0].invariant, Invariant::PartitionOverCap);
+        let text = run(db, &["verify"], 1);
+        assert!(
+            text.contains("partition_over_cap")
+                && text.contains("queue sync, partition acme: 2 running, cap 1"),
+            "{text}"
+        );
     }
 }
 
