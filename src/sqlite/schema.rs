@@ -112,7 +112,8 @@ fn create_text(table: &str) -> Result<&'static str> {
 /// Rebuilds the queue controls' tables of a version-3 or -4 file as
 /// `schema.sql` defines them now, their rows copied: `queues` gains the
 /// partition limits (its CHECK changes) and `queue_starts` the partition
-/// of a start. Their indexes and views come again from `schema.sql`.
+/// of a start. Their indexes and the views come again from `schema.sql`
+/// at the migration's end.
 fn rebuild_controls(tx: &Connection) -> Result<()> {
     let drop_views: String = VIEWS
         .iter()
@@ -128,8 +129,7 @@ fn rebuild_controls(tx: &Connection) -> Result<()> {
            SELECT name, paused, concurrency, rate_limit, rate_window_ms, updated_at FROM queues_v4;\n\
          INSERT INTO queue_starts (queue, started_at) SELECT queue, started_at FROM queue_starts_v4;\n\
          DROP TABLE queues_v4;\n\
-         DROP TABLE queue_starts_v4;\n\
-         {SCHEMA_SQL}"
+         DROP TABLE queue_starts_v4;\n"
     ))?;
     Ok(())
 }
@@ -137,8 +137,8 @@ fn rebuild_controls(tx: &Connection) -> Result<()> {
 /// Rebuilds `jobs` as `schema.sql` defines it now (SQLite's way to change a
 /// CHECK): the old table renamed aside, the new one created from
 /// `schema.sql`'s own text (so a migrated file's schema reads as a new
-/// file's), every row copied, the old one dropped, its indexes and the
-/// views created again. The AUTOINCREMENT counter is carried over, so an
+/// file's), every row copied, the old one dropped; the migration then
+/// creates its indexes and the views again. The AUTOINCREMENT counter is carried over, so an
 /// id is never reused. Runs inside the migration's transaction, with
 /// foreign keys off (dropping the old table would otherwise delete every
 /// attempt through their cascade) and the legacy rename (which leaves the
@@ -163,8 +163,7 @@ fn rebuild_jobs(tx: &Connection, columns: &str) -> Result<()> {
          INSERT INTO sqlite_sequence (name, seq) \
            SELECT 'jobs', max(coalesce((SELECT seq FROM temp.litejob_seq), 0), \
                               coalesce((SELECT max(id) FROM jobs), 0));\n\
-         DROP TABLE temp.litejob_seq;\n\
-         {SCHEMA_SQL}"
+         DROP TABLE temp.litejob_seq;\n"
     ));
     tx.pragma_update(None, "legacy_alter_table", "OFF")?;
     rebuilt?;
@@ -290,6 +289,10 @@ fn migrate_in_tx(conn: &mut Connection) -> Result<i64> {
             }
             tx.execute_batch(step)?;
         }
+        // The rebuilt tables' indexes and the views, once every table has
+        // its current columns (an index of one names columns another
+        // step adds).
+        tx.execute_batch(SCHEMA_SQL)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
