@@ -12,6 +12,10 @@ use serde::Serialize;
 use crate::core::time::Millis;
 use crate::error::{Error, Result};
 
+mod partitions;
+pub(crate) use partitions::{empty_partition_room, partition_room, partitions_at_limit};
+pub use partitions::{PartitionAtLimit, PARTITIONS_LISTED};
+
 /// The longest rate window accepted: a year.
 pub(crate) const MAX_WINDOW_MS: i64 = 366 * 86_400_000;
 
@@ -253,22 +257,6 @@ pub struct QueueControl {
     pub updated_at: Option<Millis>,
 }
 
-/// The most partitions at their limit a [`QueueControl`] lists.
-pub const PARTITIONS_LISTED: usize = 20;
-
-/// A partition of a queue that a claim would skip now: its cap or its rate
-/// is full.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct PartitionAtLimit {
-    /// The partition key.
-    pub key: String,
-    /// Its jobs `running` (claimed or started).
-    pub running: i64,
-    /// Its starts in the partition rate's window; None without one.
-    pub started_in_window: Option<i64>,
-}
-
 impl QueueControl {
     /// True when a control is in force: paused, capped or rate-limited, as
     /// a whole or per partition.
@@ -473,47 +461,18 @@ pub(crate) fn room(limits: &Limits, load: &Load) -> usize {
     if limits.paused {
         return 0;
     }
+    room_under(limits.concurrency, limits.rate, load)
+}
+
+/// The room a cap and a rate leave over `load`: the cap's free slots, the
+/// rate's starts left once the claimed jobs (starts to come) are counted.
+fn room_under(cap: Option<u32>, rate: Option<Rate>, load: &Load) -> usize {
     let mut room = i64::MAX;
-    if let Some(cap) = limits.concurrency {
+    if let Some(cap) = cap {
         room = room.min(i64::from(cap) - load.running);
     }
-    if let Some(rate) = limits.rate {
+    if let Some(rate) = rate {
         room = room.min(i64::from(rate.limit) - load.started - load.claimed);
     }
     usize::try_from(room.max(0)).unwrap_or(usize::MAX)
-}
-
-/// How many more jobs of one partition a claim may take: under the
-/// partition cap, its free slots (`load.running` counts every running job
-/// of the partition, whatever its lease: one whose lease ran out still
-/// runs until it is reaped, and one at a time means one); under the
-/// partition rate, the starts left in its window once its claimed jobs
-/// are counted. None when the queue has no limit per partition.
-pub(crate) fn partition_room(limits: &Limits, load: &Load) -> Option<usize> {
-    if !limits.partitioned() {
-        return None;
-    }
-    let mut room = i64::MAX;
-    if let Some(cap) = limits.partition_concurrency {
-        room = room.min(i64::from(cap) - load.running);
-    }
-    if let Some(rate) = limits.partition_rate {
-        room = room.min(i64::from(rate.limit) - load.started - load.claimed);
-    }
-    Some(usize::try_from(room.max(0)).unwrap_or(usize::MAX))
-}
-
-/// The room of a partition nothing of which runs or started in the window.
-pub(crate) fn empty_partition_room(limits: &Limits) -> usize {
-    partition_room(limits, &Load::default()).unwrap_or(usize::MAX)
-}
-
-/// What a claim found in one partition at its limit, for `explain` and the
-/// listings.
-pub(crate) fn at_limit(limits: &Limits, key: String, load: &Load) -> Option<PartitionAtLimit> {
-    (partition_room(limits, load) == Some(0)).then(|| PartitionAtLimit {
-        key,
-        running: load.running,
-        started_in_window: limits.partition_rate.map(|_| load.started),
-    })
 }

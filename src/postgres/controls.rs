@@ -165,14 +165,10 @@ fn at_limit(
         &Stmt::Text(PARTITIONS_RUNNING),
         &Stmt::Text(PARTITIONS_STARTED),
     );
-    let mut full: Vec<PartitionAtLimit> = partition_loads(client, sql, queue, limits, now)?
-        .into_iter()
-        .filter_map(|(key, load)| crate::core::controls::at_limit(limits, key, &load))
-        .collect();
-    let count = full.len() as i64;
-    full.sort_by(|a, b| b.running.cmp(&a.running).then_with(|| a.key.cmp(&b.key)));
-    full.truncate(listed);
-    Ok((full, count))
+    let loads = partition_loads(client, sql, queue, limits, now)?;
+    Ok(crate::core::controls::partitions_at_limit(
+        limits, loads, listed,
+    ))
 }
 
 /// The room of each partition a claim may take from, from their loads.

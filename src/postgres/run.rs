@@ -260,23 +260,7 @@ pub(crate) fn claim_with(
             ],
         )
         .map_err(write_err)?;
-    rows.iter()
-        .map(|r| {
-            in_row("jobs", r, |r| {
-                Ok(Started {
-                    id: r.col(0)?,
-                    kind: r.col(1)?,
-                    key: r.col(2)?,
-                    queue: r.col(3)?,
-                    payload: r.col(4)?,
-                    attempt: r.col(5)?,
-                    max_attempts: r.col(6)?,
-                    attempt_id: r.col(7)?,
-                    partition: r.col(8)?,
-                })
-            })
-        })
-        .collect()
+    started(&rows)
 }
 
 /// The partitions a partitioned claim must respect: those at their limit,
@@ -318,6 +302,11 @@ pub(crate) fn claim_partitioned(
             ],
         )
         .map_err(write_err)?;
+    started(&rows)
+}
+
+/// The jobs a claim statement returned ([`CLAIM`], [`CLAIM_PARTITIONED`]).
+fn started(rows: &[postgres::Row]) -> Result<Vec<Started>> {
     rows.iter()
         .map(|r| {
             in_row("jobs", r, |r| {

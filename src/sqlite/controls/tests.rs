@@ -5,7 +5,9 @@
 //! the file's statements on a fresh file.
 
 use super::*;
-use crate::core::controls::{check_change, partition_room, prune_floor, MAX_WINDOW_MS};
+use crate::core::controls::{
+    check_change, frees_at, partition_room, prune_floor, room, MAX_WINDOW_MS,
+};
 use crate::sql_check::fresh_file;
 use std::time::Duration;
 
