@@ -312,3 +312,21 @@ CREATE TABLE IF NOT EXISTS job_dependencies (
     CHECK (job_id <> depends_on)
 );
 CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);
+
+-- job_steps: the durable steps of jobs (`ctx.step(name, ..)` in a prepare
+-- step), one row per job and step name. A step's row commits as its call
+-- returns, before `step` hands the value on; a later run of the job (a
+-- retry, or a rerun after a crash) gets `output` back and does not call the
+-- step again. `attempt` is the run that called it, `reused_in` the later
+-- runs that got it back (a JSON array of attempt numbers). Deleted with
+-- their job.
+CREATE TABLE IF NOT EXISTS job_steps (
+    job_id      bigint  NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    name        text    NOT NULL CHECK (octet_length(name) BETWEEN 1 AND 200),
+    attempt     bigint  NOT NULL CHECK (attempt >= 1),  -- the run that called it
+    output      text    NOT NULL CHECK (output::json IS NOT NULL),
+    started_at  bigint  NOT NULL,
+    finished_at bigint  NOT NULL,
+    reused_in   text    CHECK (reused_in IS NULL OR reused_in::json IS NOT NULL),
+    PRIMARY KEY (job_id, name)
+);

@@ -287,3 +287,22 @@ CREATE TABLE IF NOT EXISTS job_dependencies (
     CHECK (job_id <> depends_on)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS job_dependencies_on ON job_dependencies (depends_on);
+
+-- job_steps: the durable steps of jobs (`ctx.step(name, ..)` in a prepare
+-- step), one row per job and step name. A step's row commits as its call
+-- returns, before `step` hands the value on; a later run of the job (a
+-- retry, or a rerun after a crash) gets `output` back and does not call the
+-- step again. `attempt` is the run that called it, `reused_in` the later
+-- runs that got it back (a JSON array of attempt numbers). Deleted with
+-- their job. "Did we charge twice?":
+--     SELECT name, attempt, reused_in, output FROM job_steps WHERE job_id = 42;
+CREATE TABLE IF NOT EXISTS job_steps (
+    job_id      INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    name        TEXT    NOT NULL CHECK (length(CAST(name AS BLOB)) BETWEEN 1 AND 200),
+    attempt     INTEGER NOT NULL CHECK (attempt >= 1),  -- the run that called it
+    output      TEXT    NOT NULL CHECK (json_valid(output)),
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL,
+    reused_in   TEXT    CHECK (reused_in IS NULL OR json_valid(reused_in)),
+    PRIMARY KEY (job_id, name)
+) WITHOUT ROWID;

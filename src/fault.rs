@@ -19,6 +19,8 @@ pub const POINTS: &[&str] = &[
     "after-claim-commit",
     "after-start-commit",
     "in-handler",
+    "before-step-record",
+    "after-step-record",
     "before-complete-commit",
     "after-complete-commit",
     "after-effect-before-ack",

@@ -199,6 +199,7 @@ pub use core::job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use core::options::{QueueOptions, Synchronous};
 pub use core::outbox::{OutboxRow, OutboxState};
 pub use core::schedule::{CatchUp, Schedule};
+pub use core::steps::JobStep;
 pub use driver::reply::WriteFuture;
 pub use driver::Engine;
 pub use error::{Error, Result};

@@ -78,6 +78,8 @@ pub struct JobContext {
     pub attempt: i64,
     /// The job's attempt budget (`max_retries + 1`).
     pub max_attempts: i64,
+    /// Where [`JobContext::step`] records and finds the job's steps.
+    pub(crate) steps: crate::core::steps::Steps,
 }
 
 /// What an effect run knows about its outbox row.
@@ -103,8 +105,9 @@ pub(crate) type Prepared = Box<dyn Any + Send>;
 
 /// Why a prepare step did not produce a value.
 pub(crate) enum PrepareStop {
-    /// The payload does not decode as the handler's type: retrying cannot help.
-    BadPayload(String),
+    /// Retrying cannot help: the payload does not decode as the handler's
+    /// type, or a step's result is over the cap.
+    Hopeless(String),
     /// The prepare step returned an error.
     Failed(String),
     /// Decoding or the prepare step panicked.

@@ -103,11 +103,11 @@ pub(crate) fn judge(
 }
 
 /// What a run that stopped before its apply step records: a payload that
-/// does not decode is discarded at once; a failed or panicking prepare
+/// does not decode (or a step's result over the cap) is discarded at once; a failed or panicking prepare
 /// step retries after the backoff.
 pub(crate) fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
     match stop {
-        PrepareStop::BadPayload(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
+        PrepareStop::Hopeless(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
         PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),
         PrepareStop::Panicked(msg) => (AttemptOutcome::Panicked, msg, Next::RetryAt(backoff_at)),
     }

@@ -13,6 +13,7 @@ pub(crate) mod options;
 pub(crate) mod outbox;
 pub(crate) mod reports;
 pub(crate) mod schedule;
+pub(crate) mod steps;
 pub(crate) mod time;
 pub(crate) mod validate;
 pub(crate) mod workflow;
@@ -21,4 +22,4 @@ pub(crate) mod workflow;
 /// both engines: `PRAGMA user_version` in a file, the row of
 /// `litejob_schema` in PostgreSQL. An older one is migrated on open, a
 /// newer one refused untouched.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;

@@ -84,13 +84,16 @@ fn decode_and_prepare<T: DeserializeOwned, P: Send + 'static>(
     prepare: impl FnOnce(&JobContext, T) -> std::result::Result<P, HandlerError>,
 ) -> std::result::Result<Prepared, PrepareStop> {
     let value: T = serde_json::from_str(payload).map_err(|e| {
-        PrepareStop::BadPayload(format!(
+        PrepareStop::Hopeless(format!(
             "payload does not decode as {}: {e}",
             std::any::type_name::<T>()
         ))
     })?;
     match prepare(ctx, value) {
         Ok(p) => Ok(Box::new(p)),
+        Err(e) if e.is::<crate::core::steps::StepTooLarge>() => {
+            Err(PrepareStop::Hopeless(e.to_string()))
+        }
         Err(e) => Err(PrepareStop::Failed(e.to_string())),
     }
 }

@@ -154,6 +154,13 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// Every run of a job, oldest first.
     fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>>;
+    /// A job's recorded steps, by name.
+    fn steps(&self, job_id: i64) -> Result<Vec<crate::core::steps::JobStep>>;
+    /// Records a step's result and commits it durably, fenced on its run;
+    /// false when the run no longer holds its job (nothing was written).
+    fn record_step(&self, step: &crate::core::steps::StepRecord<'_>) -> Result<bool>;
+    /// Appends `attempt` to the `reused_in` of the job's named steps.
+    fn mark_steps_reused(&self, job_id: i64, attempt: i64, names: &[String]) -> Result<()>;
     /// Every attempt of an outbox row, oldest first.
     fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>>;
     /// The outbox rows a job wrote.

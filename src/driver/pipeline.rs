@@ -55,8 +55,10 @@ pub(crate) struct Shared<E: Engine> {
     pub(crate) queues_json: Option<String>,
     pub(crate) cfg: RuntimeConfig,
     /// The largest output a job may finish with (the queue's payload
-    /// limit).
+    /// limit), and a step's result too.
     pub(crate) max_output: usize,
+    /// Where the runs' steps are recorded: the store.
+    pub(crate) steps: Arc<dyn crate::core::steps::StepLog>,
     /// Set first by a stop: no thread starts new work after it.
     pub(crate) stopping: AtomicBool,
     /// Ready (disconnected) once the runtime stops: every thread selects on

@@ -4,13 +4,17 @@
 //! too), and the run's log lines. Writes no table.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use crate::core::backoff::Backoff;
 use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
 use crate::core::lifecycle::RunEnd;
+use crate::core::steps::{JobStep, StepLog, StepRecord, Steps};
 use crate::core::time::{format_millis, Millis};
 use crate::driver::handler::ErasedHandler;
-use crate::driver::Engine;
+use crate::driver::{Engine, Store};
+use crate::error::Result;
+use crate::fault;
 
 /// A started run as an engine read it: enough for its context.
 pub(crate) struct RunStart<'a> {
@@ -20,10 +24,13 @@ pub(crate) struct RunStart<'a> {
     pub queue: &'a str,
     pub attempt: i64,
     pub max_attempts: i64,
+    /// The run's `attempts.id`, which its steps' records are fenced on.
+    pub run_id: i64,
 }
 
-/// The context a handler receives.
-pub(crate) fn context(s: RunStart<'_>) -> JobContext {
+/// The context a handler receives; its steps go to `steps`, each result
+/// at most `max_step` bytes.
+pub(crate) fn context(s: RunStart<'_>, steps: &Arc<dyn StepLog>, max_step: usize) -> JobContext {
     JobContext {
         id: s.id,
         kind: s.kind.to_string(),
@@ -31,6 +38,33 @@ pub(crate) fn context(s: RunStart<'_>) -> JobContext {
         queue: s.queue.to_string(),
         attempt: s.attempt,
         max_attempts: s.max_attempts,
+        steps: Steps::new(steps.clone(), s.run_id, max_step),
+    }
+}
+
+/// A store as the place a run's steps are recorded. The fault points
+/// around a record let crash tests stop a run between a step's call and
+/// its record, and between its record and its use.
+pub(crate) struct StoreSteps<S: Store>(pub Arc<S>);
+
+impl<S: Store> StepLog for StoreSteps<S> {
+    fn now(&self) -> crate::core::time::Millis {
+        self.0.now()
+    }
+
+    fn recorded(&self, job_id: i64) -> Result<Vec<JobStep>> {
+        self.0.steps(job_id)
+    }
+
+    fn record(&self, step: &StepRecord<'_>) -> Result<bool> {
+        fault::point("before-step-record");
+        let recorded = self.0.record_step(step)?;
+        fault::point("after-step-record");
+        Ok(recorded)
+    }
+
+    fn mark_reused(&self, job_id: i64, attempt: i64, names: &[String]) -> Result<()> {
+        self.0.mark_steps_reused(job_id, attempt, names)
     }
 }
 
@@ -42,14 +76,18 @@ pub(crate) fn backoff_at(backoff: &Backoff, ctx: &JobContext, unit: f64, now: Mi
 }
 
 /// Decodes the payload and runs the prepare step, a panic in either caught
-/// and said as a [`PrepareStop::Panicked`].
+/// and said as a [`PrepareStop::Panicked`]. Steps may be called only
+/// while it runs.
 pub(crate) fn prepare<E: Engine>(
     handler: &dyn ErasedHandler<E>,
     ctx: &JobContext,
     payload: &str,
 ) -> Result<Prepared, PrepareStop> {
-    catch_unwind(AssertUnwindSafe(|| handler.prepare(ctx, payload)))
-        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))))
+    ctx.steps.open();
+    let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(ctx, payload)))
+        .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
+    ctx.steps.close(ctx.id, ctx.attempt);
+    prepared
 }
 
 /// `N/M`: the run's attempt of its budget, as the log lines show it.

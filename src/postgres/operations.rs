@@ -106,6 +106,22 @@ impl Store for PgStore {
         self.with_conn(true, |c| reads::attempts(c, job_id))
     }
 
+    fn steps(&self, job_id: i64) -> Result<Vec<crate::core::steps::JobStep>> {
+        self.with_conn(true, |c| super::steps::of_job(c, job_id))
+    }
+
+    fn record_step(&self, step: &crate::core::steps::StepRecord<'_>) -> Result<bool> {
+        // Not retried on a lost connection: the insert may have committed,
+        // and a second one would fail on its key (the step runs again).
+        self.with_conn(false, |c| super::steps::record(c, step))
+    }
+
+    fn mark_steps_reused(&self, job_id: i64, attempt: i64, names: &[String]) -> Result<()> {
+        self.with_conn(true, |c| {
+            super::steps::mark_reused(c, job_id, attempt, names)
+        })
+    }
+
     fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
         self.with_conn(true, |c| reads::outbox_attempts(c, outbox_id))
     }

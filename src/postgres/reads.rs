@@ -308,9 +308,10 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
             .map(|r| ledger_entry(r, key))
             .transpose()?;
         let links = crate::postgres::workflow::links(tx, id)?;
-        Ok(Some(crate::core::reports::stats::job_detail_of(
-            job, attempts, outbox, ledger, links,
-        )))
+        let mut detail =
+            crate::core::reports::stats::job_detail_of(job, attempts, outbox, ledger, links);
+        detail.steps = all(q(tx, super::steps::OF_JOB, &[&id])?, super::steps::from_row)?;
+        Ok(Some(detail))
     })
 }
 
@@ -332,9 +333,17 @@ pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
             ),
             None => (Vec::new(), Vec::new(), (Vec::new(), Vec::new())),
         };
-        Ok(crate::core::reports::stats::explanation_of(
-            key, job, attempts, ledger, outbox, links,
-        ))
+        let steps = match &job {
+            Some(j) => all(
+                q(tx, super::steps::OF_JOB, &[&j.id])?,
+                super::steps::from_row,
+            )?,
+            None => Vec::new(),
+        };
+        let mut e =
+            crate::core::reports::stats::explanation_of(key, job, attempts, ledger, outbox, links);
+        e.steps = steps;
+        Ok(e)
     })
 }
 

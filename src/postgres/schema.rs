@@ -28,7 +28,29 @@ const MIGRATIONS: &[&[&str]] = &[
     // `queues` and the partition of a start, then the controls' tables,
     // indexes and view as `postgres.sql` has them.
     &[PARTITIONS_V5_SQL, QUEUES_SQL],
+    // 5 → 6: durable steps, as `postgres.sql` ends.
+    &[STEPS_SQL],
 ];
+
+/// The durable steps' table, the end of `postgres.sql`.
+const STEPS_SQL: &str = r#"-- job_steps: the durable steps of jobs (`ctx.step(name, ..)` in a prepare
+-- step), one row per job and step name. A step's row commits as its call
+-- returns, before `step` hands the value on; a later run of the job (a
+-- retry, or a rerun after a crash) gets `output` back and does not call the
+-- step again. `attempt` is the run that called it, `reused_in` the later
+-- runs that got it back (a JSON array of attempt numbers). Deleted with
+-- their job.
+CREATE TABLE IF NOT EXISTS job_steps (
+    job_id      bigint  NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    name        text    NOT NULL CHECK (octet_length(name) BETWEEN 1 AND 200),
+    attempt     bigint  NOT NULL CHECK (attempt >= 1),  -- the run that called it
+    output      text    NOT NULL CHECK (output::json IS NOT NULL),
+    started_at  bigint  NOT NULL,
+    finished_at bigint  NOT NULL,
+    reused_in   text    CHECK (reused_in IS NULL OR reused_in::json IS NOT NULL),
+    PRIMARY KEY (job_id, name)
+);
+"#;
 
 /// The columns and constraints version 5 adds, on a version-4 database (or
 /// a newer shape already, from an older one's steps: each is idempotent).
@@ -283,6 +305,7 @@ mod tests {
                 "a step differs from postgres.sql:\n{last}"
             );
         }
-        assert!(SCHEMA_SQL.ends_with(DEPENDENCIES_SQL));
+        assert!(SCHEMA_SQL.ends_with(STEPS_SQL));
+        assert!(SCHEMA_SQL.contains(DEPENDENCIES_SQL));
     }
 }

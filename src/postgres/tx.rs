@@ -107,6 +107,16 @@ impl<'t> PgJobTx<'_, 't> {
         json.map(|j| crate::core::workflow::decode_output(key, &j))
             .transpose()
     }
+    /// The recorded result of this job's step `name`
+    /// ([`JobContext::step`](crate::JobContext::step) in its prepare step),
+    /// read in this transaction. `None` when the job has no such step; an
+    /// error when its value does not decode as `T`.
+    pub fn step_output<T: serde::de::DeserializeOwned>(&mut self, name: &str) -> Result<Option<T>> {
+        let id = self.job.id;
+        let json = crate::postgres::steps::output(self.transaction(), id, name)?;
+        json.map(|j| crate::core::steps::decode_step(name, &j))
+            .transpose()
+    }
 }
 
 impl<'t> Deref for PgJobTx<'_, 't> {

@@ -141,6 +141,11 @@ impl AnyQueue {
         on_either!(self, q => q.attempts(job_id))
     }
 
+    /// [`Queue::steps`].
+    pub fn steps(&self, job_id: i64) -> Result<Vec<crate::JobStep>> {
+        on_either!(self, q => q.steps(job_id))
+    }
+
     /// [`Queue::outbox`].
     pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
         on_either!(self, q => q.outbox(state, limit))

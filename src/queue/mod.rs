@@ -234,6 +234,13 @@ impl<E: Engine> Queue<E> {
         self.store().attempts(job_id)
     }
 
+    /// A job's durable steps ([`JobContext::step`](crate::JobContext::step)),
+    /// in the order they ran: what each returned, in which attempt, and
+    /// the attempts that got it back without calling it again.
+    pub fn steps(&self, job_id: i64) -> Result<Vec<crate::JobStep>> {
+        self.store().steps(job_id)
+    }
+
     /// The outbox rows a job wrote.
     pub fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
         self.store().outbox_for_job(job_id)

@@ -193,6 +193,7 @@ fn shared<E: Engine>(b: RuntimeBuilder<E>, stop: crossbeam_channel::Receiver<()>
             .map(|q| serde_json::to_string(q).unwrap_or_default()),
         cfg: b.cfg,
         max_output: inner.rules.max_payload_bytes,
+        steps: Arc::new(crate::driver::run::StoreSteps(inner.store.clone())),
         stopping: AtomicBool::new(false),
         stop,
         in_flight: InFlight::default(),

@@ -42,6 +42,7 @@ pub(crate) mod reports;
 pub(crate) mod run;
 pub(crate) mod schedules;
 pub(crate) mod schema;
+pub(crate) mod steps;
 pub(crate) mod store;
 pub(crate) mod tally;
 pub(crate) mod tx;

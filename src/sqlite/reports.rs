@@ -119,7 +119,9 @@ pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>
     let outbox = outbox_entries(conn, id)?;
     let ledger = ledger_entry(conn, &job.idempotency_key)?;
     let links = crate::sqlite::workflow::links(conn, id)?;
-    Ok(Some(job_detail_of(job, attempts, outbox, ledger, links)))
+    let mut detail = job_detail_of(job, attempts, outbox, ledger, links);
+    detail.steps = crate::sqlite::steps::of_job(conn, id)?;
+    Ok(Some(detail))
 }
 
 fn ledger_entry(conn: &Connection, key: &str) -> Result<Option<LedgerEntry>> {
@@ -155,7 +157,13 @@ pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
         ),
         None => (Vec::new(), Vec::new(), (Vec::new(), Vec::new())),
     };
-    Ok(explanation_of(key, job, attempts, ledger, outbox, links))
+    let steps = match &job {
+        Some(j) => crate::sqlite::steps::of_job(conn, j.id)?,
+        None => Vec::new(),
+    };
+    let mut e = explanation_of(key, job, attempts, ledger, outbox, links);
+    e.steps = steps;
+    Ok(e)
 }
 
 // Failures: dead jobs and dead outbox rows by last error and kind.

@@ -57,7 +57,31 @@ FROM schedules;
     // both rebuilt by `rebuild_controls` first; `schema.sql` then creates
     // the new indexes.
     "-- partitions: see rebuild_controls",
+    // 5 → 6: durable steps, as `schema.sql` ends.
+    STEPS_SQL,
 ];
+
+/// The durable steps' table, the end of `schema.sql` (a test checks the
+/// two agree).
+const STEPS_SQL: &str = r#"-- job_steps: the durable steps of jobs (`ctx.step(name, ..)` in a prepare
+-- step), one row per job and step name. A step's row commits as its call
+-- returns, before `step` hands the value on; a later run of the job (a
+-- retry, or a rerun after a crash) gets `output` back and does not call the
+-- step again. `attempt` is the run that called it, `reused_in` the later
+-- runs that got it back (a JSON array of attempt numbers). Deleted with
+-- their job. "Did we charge twice?":
+--     SELECT name, attempt, reused_in, output FROM job_steps WHERE job_id = 42;
+CREATE TABLE IF NOT EXISTS job_steps (
+    job_id      INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    name        TEXT    NOT NULL CHECK (length(CAST(name AS BLOB)) BETWEEN 1 AND 200),
+    attempt     INTEGER NOT NULL CHECK (attempt >= 1),  -- the run that called it
+    output      TEXT    NOT NULL CHECK (json_valid(output)),
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL,
+    reused_in   TEXT    CHECK (reused_in IS NULL OR json_valid(reused_in)),
+    PRIMARY KEY (job_id, name)
+) WITHOUT ROWID;
+"#;
 
 /// The workflows' table, the end of `schema.sql` (a test checks the two
 /// agree).
@@ -314,8 +338,12 @@ mod tests {
         // The last step reads as `schema.sql` ends, so a migrated file's
         // schema is a new file's.
         assert!(
-            SCHEMA_SQL.ends_with(WORKFLOW_SQL),
-            "the step differs from schema.sql"
+            SCHEMA_SQL.ends_with(STEPS_SQL),
+            "the steps' step differs from schema.sql"
+        );
+        assert!(
+            SCHEMA_SQL.contains(WORKFLOW_SQL),
+            "the workflows' step differs from schema.sql"
         );
         assert!(
             SCHEMA_SQL.contains(QUEUES_SQL),

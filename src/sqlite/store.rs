@@ -39,6 +39,7 @@ use crate::sqlite::ledger;
 use crate::sqlite::outbox::{self};
 use crate::sqlite::reports::{self};
 use crate::sqlite::schema;
+use crate::sqlite::steps;
 use crate::sqlite::tally::{self};
 use crate::sqlite::writer::{Writer, WriterConfig};
 use crate::sqlite::{reads, workflow};
@@ -229,6 +230,35 @@ impl Store for SqliteStore {
 
     fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
         self.read(|c| history::for_job(c, job_id))
+    }
+
+    fn steps(&self, job_id: i64) -> Result<Vec<crate::core::steps::JobStep>> {
+        self.read(|c| steps::of_job(c, job_id))
+    }
+
+    fn record_step(&self, step: &crate::core::steps::StepRecord<'_>) -> Result<bool> {
+        let (job_id, run_id, attempt) = (step.job_id, step.run_id, step.attempt);
+        let (name, output) = (step.name.to_string(), step.output.to_string());
+        let (started_at, finished_at) = (step.started_at, step.finished_at);
+        self.write_retrying(move |c| {
+            steps::record(
+                c,
+                &crate::core::steps::StepRecord {
+                    job_id,
+                    run_id,
+                    name: &name,
+                    attempt,
+                    output: &output,
+                    started_at,
+                    finished_at,
+                },
+            )
+        })
+    }
+
+    fn mark_steps_reused(&self, job_id: i64, attempt: i64, names: &[String]) -> Result<()> {
+        let names = names.to_vec();
+        self.write_retrying(move |c| steps::mark_reused(c, job_id, attempt, &names))
     }
 
     fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {

@@ -103,6 +103,15 @@ impl<'a> JobTx<'a> {
         json.map(|j| crate::core::workflow::decode_output(key, &j))
             .transpose()
     }
+    /// The recorded result of this job's step `name`
+    /// ([`JobContext::step`](crate::JobContext::step) in its prepare step),
+    /// read in this transaction. `None` when the job has no such step; an
+    /// error when its value does not decode as `T`.
+    pub fn step_output<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        let json = crate::sqlite::steps::output(self.conn, self.job.id, name)?;
+        json.map(|j| crate::core::steps::decode_step(name, &j))
+            .transpose()
+    }
 }
 
 impl std::ops::Deref for JobTx<'_> {

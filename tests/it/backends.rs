@@ -311,6 +311,17 @@ impl AppTx<'_, '_, '_> {
         Ok(())
     }
 
+    /// The recorded result of the job's step `name` (`tx.step_output`).
+    pub fn step_output<T: serde::de::DeserializeOwned>(
+        &mut self,
+        name: &str,
+    ) -> litejob::Result<Option<T>> {
+        match self {
+            AppTx::Sqlite(t) => t.step_output(name),
+            AppTx::Postgres(t) => t.step_output(name),
+        }
+    }
+
     /// Runs `sql` (statements without results) in the job's transaction.
     pub fn batch(&mut self, sql: &str) -> Result<(), HandlerError> {
         match self {

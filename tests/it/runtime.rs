@@ -19,6 +19,7 @@ mod ledger;
 mod outcomes;
 mod prepare;
 mod shutdown;
+mod steps;
 mod wakeup;
 mod workflows;
 

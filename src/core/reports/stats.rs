@@ -12,6 +12,7 @@ use crate::core::controls::QueueControl;
 use crate::core::job::{Job, JobState};
 use crate::core::outbox::{OutboxRow, OutboxState};
 use crate::core::reports::workflow::Linked;
+use crate::core::steps::JobStep;
 use crate::core::time::Millis;
 
 /// Job counts per state.
@@ -207,6 +208,8 @@ pub struct JobDetail {
     pub dependencies: Vec<Linked>,
     /// The jobs that depend on it (the first thousand).
     pub dependents: Vec<Linked>,
+    /// Its durable steps, in the order they ran.
+    pub steps: Vec<JobStep>,
 }
 
 /// A [`JobDetail`] from its parts, as any backend reads them.
@@ -224,6 +227,7 @@ pub(crate) fn job_detail_of(
         ledger,
         dependencies: links.0,
         dependents: links.1,
+        steps: Vec::new(),
     }
 }
 
@@ -246,6 +250,7 @@ pub(crate) fn explanation_of(
         queue_control: None,
         dependencies: links.0,
         dependents: links.1,
+        steps: Vec::new(),
     }
 }
 
@@ -274,4 +279,6 @@ pub struct Explanation {
     pub dependencies: Vec<Linked>,
     /// The jobs that depend on it (the first thousand).
     pub dependents: Vec<Linked>,
+    /// The job's durable steps, in the order they ran.
+    pub steps: Vec<JobStep>,
 }

@@ -96,14 +96,19 @@ impl Worker {
             );
             return None;
         };
-        let ctx = run_context(RunStart {
-            id: j.id,
-            kind: &j.kind,
-            key: &j.key,
-            queue: &j.queue,
-            attempt: j.attempt,
-            max_attempts: j.max_attempts,
-        });
+        let ctx = run_context(
+            RunStart {
+                id: j.id,
+                kind: &j.kind,
+                key: &j.key,
+                queue: &j.queue,
+                attempt: j.attempt,
+                max_attempts: j.max_attempts,
+                run_id: j.attempt_id,
+            },
+            &self.s.steps,
+            self.s.max_output,
+        );
         log_started(&ctx, &self.name);
         fault::point("after-start-commit");
         let backoff_at = backoff_at(

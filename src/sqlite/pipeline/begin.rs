@@ -36,7 +36,7 @@ fn announce_start(
 ) -> JobContext {
     fault::point("after-start-commit");
     s.in_flight.started(id, st.attempt_id);
-    let ctx = context(id, kind, st);
+    let ctx = context(s, id, kind, st);
     lifecycle_run::log_started(&ctx, worker);
     ctx
 }

@@ -207,7 +207,7 @@ fn queue_run(
     unit: f64,
     now: Millis,
 ) -> Pending {
-    let ctx = context(c.id, &c.kind, &st);
+    let ctx = context(sh, c.id, &c.kind, &st);
     let backoff_at = run::backoff_at(&sh.cfg.backoff, &ctx, unit, now);
     let attempt_id = st.attempt_id;
     let sh2 = sh.clone();

@@ -38,7 +38,7 @@ pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) -> Option<Result<RunEnd>> {
             t0,
         } => match writer::wait(start_rx) {
             Ok(Some(st)) => {
-                let ctx = context(id, &kind, &st);
+                let ctx = context(s, id, &kind, &st);
                 Running {
                     rx: apply_rx,
                     backoff_at: lifecycle_run::backoff_at(

@@ -11,6 +11,8 @@ use crate::driver::run::{self, RunStart};
 use crate::error::Result;
 use crate::sqlite::claim;
 
+use super::Pipe;
+
 /// A run handed to the writer, waiting for its commit.
 pub(crate) enum Pending {
     /// Started by the worker; its apply step (or failure) is on the writer.
@@ -52,13 +54,18 @@ pub(crate) struct Running {
 }
 
 /// The context a handler receives, from its job and its start.
-pub(crate) fn context(id: i64, kind: &str, st: &claim::Started) -> JobContext {
-    run::context(RunStart {
-        id,
-        kind,
-        key: &st.key,
-        queue: &st.queue,
-        attempt: st.attempt,
-        max_attempts: st.max_attempts,
-    })
+pub(crate) fn context(s: &Pipe, id: i64, kind: &str, st: &claim::Started) -> JobContext {
+    run::context(
+        RunStart {
+            id,
+            kind,
+            key: &st.key,
+            queue: &st.queue,
+            attempt: st.attempt,
+            max_attempts: st.max_attempts,
+            run_id: st.attempt_id,
+        },
+        &s.steps,
+        s.max_output,
+    )
 }
