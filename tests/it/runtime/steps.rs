@@ -259,3 +259,36 @@ both! {
         assert_eq!(q.count("SELECT count(*) FROM job_steps"), 0);
     }
 }
+
+it! {
+    /// The application crate `examples/shop` runs the README's durable
+    /// steps example as a user's program does (CI runs it): its lines stay
+    /// the README's, so what the README shows is what was run.
+    fn the_example_application_runs_the_readme_steps_example_line_for_line() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let app = std::fs::read_to_string(root.join("examples/shop/src/main.rs")).unwrap();
+        let section = readme
+            .split("## Durable steps")
+            .nth(1)
+            .expect("the README has a durable steps section");
+        let code = section
+            .split("```rust")
+            .nth(1)
+            .and_then(|c| c.split("```").next())
+            .expect("the section has an example");
+        let app_lines: Vec<&str> = app.lines().map(str::trim).collect();
+        let mut shown = 0;
+        for line in code.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            shown += 1;
+            assert!(
+                app_lines.contains(&line),
+                "examples/shop/src/main.rs lacks the README's line {line:?}"
+            );
+        }
+        assert!(shown > 20, "only {shown} lines of the example were read");
+    }
+}
