@@ -36,7 +36,7 @@ both! {
         }
         let queue = q.open();
         assert_eq!(queue.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
-        assert_eq!(litejob::admin::SCHEMA_VERSION, 5);
+        assert_eq!(litejob::admin::SCHEMA_VERSION, 6);
         let old = queue.job_by_key("from-v3").unwrap().unwrap();
         assert_eq!((old.id, old.state, old.output), (5, JobState::Queued, None));
         assert_eq!(queue.attempts(5).unwrap().len(), 1, "attempts survive the rebuild");
@@ -50,5 +50,7 @@ both! {
         assert_eq!(queue.job(next.id()).unwrap().unwrap().state, JobState::Waiting);
         assert_eq!(q.count("SELECT count(*) FROM job_dependencies"), 1);
         assert_eq!(q.count("SELECT count(*) FROM job_overview"), 2, "the views read the new table");
+        // Version 6: the durable steps' table, empty.
+        assert_eq!(q.count("SELECT count(*) FROM job_steps"), 0);
     }
 }
