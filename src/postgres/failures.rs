@@ -1,5 +1,5 @@
 //! Dead jobs and dead outbox rows grouped by last error and kind on
-//! PostgreSQL, the twins of the file's statements in `failures`, in one
+//! PostgreSQL, the twins of the file's statements in `reports`, in one
 //! snapshot. Writes no table.
 
 use postgres::Row;

@@ -15,7 +15,7 @@
 
 // Inside: `conn` (connections, the pool, errors), `schema` (versions and
 // migration), `enqueue` and `group` (concurrent enqueues in one commit),
-// `reads`, `reports` and `tally` (the operator's reads), `admin`,
+// `reads`, `failures` and `tally` (the operator's reads), `admin`,
 // `leases`, `outbox`, `run` (a worker's claim and its batch's
 // transaction), `tx` (the transactions user code gets), `notify`
 // (wake-ups and the server's clock), `controls` (queue controls: the

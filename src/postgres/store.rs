@@ -335,7 +335,7 @@ impl PgStore {
     }
 
     /// Connects to `url` for reading only (see
-    /// [`crate::queue::Queue::open_postgres_read_only`]): every connection's
+    /// [`QueueOptions::read_only`]): every connection's
     /// session is `default_transaction_read_only`, so the server itself
     /// refuses a write; the schema is never created or migrated (a database
     /// without litejob's tables, or with another version of them, is

@@ -90,7 +90,7 @@ impl SqliteStore {
     }
 
     /// Opens an existing file for reading only (see
-    /// [`crate::queue::Queue::open_read_only`]): no writer, a pool of read-only
+    /// [`QueueOptions::read_only`]): no writer, a pool of read-only
     /// connections.
     pub(crate) fn open_read_only(path: &Path, opts: &QueueOptions) -> Result<SqliteStore> {
         let conn_cfg = ConnConfig {
