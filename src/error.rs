@@ -118,6 +118,18 @@ pub enum Action {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The SQLSTATE code the PostgreSQL server answered with (`"23505"`
+    /// for a unique violation, `"40001"` for a serialization failure), when
+    /// this error is the server's answer ([`Error::Postgres`]); `None`
+    /// otherwise, and always on a file.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+
     /// True when the database was locked by another connection for longer
     /// than the busy timeout.
     pub fn is_busy(&self) -> bool {

@@ -111,3 +111,40 @@ it! {
         assert!(matches!(e, litejob::Error::Connection(_)), "{e:?}");
     }
 }
+
+it! {
+    /// An application that writes its own SQL through the queue can tell a
+    /// unique violation from other errors by its SQLSTATE.
+    #[needs(Postgres)]
+    fn an_error_of_the_servers_says_its_sqlstate() {
+        let q = crate::backends::TestQueue::new(crate::backends::Engine::Postgres);
+        let litejob::admin::AnyQueue::Postgres(queue) = q.open() else {
+            panic!("a PostgreSQL queue")
+        };
+        queue
+            .write(|tx| {
+                tx.batch_execute("CREATE TABLE uniq (k text PRIMARY KEY); INSERT INTO uniq VALUES ('a')")?;
+                Ok(())
+            })
+            .unwrap();
+        let e = queue
+            .write(|tx| {
+                tx.execute("INSERT INTO uniq VALUES ('a')", &[])?;
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(e.sqlstate(), Some("23505"), "{e:?}");
+        // A file's errors have none.
+        let file = crate::backends::TestQueue::new(crate::backends::Engine::Sqlite);
+        let litejob::admin::AnyQueue::Sqlite(file) = file.open() else {
+            panic!("a file")
+        };
+        let e = file
+            .write(|tx| {
+                tx.execute_batch("CREATE TABLE uniq (k TEXT PRIMARY KEY); INSERT INTO uniq VALUES ('a'); INSERT INTO uniq VALUES ('a')")?;
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(e.sqlstate(), None, "{e:?}");
+    }
+}
