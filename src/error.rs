@@ -120,7 +120,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// The SQLSTATE code the PostgreSQL server answered with (`"23505"`
     /// for a unique violation, `"40001"` for a serialization failure), when
-    /// this error is the server's answer ([`Error::Postgres`]); `None`
+    /// this error is the server's answer (`Error::Postgres`); `None`
     /// otherwise, and always on a file.
     pub fn sqlstate(&self) -> Option<&str> {
         match self {

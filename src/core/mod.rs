@@ -14,6 +14,7 @@ pub(crate) mod outbox;
 pub(crate) mod reports;
 pub(crate) mod schedule;
 pub(crate) mod steps;
+pub(crate) mod sync;
 pub(crate) mod time;
 pub(crate) mod validate;
 pub(crate) mod workflow;

@@ -5,6 +5,7 @@
 //! ([`JobStep`]). The engines only store and read rows (`job_steps`,
 //! through [`StepLog`]). Writes no table.
 
+use crate::core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -130,7 +131,7 @@ impl Steps {
     }
 
     fn state(run: &StepRun) -> MutexGuard<'_, StepState> {
-        run.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&run.state)
     }
 
     /// The prepare step begins: steps may be called.

@@ -78,12 +78,8 @@ pub trait Engine: sealed::Sealed + Send + Sync + Sized + 'static {
         F: FnOnce(&mut dyn schedules::SlotTx) -> Result<R> + Send + 'static;
 }
 
-/// Locks `m`, whatever a thread that panicked while holding it left: every
-/// lock of the crate guards state that a panic cannot leave half-changed
-/// (its holders run no user code), so the state is used as it is.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Locks a mutex of the crate's (see [`crate::core::sync`]).
+pub(crate) use crate::core::sync::lock;
 
 pub(crate) mod sealed {
     /// Keeps [`super::Engine`] litejob's own.

@@ -5,6 +5,7 @@
 //! executor and knows nothing of the backend that answers it. Writes no
 //! table.
 
+use crate::core::sync::lock;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,7 +35,7 @@ impl<T> Slot<T> {
     fn lock(&self) -> std::sync::MutexGuard<'_, State<T>> {
         // Held only to move a value or a waker in or out: a panic cannot
         // leave it half-changed.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 }
 

@@ -2,6 +2,7 @@
 //! outbox rows) wakes the idle claimers of every runtime on the queue at
 //! once, instead of their next poll. Writes no table.
 
+use crate::core::sync::lock;
 use crossbeam_channel::{Receiver, Sender};
 
 /// The wake-up channels of a queue's runtimes. Each runtime subscribes its
@@ -17,21 +18,18 @@ impl Wakers {
     /// A new channel that every later [`Wakers::wake`] reaches.
     pub(crate) fn subscribe(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
+        lock(&self.0).push(tx);
         rx
     }
 
     /// Wakes every subscriber.
     pub(crate) fn wake(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|tx| {
-                !matches!(
-                    tx.try_send(()),
-                    Err(crossbeam_channel::TrySendError::Disconnected(_))
-                )
-            });
+        lock(&self.0).retain(|tx| {
+            !matches!(
+                tx.try_send(()),
+                Err(crossbeam_channel::TrySendError::Disconnected(_))
+            )
+        });
     }
 }
 
@@ -74,7 +72,7 @@ impl Waiters {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Sender<()>)>> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.list)
     }
 }
 

@@ -3,6 +3,7 @@
 //! settings behind a transaction pooler. Writes nothing. The pool is in
 //! `pool.rs`, how the server's errors become litejob's in `errors.rs`.
 
+use crate::core::sync::lock;
 use std::collections::HashMap;
 
 use std::sync::Arc;
@@ -69,12 +70,7 @@ impl PgConn {
     /// The runnable form of `sql`.
     pub(crate) fn stmt(&mut self, sql: &'static str) -> Result<Stmt> {
         if self.pooled {
-            let known = self
-                .types
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(sql)
-                .cloned();
+            let known = lock(&self.types).get(sql).cloned();
             let types = match known {
                 Some(t) => t,
                 None => {
@@ -84,10 +80,7 @@ impl PgConn {
                     // Closed before the commit, on the session it was made on.
                     drop(st);
                     tx.commit().map_err(read_err)?;
-                    self.types
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(sql, types.clone());
+                    lock(&self.types).insert(sql, types.clone());
                     types
                 }
             };

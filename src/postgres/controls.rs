@@ -13,6 +13,7 @@
 //! controlled queues by a parameter of their one statement, and the
 //! controls are read again once per poll interval, not per claim.
 
+use crate::core::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -331,7 +332,7 @@ pub(crate) type InForce = Arc<Vec<(String, Limits)>>;
 impl Cache {
     /// The controls, read again on `c` when older than `max_age`.
     pub(crate) fn get(&self, c: &mut PgConn, max_age: Duration) -> Result<InForce> {
-        if let Some((at, rows)) = &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((at, rows)) = &*lock(&self.state) {
             if at.elapsed() < max_age {
                 return Ok(rows.clone());
             }
@@ -343,14 +344,14 @@ impl Cache {
                 .map(|r| from_row(r).map(|(name, l, _)| (name, l)))
                 .collect::<Result<_>>()?,
         );
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some((read_at, rows.clone()));
+        *lock(&self.state) = Some((read_at, rows.clone()));
         Ok(rows)
     }
 
     /// Forgets the cache (this process changed a control): the next claim
     /// reads the table again.
     pub(crate) fn forget(&self) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *lock(&self.state) = None;
     }
 }
 

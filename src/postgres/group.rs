@@ -24,6 +24,7 @@ use super::conn::{self, Pool, Session};
 use super::enqueue;
 use super::store::with_conn;
 use crate::core::job::Enqueued;
+use crate::core::sync::{lock, wait};
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
 use crate::error::{Error, Result};
@@ -135,10 +136,7 @@ impl Group {
                 None => {}
             }
             if st.leading {
-                st = self
-                    .answered
-                    .wait(st)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                st = wait(&self.answered, st);
                 continue;
             }
             let take = st.waiting.len().min(MAX_GROUP);
@@ -174,9 +172,7 @@ impl Group {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.state)
     }
 }
 

@@ -12,6 +12,7 @@
 //! server is out of reach (nothing is sent), and a thread that loops asks
 //! [`Reach::retry_in`] how long to sleep.
 
+use crate::core::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -99,7 +100,7 @@ impl Default for Reach {
 
 impl Reach {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// May this thread open a connection now?

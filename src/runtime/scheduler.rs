@@ -155,7 +155,7 @@ fn declare_one(tx: &mut dyn SlotTx, d: &Declared, now: Millis) -> Result<Started
         .map_or((None, None), |r| (r.next_slot_at, r.last_slot_at));
     let missed = slots::catch_up(&d.slots, &d.schedule.catch_up, from, now);
     let mut fired = Vec::with_capacity(missed.len());
-    for s in missed.into_iter().filter(|&s| last.map_or(true, |l| s > l)) {
+    for s in missed.into_iter().filter(|&s| last.is_none_or(|l| s > l)) {
         fired.push((s, tx.enqueue(d.job(s))?));
     }
     let next = d.slots.next_after(now);

@@ -57,6 +57,7 @@
 //! Durability is SQLite's own: a checkpoint syncs the WAL before it copies a
 //! frame and the database file before the WAL may be reused.
 
+use crate::core::sync::lock;
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::path::Path;
@@ -236,7 +237,7 @@ impl Checkpointer {
         self.may_hold.store(may_hold, Ordering::Relaxed);
         if inline {
             self.inline.fetch_add(1, Ordering::Relaxed);
-            let _turn = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+            let _turn = lock(&self.gate);
             match passive(conn) {
                 Ok(Copied::All) => pinned = 0,
                 Ok(Copied::Pinned) => pinned = frames.saturating_add(SOFT_FRAMES),
@@ -258,7 +259,7 @@ impl Checkpointer {
         let mut pause = Duration::from_millis(1);
         loop {
             let tried = {
-                let _turn = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+                let _turn = lock(&self.gate);
                 checkpoint_counts(conn)
             };
             match tried {
@@ -371,7 +372,7 @@ fn run(
             recv(nudged) -> m => if m.is_err() { return },
             recv(stopped) -> _ => return,
         }
-        let _turn = gate.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = lock(&gate);
         match passive(&conn) {
             Ok(_) => {
                 done.fetch_add(1, Ordering::Relaxed);

@@ -122,7 +122,7 @@ fn jobs(conn: &Connection, now: Millis, t: &mut Tally) -> Result<Kinds> {
         g.deliveries += r.get::<_, i64>(4)?;
         if JobState::ALL[s] == JobState::Queued {
             let run_at: i64 = r.get(5)?;
-            if run_at <= now && g.oldest_due_run_at.map_or(true, |o| run_at < o) {
+            if run_at <= now && g.oldest_due_run_at.is_none_or(|o| run_at < o) {
                 g.oldest_due_run_at = Some(run_at);
             }
         }

@@ -211,7 +211,7 @@ impl TestQueue {
         mut f: impl FnMut(&mut Client) -> Result<R, litejob::pg::Error>,
     ) -> Result<R, litejob::pg::Error> {
         let mut slot = self.pg.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().map_or(true, Client::is_closed) {
+        if slot.as_ref().is_none_or(Client::is_closed) {
             *slot = Some(Client::connect(&self.sql_location, NoTls)?);
         }
         let c = slot.as_mut().expect("just connected");

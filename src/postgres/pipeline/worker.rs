@@ -2,6 +2,7 @@
 //! wait for news), the claim under the queue controls, and giving back
 //! what it holds. Writes `jobs` and `attempts` through the engine's claim.
 
+use crate::core::sync::read;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, TryLockError};
 use std::time::{Duration, Instant};
@@ -106,7 +107,7 @@ impl Worker {
     /// likely waiting).
     fn turn(&mut self) -> Result<bool> {
         let alone = self.alone.clone();
-        let shared = alone.read().unwrap_or_else(|e| e.into_inner());
+        let shared = read(&alone);
         let batch = self.claim(false, self.batch)?;
         let full = batch.len() == self.batch;
         if full {
@@ -125,6 +126,7 @@ impl Worker {
         // prepare step would stop the whole process.
         let _alone = match alone.try_write() {
             Ok(g) => g,
+            // Poisoned: see `crate::core::sync`.
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => return Ok(false),
         };
@@ -180,7 +182,7 @@ impl Worker {
         let mut frees_at: Option<Millis> = None;
         let mut capped_batch = false;
         for (q, limits) in controls.iter() {
-            let ours = s.cfg.queues.as_ref().map_or(true, |qs| qs.contains(q));
+            let ours = s.cfg.queues.as_ref().is_none_or(|qs| qs.contains(q));
             if started.len() >= limit || limits.paused || !limits.limited() || !ours {
                 continue;
             }

@@ -2,6 +2,7 @@
 //! queues follow-up work, and [`Core::cycle`], which runs a cycle's
 //! transactions and answers them.
 
+use crate::core::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -191,7 +192,7 @@ impl Core {
     pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
         // Ops run under catch_unwind; a poisoned lock still guards a
         // connection that is outside any transaction.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.conn)
     }
 
     /// One cycle, in two transactions (or more, see below). The first holds

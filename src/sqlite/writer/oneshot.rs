@@ -1,5 +1,6 @@
 //! The reply slot of a caller blocked on one answer ([`OneShot`]).
 
+use crate::core::sync::{lock, wait};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -33,7 +34,7 @@ impl<T> OneShot<T> {
 
     /// The answer, or `None` when every sender was dropped without one.
     pub(super) fn recv(&self) -> Option<T> {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(&self.slot);
         loop {
             if let Some(v) = slot.take() {
                 return Some(v);
@@ -41,7 +42,7 @@ impl<T> OneShot<T> {
             if self.senders.load(Ordering::Acquire) == 0 {
                 return None;
             }
-            slot = self.ready.wait(slot).unwrap_or_else(|e| e.into_inner());
+            slot = wait(&self.ready, slot);
         }
     }
 }
@@ -58,7 +59,7 @@ impl<T> Drop for OneShotTx<T> {
         if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Taken under the lock, so a receiver between its check and its
             // wait cannot miss this wake-up.
-            let _slot = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
+            let _slot = lock(&self.0.slot);
             self.0.ready.notify_all();
         }
     }
@@ -66,7 +67,7 @@ impl<T> Drop for OneShotTx<T> {
 
 impl<T: Send + 'static> Sink<T> for OneShotTx<T> {
     fn put(&self, v: T) {
-        let mut slot = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(&self.0.slot);
         if slot.is_none() {
             *slot = Some(v);
         }

@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
 use super::cycle::Cycle;
+use crate::core::sync::lock;
 use crate::driver::reply::Sink;
 use crate::error::{Error, Result};
 
@@ -228,7 +229,7 @@ where
     let reject = Arc::new(Mutex::new(Some(apply_op.reject)));
     let reject_run = reject.clone();
     apply_op.reject = Box::new(move |e: Error| {
-        if let Some(r) = reject.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(r) = lock(&reject).take() {
             r(e)
         }
     });
@@ -240,7 +241,7 @@ where
             return run(conn);
         }
         let reply: Reply = Box::new(move |_| {
-            if let Some(r) = reject_run.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(r) = lock(&reject_run).take() {
                 r(Error::Aborted(
                     "the run's start was not committed: nothing of it ran".into(),
                 ))

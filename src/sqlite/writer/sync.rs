@@ -2,6 +2,7 @@
 //! which take turns, and the syncer thread that answers durable groups off
 //! the writer thread.
 
+use crate::core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,7 +75,7 @@ impl SyncMode {
         match self {
             SyncMode::Sqlite => Ok(()),
             SyncMode::Wal { wal, failed, turn } => {
-                let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+                let _turn = lock(turn);
                 if failed.load(Ordering::Acquire) {
                     return Err(Error::OutcomeUnknown(
                         "an earlier fsync of the WAL failed: no commit of this process can be \

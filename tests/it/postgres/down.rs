@@ -50,7 +50,7 @@ impl Sql {
         &mut self,
         mut f: impl FnMut(&mut Client) -> Result<R, litejob::pg::Error>,
     ) -> Result<R, litejob::pg::Error> {
-        if self.client.as_ref().map_or(true, Client::is_closed) {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
             self.client = Some(Client::connect(&self.url, NoTls)?);
         }
         let c = self.client.as_mut().expect("just connected");
