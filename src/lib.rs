@@ -92,6 +92,123 @@
 //! # drop(runtime);
 //! ```
 //!
+//! # From async code
+//!
+//! `enqueue_async`, `enqueue_many_async` and `write_async` return futures that
+//! the writer thread completes: the executor never waits for a commit, on any
+//! runtime (the repository's `examples/axum_webhook.rs`). Dropping the
+//! future does not withdraw the write: enqueue again with the same key.
+//!
+//! ```rust
+//! # use litejob::{NewJob, Queue};
+//! async fn on_event(queue: &Queue, event_id: &str) -> litejob::Result<i64> {
+//!     let job = NewJob::new("payment.received", event_id, &event_id);
+//!     Ok(queue.enqueue_async(job).await?.id()) // New or Duplicate: answer 200
+//! }
+//! ```
+//!
+//! # Periodic jobs
+//!
+//! Each slot of a cron expression enqueues an ordinary job keyed
+//! `schedule:<name>:<slot in UTC>`: every process may declare it, each slot's
+//! job is created once (no leader), a restart fires no slot twice.
+//!
+//! ```rust
+//! use litejob::{CatchUp, Outcome, Queue, Schedule};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), litejob::Error> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let queue = Queue::open(dir.path().join("app.db"))?;
+//! let mut runtime = queue
+//!     .runtime()
+//!     .handler("send_digest", |_tx, _p: serde_json::Value| Ok(Outcome::Done))
+//!     .schedule("hourly-digest", "@hourly", "send_digest", &())
+//!     .schedule_with(
+//!         Schedule::new("digest", "0 6 * * MON-FRI", "send_digest", &"weekday")
+//!             .with_tz("Europe/Berlin") // DST: a skipped time fires nothing, a repeated one once
+//!             .with_catch_up(CatchUp::Window(Duration::from_secs(24 * 3600))),
+//!     )
+//!     .start()?; // a bad expression, zone or unhandled kind: Error::InvalidInput
+//! runtime.stop();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Cron: 5 fields, 6 with seconds first, `@hourly`, `@daily`…; of the slots
+//! missed while nothing ran, a start fires the latest (default), a window's, or
+//! none. **Queue controls** (pause, concurrency cap, rate limit), exact across
+//! processes: `litejob queue set api --concurrency 4 --rate 100/1m`; and per
+//! partition of a queue (`NewJob::with_partition("shop:42")`): `--partition-concurrency 1`
+//! is one at a time per key, `--partition-rate 2/1s` two calls a second per shop,
+//! the repository's `docs/queue-controls.md`.
+//!
+//! # Results and workflows
+//!
+//! A handler may finish with a value (`Outcome::done_with`, in `jobs.output`,
+//! same commit); a job may wait for others (`with_depends_on`): `waiting` until
+//! all succeeded, `queued` in the commit of the last. A dependency that ends
+//! dead or cancelled cancels its dependents, transitively, with the reason. A
+//! missing key or a cycle refuses the batch, nothing written. `litejob workflow
+//! KEY` and the dashboard draw the graph; `wait_async` is `wait`'s async form.
+//!
+//! ```rust
+//! use std::time::Duration;
+//! use litejob::{NewJob, Outcome, Queue};
+//!
+//! # fn main() -> Result<(), litejob::Error> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let queue = Queue::open(dir.path().join("app.db"))?;
+//! queue.enqueue_many(vec![
+//!     NewJob::new("count", "report-7:eu", &"eu"),
+//!     NewJob::new("count", "report-7:us", &"us"),
+//!     NewJob::new("merge", "report-7", &7).with_depends_on(["report-7:eu", "report-7:us"]),
+//! ])?; // fan-out and fan-in in one transaction; enqueued again, each is a duplicate
+//! let mut runtime = queue
+//!     .runtime()
+//!     .handler("count", |_tx, region: String| Outcome::done_with(&region.len()))
+//!     .handler("merge", |tx, _report: u32| {
+//!         let eu: Option<usize> = tx.dependency_output("report-7:eu")?;
+//!         let us: Option<usize> = tx.dependency_output("report-7:us")?;
+//!         Outcome::done_with(&(eu.unwrap_or(0) + us.unwrap_or(0)))
+//!     })
+//!     .start()?;
+//! let report = queue.wait("report-7", Duration::from_secs(10))?.expect("done in time");
+//! assert_eq!(report.output.as_deref(), Some("4"));
+//! runtime.stop();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Testing handlers
+//!
+//! `litejob::testing` gives a queue in a temporary file on a clock the test
+//! moves; `drain()` runs what is due in the test's thread, through the same
+//! transactions, ledger and outbox as the runtime, and never sleeps. On
+//! PostgreSQL: `QueueOptions::default().with_clock(clock)`.
+//!
+//! ```rust
+//! use litejob::testing::{assert_enqueued, temp_queue};
+//! use litejob::{NewJob, Outcome};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), litejob::Error> {
+//! let (queue, clock) = temp_queue()?;
+//! queue.enqueue(NewJob::new("sync", "sync-7", &7))?;
+//! assert_enqueued(&queue, "sync", "sync-7");
+//! let busy_then_done = |first: bool| {
+//!     queue.runtime().handler("sync", move |_tx, _n: u32| {
+//!         Ok(if first { Outcome::RetryAfter(Duration::from_secs(600), "busy".into()) } else { Outcome::Done })
+//!     })
+//! };
+//! assert_eq!(busy_then_done(true).drain()?.retried, 1);
+//! assert_eq!(busy_then_done(false).drain()?.succeeded, 0); // not due for 10 minutes
+//! clock.advance(Duration::from_secs(600));
+//! assert_eq!(busy_then_done(false).drain()?.succeeded, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # On PostgreSQL
 //!
 //! The same queue across machines: `Queue<Postgres>` opens with a URL and
