@@ -13,19 +13,24 @@
 //! they catch a missing fsync: `LITEJOB_FAULT_SKIP_WAL_FSYNC=1` turns
 //! litejob's own fsync of the WAL (with `synchronous=FULL`) into a no-op.
 
-/// The points crash tests can name.
+/// The points every run passes, in order: crash tests that kill a queue's
+/// runs at each of them name these.
 #[cfg(feature = "fault-injection")]
 pub const POINTS: &[&str] = &[
     "after-claim-commit",
     "after-start-commit",
     "in-handler",
-    "before-step-record",
-    "after-step-record",
     "before-complete-commit",
     "after-complete-commit",
     "after-effect-before-ack",
     "after-ack-commit",
 ];
+
+/// The points only a run that calls `ctx.step` passes: around the write
+/// of each step's result, between its closure returning and `step`
+/// returning.
+#[cfg(feature = "fault-injection")]
+pub const STEP_POINTS: &[&str] = &["before-step-record", "after-step-record"];
 
 #[cfg(feature = "fault-injection")]
 mod armed {
