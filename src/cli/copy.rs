@@ -47,6 +47,7 @@ struct CopyOut {
     queues: u64,
     queue_starts: u64,
     job_dependencies: u64,
+    job_steps: u64,
 }
 
 /// `litejob copy --to URL|FILE`.
@@ -138,11 +139,12 @@ fn report(
             queues: r.queues,
             queue_starts: r.queue_starts,
             job_dependencies: r.job_dependencies,
+            job_steps: r.job_steps,
         });
     }
     out.line(format!(
         "copied {from} to {to} in {:.1} s: {} jobs, {} ledger rows, {} outbox rows, {} attempts, \
-         {} schedules, {} queue controls, {} workflow edges",
+         {} schedules, {} queue controls, {} workflow edges, {} steps",
         t0.elapsed().as_secs_f64(),
         r.jobs,
         r.processed_jobs,
@@ -150,6 +152,7 @@ fn report(
         r.attempts,
         r.schedules,
         r.queues,
-        r.job_dependencies
+        r.job_dependencies,
+        r.job_steps
     ))
 }

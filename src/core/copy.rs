@@ -23,6 +23,8 @@ pub struct CopyReport {
     /// Rows of `job_dependencies` (the edges of workflows, between the
     /// copied jobs' ids).
     pub job_dependencies: u64,
+    /// Rows of `job_steps` (the recorded results of durable steps).
+    pub job_steps: u64,
 }
 
 /// Rows of `jobs`, column by column.
@@ -152,6 +154,19 @@ pub(crate) struct DependencyRows {
     pub depends_on: Vec<i64>,
 }
 
+/// Rows of `job_steps`: a durable step's recorded result.
+#[cfg(feature = "postgres")]
+#[derive(Default)]
+pub(crate) struct StepRows {
+    pub job_id: Vec<i64>,
+    pub name: Vec<String>,
+    pub attempt: Vec<i64>,
+    pub output: Vec<String>,
+    pub started_at: Vec<i64>,
+    pub finished_at: Vec<i64>,
+    pub reused_in: Vec<Option<String>>,
+}
+
 /// The highest ids the file ever gave out, per table with an id.
 #[derive(Debug, Default, Clone, Copy)]
 #[cfg(feature = "postgres")]
@@ -197,6 +212,10 @@ pub(crate) const READ_QUEUE_STARTS: &str =
 #[cfg(feature = "postgres")]
 pub(crate) const READ_DEPENDENCIES: &str =
     "SELECT job_id, depends_on FROM job_dependencies ORDER BY job_id, depends_on";
+#[cfg(feature = "postgres")]
+pub(crate) const READ_STEPS: &str =
+    "SELECT job_id, name, attempt, output, started_at, finished_at, reused_in FROM job_steps \
+     ORDER BY job_id, name";
 
 /// Which of the queue's tables already hold rows: a copy goes only into a
 /// file where none does.
@@ -205,11 +224,12 @@ pub(crate) const NON_EMPTY: &str =
     "SELECT EXISTS (SELECT 1 FROM jobs), EXISTS (SELECT 1 FROM processed_jobs), \
      EXISTS (SELECT 1 FROM outbox), EXISTS (SELECT 1 FROM attempts), \
      EXISTS (SELECT 1 FROM schedules), EXISTS (SELECT 1 FROM queues), \
-     EXISTS (SELECT 1 FROM queue_starts), EXISTS (SELECT 1 FROM job_dependencies)";
+     EXISTS (SELECT 1 FROM queue_starts), EXISTS (SELECT 1 FROM job_dependencies), \
+     EXISTS (SELECT 1 FROM job_steps)";
 
 /// The tables [`NON_EMPTY`] looks at, in its order.
 #[cfg(feature = "postgres")]
-pub(crate) const TABLES: [&str; 8] = [
+pub(crate) const TABLES: [&str; 9] = [
     "jobs",
     "processed_jobs",
     "outbox",
@@ -218,4 +238,5 @@ pub(crate) const TABLES: [&str; 8] = [
     "queues",
     "queue_starts",
     "job_dependencies",
+    "job_steps",
 ];

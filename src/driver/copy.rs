@@ -4,7 +4,7 @@
 
 use crate::core::copy::{
     AttemptRows, DependencyRows, JobRows, LedgerRows, OutboxRows, QueueRows, QueueStartRows,
-    ScheduleRows,
+    ScheduleRows, StepRows,
 };
 use crate::error::Result;
 
@@ -29,4 +29,7 @@ pub(crate) trait CopySink {
     /// each are in the destination already (its foreign keys hold at
     /// every insert).
     fn dependencies(&mut self, r: &DependencyRows) -> Result<()>;
+    /// A batch of durable steps' results; sent after every job, as their
+    /// rows name their job.
+    fn steps(&mut self, r: &StepRows) -> Result<()>;
 }

@@ -5,7 +5,7 @@
 //! the id sequences past every id the file ever gave out, and commits —
 //! all of it or nothing. Writes `jobs` (outputs and partitions included),
 //! `processed_jobs`, `outbox`, `attempts`, `schedules`, `queues`,
-//! `queue_starts` and `job_dependencies` (rows as the file holds them, ids
+//! `queue_starts`, `job_dependencies` and `job_steps` (rows as the file holds them, ids
 //! kept). The sending side of a copy into a file is
 //! `export` ([`PgStore::export`]).
 
@@ -15,7 +15,7 @@ use super::conn::{read_err, write_err, Col, PgConn};
 use super::store::PgStore;
 use crate::core::copy::{
     AttemptRows, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows, NON_EMPTY, TABLES,
+    QueueStartRows, ScheduleRows, StepRows, NON_EMPTY, TABLES,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ mod export;
 /// Taken first: concurrent copies (or a producer) into the same database
 /// wait for this one instead of interleaving with it; readers go on.
 const LOCK_TABLES: &str = "LOCK TABLE jobs, processed_jobs, outbox, attempts, schedules, \
-     queues, queue_starts, job_dependencies IN EXCLUSIVE MODE";
+     queues, queue_starts, job_dependencies, job_steps IN EXCLUSIVE MODE";
 
 const INSERT_JOBS: &str = "\
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
@@ -77,6 +77,11 @@ WITH e AS (
     RETURNING depends_on
 )
 UPDATE jobs SET has_dependents = true WHERE id IN (SELECT depends_on FROM e)";
+
+const INSERT_STEPS: &str = "\
+INSERT INTO job_steps (job_id, name, attempt, output, started_at, finished_at, reused_in)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::bigint[],
+    $6::bigint[], $7::text[])";
 
 /// Moves the identity sequence of table `$1` to `$2` (the highest id the
 /// file ever gave out), unless it is already past it: a new row never
@@ -255,6 +260,23 @@ impl CopySink for CopyTx<'_, '_> {
             "job_dependencies",
             INSERT_DEPENDENCIES,
             &[&r.job_id, &r.depends_on],
+        )
+    }
+
+    /// Inserts a batch of steps' results.
+    fn steps(&mut self, r: &StepRows) -> Result<()> {
+        self.insert(
+            "job_steps",
+            INSERT_STEPS,
+            &[
+                &r.job_id,
+                &r.name,
+                &r.attempt,
+                &r.output,
+                &r.started_at,
+                &r.finished_at,
+                &r.reused_in,
+            ],
         )
     }
 }

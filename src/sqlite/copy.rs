@@ -1,7 +1,7 @@
 //! The sending side of a copy out of a file: every queue table read in
 //! the caller's one read snapshot and streamed, in batches, into the
 //! destination's sink, ids and keys kept (jobs with their outputs, and the
-//! workflows' edges after every job); then the highest id each table ever
+//! workflows' edges and the steps' results after every job); then the highest id each table ever
 //! gave out. Writes no table. The receiving side of a copy into a
 //! file is `import` ([`copy_in`]).
 
@@ -9,8 +9,8 @@ use rusqlite::{Connection, Row};
 
 use crate::core::copy::{
     AttemptRows, CopyReport, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows, READ_ATTEMPTS, READ_DEPENDENCIES, READ_JOBS, READ_LEDGER,
-    READ_OUTBOX, READ_QUEUES, READ_QUEUE_STARTS, READ_SCHEDULES,
+    QueueStartRows, ScheduleRows, StepRows, READ_ATTEMPTS, READ_DEPENDENCIES, READ_JOBS,
+    READ_LEDGER, READ_OUTBOX, READ_QUEUES, READ_QUEUE_STARTS, READ_SCHEDULES, READ_STEPS,
 };
 use crate::driver::copy::CopySink;
 use crate::error::Result;
@@ -224,6 +224,24 @@ fn copy_dependencies(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
     )
 }
 
+fn copy_steps(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
+    stream(
+        conn,
+        READ_STEPS,
+        |b: &mut StepRows, r| {
+            b.job_id.push(r.get(0)?);
+            b.name.push(r.get(1)?);
+            b.attempt.push(r.get(2)?);
+            b.output.push(r.get(3)?);
+            b.started_at.push(r.get(4)?);
+            b.finished_at.push(r.get(5)?);
+            b.reused_in.push(r.get(6)?);
+            Ok(())
+        },
+        |b| tx.steps(b),
+    )
+}
+
 /// Streams every queue table of the file into `sink` (the caller holds
 /// one read snapshot); returns what was moved and the file's last ids.
 pub(crate) fn export(conn: &Connection, sink: &mut dyn CopySink) -> Result<(CopyReport, LastIds)> {
@@ -237,6 +255,7 @@ pub(crate) fn export(conn: &Connection, sink: &mut dyn CopySink) -> Result<(Copy
         queue_starts: copy_queue_starts(conn, sink)?,
         // After the jobs: an edge's two jobs are in the destination first.
         job_dependencies: copy_dependencies(conn, sink)?,
+        job_steps: copy_steps(conn, sink)?,
     };
     let last = conn.query_row(LAST_IDS, [], |r| {
         Ok(LastIds {

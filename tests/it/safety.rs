@@ -6,6 +6,7 @@
 
 mod backup;
 mod copy_back;
+mod copy_steps;
 mod litestream;
 mod verify;
 

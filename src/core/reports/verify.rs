@@ -69,11 +69,14 @@ pub enum Invariant {
     /// No partition of a queue with a per-partition cap has more jobs
     /// running than the cap.
     PartitionOverCap,
+    /// Every durable step's row belongs to a job that exists (its rows go
+    /// with the job, in the same transaction).
+    StepOfMissingJob,
 }
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 17] = [
+    pub const ALL: [Invariant; 18] = [
         Invariant::IntegrityCheck,
         Invariant::ForeignKeys,
         Invariant::SchemaVersion,
@@ -91,6 +94,7 @@ impl Invariant {
         Invariant::DependentAheadOfDependency,
         Invariant::WaitingJobNotCancelled,
         Invariant::PartitionOverCap,
+        Invariant::StepOfMissingJob,
     ];
 
     /// Its name in reports and `--json`: what is wrong when it breaks.
@@ -113,6 +117,7 @@ impl Invariant {
             Invariant::DependentAheadOfDependency => "dependent_ahead_of_dependency",
             Invariant::WaitingJobNotCancelled => "waiting_job_not_cancelled",
             Invariant::PartitionOverCap => "partition_over_cap",
+            Invariant::StepOfMissingJob => "step_of_missing_job",
         }
     }
 
@@ -126,7 +131,8 @@ impl Invariant {
             }
             Invariant::ForeignKeys => {
                 "a row's reference names no row (PRAGMA foreign_key_check: an outbox row's \
-                 job, an attempt's job or outbox row, either job of a workflow edge); a \
+                 job, an attempt's job or outbox row, either job of a workflow edge, a \
+                 step's job); a \
                  connection with foreign keys off, such as the sqlite3 shell's by default, \
                  can leave one"
             }
@@ -188,6 +194,12 @@ impl Invariant {
                  partition_concurrency: a claim started one past the cap (lowering the cap \
                  while a partition's jobs run also leaves it over until enough of them end)"
             }
+            Invariant::StepOfMissingJob => {
+                "a job_steps row names a job that does not exist: a step's rows are deleted \
+                 with their job, so one was left by a delete with foreign keys off (such as \
+                 the sqlite3 shell's by default), and a new job given that id would get \
+                 another job's results back"
+            }
         }
     }
 
@@ -211,6 +223,7 @@ impl Invariant {
             | Invariant::SendingRowOnEndedAttempt
             | Invariant::SentRowWithoutSuccessfulSend => "outbox",
             Invariant::RunningRunNotCurrent | Invariant::RunningEffectNotCurrent => "attempts",
+            Invariant::StepOfMissingJob => "job_steps",
         }
     }
 
@@ -245,7 +258,8 @@ pub struct Broken {
     /// One of them: the id of a row of [`Invariant::table`] (a key for
     /// `processed_jobs`), the storage's first message, or for
     /// [`Invariant::PartitionOverCap`] the partition furthest over its cap
-    /// as `queue Q, partition P: N running, cap C`.
+    /// as `queue Q, partition P: N running, cap C`, for
+    /// [`Invariant::StepOfMissingJob`] `job J, step S`.
     pub example: String,
 }
 
@@ -295,13 +309,24 @@ impl VerifyReport {
 
 /// The cross-table invariants whose statement is the same text on both
 /// engines, as `SELECT count(*), <an example as text>`.
-pub(crate) const SHARED_CHECKS: [(Invariant, &str); 1] = [(
-    Invariant::PartitionOverCap,
-    // Counted per partition, not per job: the cap is a partition's, and
-    // one over by three is one fault. Jobs without a partition are outside
-    // every partition's cap (a claim never counts them in one).
-    PARTITIONS_OVER_CAP,
-)];
+pub(crate) const SHARED_CHECKS: [(Invariant, &str); 2] = [
+    (
+        Invariant::PartitionOverCap,
+        // Counted per partition, not per job: the cap is a partition's, and
+        // one over by three is one fault. Jobs without a partition are
+        // outside every partition's cap (a claim never counts them in one).
+        PARTITIONS_OVER_CAP,
+    ),
+    (Invariant::StepOfMissingJob, STEPS_OF_MISSING_JOBS),
+];
+
+/// The example is `job J, step S`: a step's row has no id of its own.
+const STEPS_OF_MISSING_JOBS: &str = "WITH orphans AS ( \
+         SELECT s.job_id, s.name FROM job_steps s \
+         WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.job_id)) \
+     SELECT (SELECT count(*) FROM orphans), \
+            (SELECT 'job ' || CAST(job_id AS TEXT) || ', step ' || name \
+             FROM orphans ORDER BY job_id, name LIMIT 1)";
 
 const PARTITIONS_OVER_CAP: &str = "WITH crowded AS ( \
          SELECT j.queue, j.partition_key, count(*) AS running, \

@@ -1,17 +1,17 @@
 //! The sending side of a copy out of PostgreSQL into a file: every queue
 //! table read in one read-only REPEATABLE READ snapshot, a batch at a time
 //! through a portal, and streamed into the destination's sink, ids and
-//! keys kept (jobs with their outputs, and the workflows' edges after
-//! every job); then the highest id each table's sequence ever gave out.
-//! Writes no table.
+//! keys kept (jobs with their outputs, and the workflows' edges and the
+//! steps' results after every job); then the highest id each table's
+//! sequence ever gave out. Writes no table.
 
 use postgres::types::FromSql;
 use postgres::{Row, Transaction};
 
 use crate::core::copy::{
     AttemptRows, CopyReport, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows, READ_ATTEMPTS, READ_DEPENDENCIES, READ_JOBS, READ_LEDGER,
-    READ_OUTBOX, READ_QUEUES, READ_QUEUE_STARTS, READ_SCHEDULES,
+    QueueStartRows, ScheduleRows, StepRows, READ_ATTEMPTS, READ_DEPENDENCIES, READ_JOBS,
+    READ_LEDGER, READ_OUTBOX, READ_QUEUES, READ_QUEUE_STARTS, READ_SCHEDULES, READ_STEPS,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -235,6 +235,24 @@ fn dependencies(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64
     )
 }
 
+fn steps(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64> {
+    stream(
+        tx,
+        READ_STEPS,
+        |b: &mut StepRows, r| {
+            b.job_id.push(col(r, 0)?);
+            b.name.push(col(r, 1)?);
+            b.attempt.push(col(r, 2)?);
+            b.output.push(col(r, 3)?);
+            b.started_at.push(col(r, 4)?);
+            b.finished_at.push(col(r, 5)?);
+            b.reused_in.push(col(r, 6)?);
+            Ok(())
+        },
+        |b| sink.steps(b),
+    )
+}
+
 impl PgStore {
     /// Streams every queue table into `sink`, read in one snapshot on a
     /// connection of its own; returns what was moved and the database's
@@ -252,6 +270,7 @@ impl PgStore {
             queue_starts: queue_starts(&mut tx, sink)?,
             // After the jobs: an edge's two jobs are in the destination first.
             job_dependencies: dependencies(&mut tx, sink)?,
+            job_steps: steps(&mut tx, sink)?,
         };
         let r = tx.query_one(LAST_IDS, &[]).map_err(read_err)?;
         let last = LastIds {

@@ -4,14 +4,14 @@
 //! holds them, ids and keys kept; `sqlite_sequence` set past every id the
 //! database gave out; one commit — all of it or nothing. Writes `jobs`
 //! (outputs and partitions included), `processed_jobs`, `outbox`, `attempts`,
-//! `schedules`, `queues`, `queue_starts`, `job_dependencies` and
-//! `sqlite_sequence`.
+//! `schedules`, `queues`, `queue_starts`, `job_dependencies`, `job_steps`
+//! and `sqlite_sequence`.
 
 use rusqlite::{params, Connection};
 
 use crate::core::copy::{
     AttemptRows, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows, NON_EMPTY, TABLES,
+    QueueStartRows, ScheduleRows, StepRows, NON_EMPTY, TABLES,
 };
 use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
@@ -42,6 +42,8 @@ const INSERT_QUEUE_STARTS: &str =
     "INSERT INTO queue_starts (queue, started_at, partition_key) VALUES (?1, ?2, ?3)";
 const INSERT_DEPENDENCIES: &str =
     "INSERT INTO job_dependencies (job_id, depends_on) VALUES (?1, ?2)";
+const INSERT_STEPS: &str = "INSERT INTO job_steps (job_id, name, attempt, output, started_at, \
+     finished_at, reused_in) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 /// Moves `table`'s AUTOINCREMENT counter to `?2` unless it is past it
 /// already (an insert with an explicit id moves it to that id only).
@@ -208,6 +210,20 @@ impl CopySink for FileSink<'_> {
             r.job_id.len(),
             |i| [&r.job_id[i], &r.depends_on[i]],
         )
+    }
+
+    fn steps(&mut self, r: &StepRows) -> Result<()> {
+        self.insert("job_steps", INSERT_STEPS, r.job_id.len(), |i| {
+            [
+                &r.job_id[i],
+                &r.name[i],
+                &r.attempt[i],
+                &r.output[i],
+                &r.started_at[i],
+                &r.finished_at[i],
+                &r.reused_in[i],
+            ]
+        })
     }
 }
 

@@ -1,7 +1,8 @@
 //! `litejob copy --to postgres://…` and `Queue::copy_to`: a queue file's
 //! jobs (in every state, with their outputs and partitions), workflow
 //! edges, ledger, outbox rows, attempts, schedules and queue controls
-//! (partition limits included, with their rates' starts) land in an empty database column for column, ids and keys
+//! (partition limits included, with their rates' starts) and durable
+//! steps' results land in an empty database column for column, ids and keys
 //! kept; a copied key is a duplicate there, a new row never takes an id
 //! the file gave out, a copied workflow carries on there; a copy is all or
 //! nothing, and refused (nothing written) into a database that holds
@@ -42,6 +43,10 @@ INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, ru
  (6, 'default', 'report', 'w-6', '{}', 'waiting', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, NULL),
  (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL, NULL, NULL);
 INSERT INTO job_dependencies (job_id, depends_on) VALUES (5, 4), (6, 1), (6, 3);
+INSERT INTO job_steps (job_id, name, attempt, output, started_at, finished_at, reused_in) VALUES
+ (2, 'charge', 1, '"ch_1 é ☃"', 1000, 1010, '[2]'),
+ (3, 'charge', 1, '{"id":"ch_3","cents":4200}', 1300, 1310, NULL),
+ (3, 'book', 1, '77', 1320, 1330, NULL);
 INSERT INTO processed_jobs (key, completed_at, job_id) VALUES
  ('s-3', 1500, 3), ('gone-9', 1200, 400), ('no-job', 1100, NULL);
 INSERT INTO outbox (id, key, kind, payload, state, attempts, max_attempts, job_id, next_attempt_at,
@@ -197,6 +202,19 @@ pub(crate) const TABLES: &[Table] = &[
         "job_id, depends_on",
         &[("job_id", 'i'), ("depends_on", 'i')],
     ),
+    (
+        "job_steps",
+        "job_id, name",
+        &[
+            ("job_id", 'i'),
+            ("name", 't'),
+            ("attempt", 'i'),
+            ("output", 't'),
+            ("started_at", 'i'),
+            ("finished_at", 'i'),
+            ("reused_in", 't'),
+        ],
+    ),
 ];
 
 /// One stored value, as plain SQL reads it.
@@ -298,8 +316,13 @@ it! {
             (6, 3, 4, 9, 2)
         );
         assert_eq!(
-            (report.queues, report.queue_starts, report.job_dependencies),
-            (3, 3, 3)
+            (
+                report.queues,
+                report.queue_starts,
+                report.job_dependencies,
+                report.job_steps
+            ),
+            (3, 3, 3, 3)
         );
         for (table, _, _) in TABLES {
             let (a, b) = (dump(&file, table), dump(&dest, table));
@@ -391,8 +414,13 @@ it! {
             "{v}"
         );
         assert_eq!(
-            (&v["queues"], &v["queue_starts"], &v["job_dependencies"]),
-            (&json!(3), &json!(3), &json!(3)),
+            (
+                &v["queues"],
+                &v["queue_starts"],
+                &v["job_dependencies"],
+                &v["job_steps"]
+            ),
+            (&json!(3), &json!(3), &json!(3), &json!(3)),
             "{v}"
         );
         assert!(

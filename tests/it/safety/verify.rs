@@ -377,3 +377,38 @@ it! {
         assert!(how.starts_with("amcheck: bt_index_check of"), "{v}");
     }
 }
+
+it! {
+    /// A job deleted in the `sqlite3` shell (foreign keys off, its
+    /// default) leaves its steps' rows; verify names them, and the job
+    /// the next id would get their results back otherwise.
+    #[needs(Sqlite3)]
+    fn verify_names_the_step_rows_a_job_deleted_in_the_shell_left_behind() {
+        let q = TestQueue::new(crate::backends::Engine::Sqlite);
+        let queue = q.open();
+        let b = queue.runtime().poll_interval(Duration::from_millis(10));
+        let mut rt = crate::backends::handler_with_prepare(
+            b,
+            "order",
+            |ctx, _: Value| ctx.step("charge", |_| Ok::<_, String>(1_i64)),
+            |_, _: i64| Ok(Outcome::Done),
+        )
+        .start()
+        .unwrap();
+        let id = queue.enqueue(NewJob::new("order", "order:1", &0)).unwrap().id();
+        crate::support::wait_state(&queue, id, litejob::JobState::Succeeded);
+        rt.stop();
+        drop(queue);
+        let db = Path::new(&q.location);
+        assert_verifies(db);
+        crate::support::sqlite3(db, &format!("DELETE FROM jobs WHERE id = {id}"));
+        let v = json(db, &["verify"], 1);
+        let found = broken(&v);
+        assert!(
+            found.contains(&("step_of_missing_job".to_string(), 1, format!("job {id}, step charge"))),
+            "{v}"
+        );
+        let text = run(db, &["verify"], 1);
+        assert!(text.contains("step_of_missing_job"), "{text}");
+    }
+}
