@@ -11,7 +11,9 @@
 //! check the invariants with plain SQL ([`harness::check_invariants`]).
 //!
 //! `workflows` kills workers mid-workflow, on a file and on PostgreSQL
-//! (its children are `backends::child`'s, in mode `workflows`).
+//! (its children are `backends::child`'s, in mode `workflows`); `steps`
+//! kills workers around durable steps' records, on both engines too (mode
+//! `steps`).
 //!
 //! Power cuts are simulated in `power_loss`: children recorded under an
 //! `LD_PRELOAD` shim, and the disk states a cut may leave, each checked.
@@ -27,6 +29,7 @@ mod input;
 mod locks;
 mod model;
 mod power_loss;
+pub(crate) mod steps;
 pub(crate) mod workflows;
 
 child! {

@@ -3,8 +3,8 @@
 //! entry point `backend_child`, on the database `LITEJOB_BCHILD_DB`. A
 //! child either enqueues a set of keys as fast as it can once a start
 //! file appears (dedup races), or runs a runtime with the crash tests'
-//! handlers (or, with `LITEJOB_BCHILD_MODE=workflows`, the workflow crash
-//! test's) until the queue is idle or it is killed. The parent checks
+//! handlers (or, with `LITEJOB_BCHILD_MODE=workflows` or `steps`, the
+//! workflow or durable-step crash test's) until the queue is idle or killed. The parent checks
 //! the invariants with plain SQL afterwards ([`check_invariants`]).
 
 use crate::backends::{Runtimes, TestBuilder};
@@ -52,6 +52,7 @@ child! {
         match env("LITEJOB_BCHILD_MODE").as_deref() {
             Some("enqueue") => enqueue_child(&queue),
             Some("workflows") => work_child(&queue, crate::reliability::workflows::runtime),
+            Some("steps") => work_child(&queue, crate::reliability::steps::runtime),
             _ => work_child(&queue, runtime),
         }
     }
