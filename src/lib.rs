@@ -315,6 +315,7 @@ pub use core::handler::{EffectContext, HandlerError, JobContext, Outcome, Output
 pub use core::job::{Enqueued, Job, JobFilter, JobState, NewJob};
 pub use core::options::{QueueOptions, Synchronous};
 pub use core::outbox::{OutboxRow, OutboxState};
+pub use core::reports::prune::Retention;
 pub use core::schedule::{CatchUp, Schedule};
 pub use core::steps::JobStep;
 pub use driver::reply::WriteFuture;

@@ -94,8 +94,10 @@ pub(crate) const ABORTED_RETRIES: u32 = 5;
 /// What a prune batch deletes (see [`Admin::prune`](crate::admin::Admin::prune)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PruneWhat {
-    /// Finished jobs (whose outbox rows are all sent) and their attempts.
-    Jobs,
+    /// Finished jobs (whose outbox rows are all sent) and their attempts;
+    /// dead and cancelled ones only when they finished before
+    /// `failed_before`.
+    Jobs { failed_before: Millis },
     /// Sent outbox rows and their attempts.
     Outbox,
     /// Ledger rows.

@@ -29,7 +29,8 @@ const OUTBOX_STATE: &str = "SELECT state FROM outbox WHERE id = $1";
 /// job depends on (it reads its state and output).
 const PRUNE_JOBS: &str = "\
 WITH picked AS (
-    SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= $1
+    SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= greatest($1::bigint, $3::bigint)
+    AND finished_at <= CASE WHEN state = 'succeeded' THEN $1::bigint ELSE $3::bigint END
     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent')
     AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs w ON w.id = d.job_id
                     WHERE d.depends_on = jobs.id AND w.finished_at IS NULL)
@@ -140,11 +141,12 @@ pub(crate) fn prune_batch(
     before: Millis,
     limit: i64,
 ) -> Result<(usize, usize)> {
-    let sql = match what {
-        PruneWhat::Jobs => PRUNE_JOBS,
-        PruneWhat::Outbox => PRUNE_OUTBOX,
-        PruneWhat::Ledger => PRUNE_LEDGER,
+    let r = match what {
+        PruneWhat::Jobs { failed_before } => {
+            one(c.write(PRUNE_JOBS, &[&before, &limit, &failed_before])?)?
+        }
+        PruneWhat::Outbox => one(c.write(PRUNE_OUTBOX, &[&before, &limit])?)?,
+        PruneWhat::Ledger => one(c.write(PRUNE_LEDGER, &[&before, &limit])?)?,
     };
-    let r = one(c.write(sql, &[&before, &limit])?)?;
     Ok((r.col::<i64>(0)? as usize, r.col::<i64>(1)? as usize))
 }

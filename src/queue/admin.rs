@@ -287,6 +287,16 @@ impl Admin {
     /// job whose outbox rows are not all sent yet is kept, so
     /// [`Admin::explain`] can still link the pending effect to its job.
     pub fn prune(&self, opts: &PruneOptions) -> Result<PruneReport> {
+        self.prune_while(opts, &|| true)
+    }
+
+    /// [`Admin::prune`], stopping between two batches once `go_on` says no
+    /// (a runtime's retention pass, when the runtime stops).
+    pub(crate) fn prune_while(
+        &self,
+        opts: &PruneOptions,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<PruneReport> {
         let now = self.now();
         let before = |d: Duration| now.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64);
         let batch = opts.batch.max(1) as i64;
@@ -294,8 +304,9 @@ impl Admin {
         let mut report = PruneReport::default();
         // Jobs first: their outbox rows outlive them (job_id becomes NULL),
         // and their attempts go in the same transaction.
+        let failed_before = before(opts.failed_older_than.unwrap_or(opts.older_than));
         let mut steps = vec![
-            (PruneWhat::Jobs, finished_before),
+            (PruneWhat::Jobs { failed_before }, finished_before),
             (PruneWhat::Outbox, finished_before),
         ];
         if let Some(d) = opts.ledger_older_than {
@@ -306,7 +317,7 @@ impl Admin {
                 let (rows, attempts) = self.store.prune_batch(what, before, batch)?;
                 report.transactions += 1;
                 match what {
-                    PruneWhat::Jobs => {
+                    PruneWhat::Jobs { .. } => {
                         report.jobs += rows;
                         report.job_attempts += attempts;
                     }
@@ -318,6 +329,9 @@ impl Admin {
                 }
                 if (rows as i64) < batch {
                     break;
+                }
+                if !go_on() {
+                    return Ok(report);
                 }
             }
         }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::core::backoff::Backoff;
 use crate::core::handler::{EffectContext, HandlerError, JobContext, Outcome};
+use crate::core::reports::prune::Retention;
 use crate::core::schedule::Schedule;
 use crate::driver::handler::{ApplyFn, ErasedEffect, ErasedHandler, FnEffect, FnHandler};
 use crate::driver::pipeline::RuntimeConfig;
@@ -31,6 +32,7 @@ pub struct RuntimeBuilder<E: Engine = Sqlite> {
     pub(crate) effects: HashMap<String, Arc<dyn ErasedEffect>>,
     pub(crate) schedules: Vec<Schedule>,
     pub(crate) cfg: RuntimeConfig,
+    pub(crate) retention: Option<Retention>,
 }
 
 impl<E: Engine> Queue<E> {
@@ -47,6 +49,7 @@ impl<E: Engine> RuntimeBuilder<E> {
             handlers: HashMap::new(),
             effects: HashMap::new(),
             schedules: Vec::new(),
+            retention: None,
             cfg: RuntimeConfig {
                 workers: 4,
                 effect_workers: 2,
@@ -134,6 +137,16 @@ impl<E: Engine> RuntimeBuilder<E> {
     /// [`Self::start`] like [`Self::schedule`].
     pub fn schedule_with(mut self, schedule: Schedule) -> Self {
         self.schedules.push(schedule);
+        self
+    }
+
+    /// Deletes finished history by itself, as `litejob prune` would:
+    /// succeeded jobs a day after they finished, dead and cancelled ones a
+    /// week after, by default ([`Retention`]), in a thread of its own
+    /// (`litejob-retention`). Without it nothing is deleted: history stays
+    /// until a prune.
+    pub fn retention(mut self, keep: Retention) -> Self {
+        self.retention = Some(keep);
         self
     }
 

@@ -4,12 +4,14 @@
 //! (`sqlite/pipeline/`, `postgres/pipeline/`), started through the driver
 //! boundary; the runtime starts what both share: the effect threads
 //! (`litejob-effect-N`: claim one outbox row, call its effect outside any
-//! transaction, acknowledge) and, with schedules, `litejob-scheduler`.
-//! Writes `jobs`, `attempts`, `outbox` and `schedules` only through the
-//! engine's store.
+//! transaction, acknowledge), with schedules `litejob-scheduler`, and with
+//! a retention `litejob-retention`. Writes `jobs`, `attempts`, `outbox`,
+//! `schedules` and (retention) `processed_jobs` only through the engine's
+//! store.
 //!
 //! Files: `builder` (settings, handlers), `effects` (the effect loop),
-//! `scheduler` (declaring schedules at the start, firing their slots).
+//! `scheduler` (declaring schedules at the start, firing their slots),
+//! `retention` (the runtime's own prune).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,11 +32,13 @@ use crate::error::Result;
 mod builder;
 mod drain;
 mod effects;
+mod retention;
 mod scheduler;
 
 pub use builder::RuntimeBuilder;
 pub use drain::Drained;
 use effects::effect_loop;
+use retention::retention_loop;
 use scheduler::scheduler_loop;
 
 /// Running workers. [`Runtime::stop`] (or drop) stops them gracefully and
@@ -82,8 +86,15 @@ impl Runtime {
         let armed = arm(&mut b)?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let queue = b.queue.clone();
+        let retention = b.retention.take();
         let shared = Arc::new(shared(b, stop_rx.clone()));
         let mut threads = Vec::new();
+        if let Some(keep) = retention {
+            let (admin, stop) = (queue.admin(), stop_rx.clone());
+            threads.push(spawn("litejob-retention".into(), move || {
+                retention_loop(admin, keep, stop)
+            })?);
+        }
         if !armed.is_empty() {
             threads.push(spawn("litejob-scheduler".into(), move || {
                 scheduler_loop(queue, armed, stop_rx)

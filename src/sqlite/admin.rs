@@ -58,13 +58,22 @@ pub(crate) fn cancel_job(conn: &Connection, id: i64, now: Millis) -> Result<()> 
     Err(refusal(conn, id, Action::CancelJob(id))?)
 }
 
-/// Deletes up to `limit` jobs finished before `before` whose outbox rows
-/// are all sent and no unfinished job depends on, with their attempts (a
-/// waiting or running dependent still reads a dependency's state and
-/// output). Returns `(jobs, attempts)`.
-pub(crate) fn prune_jobs(conn: &Connection, before: Millis, limit: i64) -> Result<(usize, usize)> {
+/// Deletes up to `limit` jobs finished before `before` (dead and cancelled
+/// ones before `failed_before`) whose outbox rows are all sent and no
+/// unfinished job depends on, with their attempts (a waiting or running
+/// dependent still reads a dependency's state and output). Returns `(jobs,
+/// attempts)`.
+pub(crate) fn prune_jobs(
+    conn: &Connection,
+    before: Millis,
+    failed_before: Millis,
+    limit: i64,
+) -> Result<(usize, usize)> {
+    // The first bound keeps the walk on the finished_at index; the second
+    // is each state's own.
     const PICK_JOBS: &str =
-        "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= ?1 \
+        "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= max(?1, ?3) \
+         AND finished_at <= CASE WHEN state = 'succeeded' THEN ?1 ELSE ?3 END \
          AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND o.state <> 'sent') \
          AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs w ON w.id = d.job_id \
                          WHERE d.depends_on = jobs.id AND w.finished_at IS NULL) \
@@ -72,7 +81,12 @@ pub(crate) fn prune_jobs(conn: &Connection, before: Millis, limit: i64) -> Resul
     const JOB_ATTEMPTS: &str =
         "DELETE FROM attempts WHERE job_id IN (SELECT value FROM json_each(?1))";
     const JOBS: &str = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?1))";
-    delete_picked(conn, PICK_JOBS, [JOB_ATTEMPTS, JOBS], before, limit)
+    delete_picked(
+        conn,
+        PICK_JOBS,
+        [JOB_ATTEMPTS, JOBS],
+        (before, limit, failed_before),
+    )
 }
 
 /// Deletes up to `limit` outbox rows sent before `before`, with their
@@ -87,7 +101,12 @@ pub(crate) fn prune_outbox(
     const OUTBOX_ATTEMPTS: &str =
         "DELETE FROM attempts WHERE outbox_id IN (SELECT value FROM json_each(?1))";
     const OUTBOX: &str = "DELETE FROM outbox WHERE id IN (SELECT value FROM json_each(?1))";
-    delete_picked(conn, PICK_OUTBOX, [OUTBOX_ATTEMPTS, OUTBOX], before, limit)
+    delete_picked(
+        conn,
+        PICK_OUTBOX,
+        [OUTBOX_ATTEMPTS, OUTBOX],
+        (before, limit),
+    )
 }
 
 /// Why a job action changed nothing: the job is missing, or in a state
@@ -110,12 +129,11 @@ fn delete_picked(
     conn: &Connection,
     pick: &str,
     [attempts, rows]: [&str; 2],
-    before: Millis,
-    limit: i64,
+    params: impl rusqlite::Params,
 ) -> Result<(usize, usize)> {
     let ids = conn
         .prepare_cached(pick)?
-        .query_map((before, limit), |r| r.get::<_, i64>(0))?
+        .query_map(params, |r| r.get::<_, i64>(0))?
         .collect::<rusqlite::Result<Vec<i64>>>()?;
     if ids.is_empty() {
         return Ok((0, 0));

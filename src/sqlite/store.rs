@@ -386,7 +386,9 @@ impl Store for SqliteStore {
 
     fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)> {
         self.writer()?.run(move |conn| match what {
-            PruneWhat::Jobs => admin::prune_jobs(conn, before, limit),
+            PruneWhat::Jobs { failed_before } => {
+                admin::prune_jobs(conn, before, failed_before, limit)
+            }
             PruneWhat::Outbox => admin::prune_outbox(conn, before, limit),
             PruneWhat::Ledger => Ok((ledger::prune(conn, before, limit)?, 0)),
         })

@@ -387,6 +387,9 @@ impl TestBuilder {
     pub fn poll_interval(self, d: std::time::Duration) -> Self {
         each!(self, b => b.poll_interval(d))
     }
+    pub fn retention(self, keep: litejob::Retention) -> Self {
+        each!(self, b => b.retention(keep.clone()))
+    }
     pub fn grace_period(self, d: std::time::Duration) -> Self {
         each!(self, b => b.grace_period(d))
     }

@@ -18,6 +18,7 @@ mod leases;
 mod ledger;
 mod outcomes;
 mod prepare;
+mod retention;
 mod shutdown;
 mod steps;
 mod wakeup;
