@@ -321,7 +321,7 @@ pub use core::steps::JobStep;
 pub use driver::reply::WriteFuture;
 pub use driver::Engine;
 pub use error::{Error, Result};
-pub use queue::Queue;
+pub use queue::{Queue, WaitFuture};
 pub use runtime::{Drained, Runtime, RuntimeBuilder, StopReport};
 
 /// What an operator reads and repairs: the [`Admin`](admin::Admin) handle

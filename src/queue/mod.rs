@@ -32,6 +32,7 @@ mod wait;
 
 pub use admin::Admin;
 pub use any::AnyQueue;
+pub use wait::WaitFuture;
 
 /// A queue: on one SQLite file (`Queue`, the default engine) or in a
 /// PostgreSQL database (`Queue<Postgres>`). Cheap to clone; all clones

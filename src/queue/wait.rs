@@ -1,6 +1,9 @@
 //! Waiting for a job's end: [`Queue::wait`] and [`Queue::wait_async`].
 //! Writes no table.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::core::job::Job;
@@ -57,17 +60,31 @@ impl<E: Engine> Queue<E> {
     }
 
     /// [`Queue::wait`] as a future, for async code: a thread of its own
-    /// waits, so no executor thread is blocked; dropping the future stops
-    /// nothing but the answer.
-    pub fn wait_async(&self, key: &str, timeout: Duration) -> WriteFuture<Option<Job>> {
+    /// waits, so no executor thread is blocked.
+    pub fn wait_async(&self, key: &str, timeout: Duration) -> WaitFuture {
         let (future, reply) = WriteFuture::channel();
         let (queue, key) = (self.clone(), key.to_string());
         let spawned = std::thread::Builder::new()
             .name("litejob-wait".into())
             .spawn(move || reply.put(queue.wait(&key, timeout)));
-        match spawned {
+        WaitFuture(match spawned {
             Ok(_) => future,
             Err(e) => WriteFuture::ready(Err(crate::error::Error::Io(e))),
-        }
+        })
+    }
+}
+
+/// The end of a job, awaited ([`Queue::wait_async`]): the finished job,
+/// or `None` at the timeout. It writes nothing, so dropping it changes
+/// nothing in the queue; its thread waits on until the timeout or the
+/// job's end, then goes. `Send + 'static`, for any executor.
+#[must_use = "a wait does nothing but answer: await it"]
+pub struct WaitFuture(WriteFuture<Option<Job>>);
+
+impl Future for WaitFuture {
+    type Output = Result<Option<Job>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
     }
 }
