@@ -5,7 +5,7 @@ use litejob::admin::{AnyQueue, Explanation, LedgerEntry, Linked, OutboxEntry, Qu
 use litejob::{Attempt, AttemptOutcome, Job, JobState, OutboxState};
 use serde::Serialize;
 
-use super::jobs::{print_attempts, print_outbox};
+use super::jobs::{print_attempts, print_outbox, print_steps};
 use super::time::{format_duration, format_millis, now_ms};
 use super::workflow::{describe, link_rows, list, waiting_on};
 use super::{cell, cell_cut, when, CliResult, Out, Table};
@@ -31,6 +31,7 @@ struct Explained<'a> {
     deliveries: i64,
     job: &'a Option<Job>,
     attempts: &'a [Attempt],
+    steps: &'a [litejob::JobStep],
     ledger: &'a Option<LedgerEntry>,
     outbox: &'a [OutboxEntry],
     queue_control: &'a Option<QueueControl>,
@@ -62,6 +63,7 @@ pub fn explain(queue: &AnyQueue, a: &ExplainArgs, json: bool, out: &mut Out) -> 
             deliveries: e.deliveries,
             job: &e.job,
             attempts: &e.attempts,
+            steps: &e.steps,
             ledger: &e.ledger,
             outbox: &e.outbox,
             queue_control: &e.queue_control,
@@ -175,6 +177,7 @@ fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -
     if let Some(j) = &e.job {
         out.line("")?;
         print_attempts(&format!("attempts of job {}", j.id), &e.attempts, out)?;
+        print_steps(&e.steps, out)?;
         print_outbox(&e.outbox, out)?;
     }
     Ok(())

@@ -219,7 +219,29 @@ pub fn print_detail(d: &JobDetail, out: &mut Out) -> CliResult {
     print_job(&d.job, &d.dependencies, &d.dependents, out)?;
     out.line("")?;
     print_attempts(&format!("attempts of job {}", d.job.id), &d.attempts, out)?;
+    print_steps(&d.steps, out)?;
     print_outbox(&d.outbox, out)
+}
+
+/// A job's durable steps, one line each ("step charge recorded in attempt
+/// 1, reused in attempt 2") with when, how long and the result; nothing
+/// for a job without steps.
+pub fn print_steps(steps: &[litejob::JobStep], out: &mut Out) -> CliResult {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    out.line("")?;
+    out.line("steps:")?;
+    for s in steps {
+        out.line(format!(
+            "  {}: at {}, took {}, result {}",
+            cell(&s.summary()),
+            when(Some(s.started_at)),
+            span(Some(s.finished_at - s.started_at)),
+            cell_cut(&s.output, 200)
+        ))?;
+    }
+    Ok(())
 }
 
 fn print_job(j: &Job, dependencies: &[Linked], dependents: &[Linked], out: &mut Out) -> CliResult {

@@ -19,6 +19,7 @@ mod queue_names;
 mod read_only;
 mod repairs;
 mod robustness;
+pub(crate) mod steps;
 mod workflows;
 
 use crate::backends::Runtimes;

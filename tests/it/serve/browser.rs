@@ -244,3 +244,29 @@ both! {
         assert!(size > 5_000, "no screenshot at {} ({size} bytes):\n{log}", png.display());
     }
 }
+
+both! {
+    /// A job's steps on its page, in a browser: a row per step with the
+    /// attempt that recorded it and those that reused it, its result
+    /// escaped, and no console message.
+    #[needs(Chromium)]
+    fn a_job_page_lists_its_steps_with_their_attempts_and_escaped_results(q) {
+        let browser = chromium();
+        let (order, plain) = crate::cli::steps::jobs_with_and_without_steps(q);
+        let s = Server::on(&q.location, &[]);
+        let (dom, log) = browse(&browser, &format!("http://{}/jobs/{order}", s.addr), "--dump-dom");
+        let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+        assert!(console.is_empty(), "console messages:\n{}", console.join("\n"));
+        let steps = crate::serve::between(&dom, "<section id=\"steps\">", "</section>");
+        let row = |name: &str| {
+            crate::serve::strip_tags(crate::serve::between(steps, &format!("data-step=\"{name}\""), "</tr>"))
+        };
+        let charge = row("charge");
+        assert!(charge.contains("attempt 1") && charge.contains("attempt 2"), "{charge}");
+        assert!(charge.contains("order:1/charge"), "{charge}");
+        assert!(row("book").contains("not reused"), "{steps}");
+        assert!(steps.contains("&lt;b&gt;order:1/charge&lt;/b&gt;"), "the result is escaped: {steps}");
+        let (dom, _) = browse(&browser, &format!("http://{}/jobs/{plain}", s.addr), "--dump-dom");
+        assert!(!dom.contains("id=\"steps\""), "a job without steps has no steps section");
+    }
+}

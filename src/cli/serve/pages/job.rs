@@ -1,11 +1,11 @@
 //! `/jobs/<id>`: one job — its facts, payload and output, the workflow
 //! around it, the attempts on a time line and in a table with their
-//! errors, the ledger row, the outbox rows it wrote with their attempts —
-//! and the actions that apply to it. The key page shows the same detail
-//! under its sentence.
+//! errors, its durable steps, the ledger row, the outbox rows it wrote
+//! with their attempts — and the actions that apply to it. The key page
+//! shows the same detail under its sentence.
 
 use litejob::admin::{LedgerEntry, Linked, OutboxEntry};
-use litejob::{Attempt, Job, JobState, OutboxState};
+use litejob::{Attempt, Job, JobState, JobStep, OutboxState};
 
 use super::super::html::{human_span, pct, url, Html};
 use super::super::http::{Req, Resp};
@@ -29,6 +29,7 @@ pub fn page(app: &App, req: &Req, id: i64) -> litejob::Result<Resp> {
     let story = Story {
         job: &d.job,
         attempts: &d.attempts,
+        steps: &d.steps,
         outbox: &d.outbox,
         ledger: d.ledger.as_ref(),
         dependencies: &d.dependencies,
@@ -45,6 +46,8 @@ pub struct Story<'a> {
     pub job: &'a Job,
     /// Its runs, oldest first.
     pub attempts: &'a [Attempt],
+    /// Its durable steps, in the order they ran.
+    pub steps: &'a [JobStep],
     /// The outbox rows it wrote, with their attempts.
     pub outbox: &'a [OutboxEntry],
     /// Its key's ledger row.
@@ -73,6 +76,7 @@ pub fn detail(h: &mut Html, app: &App, s: &Story, now: i64, back: &str) -> litej
     h.raw("<section id=\"attempts\"><h2>Attempts</h2>");
     attempt_table(h, s.attempts, now);
     h.raw("</section>");
+    step_table(h, s.steps, now);
     ledger(h, s.ledger, now);
     outbox_rows(h, app, s.outbox, now, back);
     Ok(())
@@ -266,6 +270,41 @@ fn attempt_table(h: &mut Html, attempts: &[Attempt], now: i64) {
         h.raw("</td></tr>");
     }
     h.raw("</tbody></table>");
+}
+
+/// The durable steps, one row each: which attempt's call was recorded,
+/// which later ones reused it, and the result. Nothing for a job without
+/// steps.
+fn step_table(h: &mut Html, steps: &[JobStep], now: i64) {
+    if steps.is_empty() {
+        return;
+    }
+    h.raw("<section id=\"steps\"><h2>Steps</h2>");
+    h.raw("<table class=\"steps\"><thead><tr><th>step</th><th class=\"num\">recorded in</th>")
+        .raw("<th>reused in</th><th>started</th><th class=\"num\">took</th><th>result</th></tr>")
+        .raw("</thead><tbody>");
+    for s in steps {
+        h.open("tr", &[("data-step", &s.name)]);
+        h.tag("td", &[("class", "key")], &s.name);
+        h.raw("<td class=\"num\">attempt ")
+            .num(s.attempt)
+            .raw("</td>");
+        let reused: Vec<String> = s.reused_in.iter().map(|a| a.to_string()).collect();
+        if reused.is_empty() {
+            h.raw("<td><span class=\"none\">not reused</span></td>");
+        } else {
+            h.tag("td", &[], &format!("attempt {}", reused.join(", ")));
+        }
+        h.raw("<td>");
+        h.time(Some(s.started_at), now);
+        h.raw("</td><td class=\"num\">");
+        h.text(&human_span((s.finished_at - s.started_at).max(0) as u64));
+        h.raw("</td><td>");
+        h.tag("pre", &[], &pretty(&s.output));
+        h.raw("</td>");
+        h.close("tr");
+    }
+    h.raw("</tbody></table></section>");
 }
 
 /// JSON text indented for reading; as stored when it does not parse.

@@ -34,6 +34,7 @@ pub fn page(app: &App, req: &Req, key: &str) -> litejob::Result<Resp> {
             let story = super::job::Story {
                 job: j,
                 attempts: &e.attempts,
+                steps: &e.steps,
                 outbox: &e.outbox,
                 ledger: e.ledger.as_ref(),
                 dependencies: &e.dependencies,
