@@ -331,7 +331,6 @@ pub use runtime::{Drained, Runtime, RuntimeBuilder, StopReport};
 /// ([`AnyQueue`](admin::AnyQueue)), as the `litejob` command and its
 /// dashboard use them.
 pub mod admin {
-    pub use crate::core::attempt::MAX_ERROR_BYTES;
     pub use crate::core::controls::{
         PartitionAtLimit, QueueControl, QueueLimits, Rate, PARTITIONS_LISTED,
     };
@@ -339,7 +338,7 @@ pub mod admin {
     pub use crate::core::options::EngineKind;
     pub use crate::core::reports::backup::{BackupOptions, BackupProgress, BackupReport};
     pub use crate::core::reports::failures::{FailureGroup, Failures};
-    pub use crate::core::reports::overview::{Activity, Overview, QueueOverview, ACTIVITY_MINUTES};
+    pub use crate::core::reports::overview::{Activity, Overview, QueueOverview};
     pub use crate::core::reports::prune::{PruneOptions, PruneReport};
     pub use crate::core::reports::stats::{
         Explanation, JobCounts, JobDetail, LedgerEntry, OutboxCounts, OutboxEntry, Stats,
@@ -347,11 +346,18 @@ pub mod admin {
     pub use crate::core::reports::verify::{Broken, Invariant, VerifyReport};
     pub use crate::core::reports::workflow::{Linked, Workflow};
     pub use crate::core::schedule::ScheduleRow;
-    pub use crate::core::time::{format_duration, format_millis};
     pub use crate::core::SCHEMA_VERSION;
-    pub use crate::queue::admin::WORKFLOW_LIMIT;
-    pub use crate::queue::any::is_postgres_url;
     pub use crate::queue::{Admin, AnyQueue};
+}
+
+/// Not part of the API: what the `litejob` command (a binary of this
+/// package, so it sees only public items) shares with the library. Any
+/// release may change it.
+#[doc(hidden)]
+pub mod __command {
+    pub use crate::core::attempt::MAX_ERROR_BYTES;
+    pub use crate::core::time::{format_duration, format_millis};
+    pub use crate::queue::any::is_postgres_url;
 }
 
 /// The README's Rust examples, compiled and run as doc tests.

@@ -52,7 +52,7 @@ struct CopyOut {
 
 /// `litejob copy --to URL|FILE`.
 pub fn copy(db: &Path, a: &CopyArgs, json: bool, out: &mut Out) -> CliResult {
-    let to_database = litejob::admin::is_postgres_url(&a.to);
+    let to_database = litejob::__command::is_postgres_url(&a.to);
     match (super::is_url(db), to_database) {
         (false, true) => file_to_database(db, a, json, out),
         (true, false) => database_to_file(db, a, json, out),

@@ -278,7 +278,7 @@ fn run(cli: &Cli) -> CliResult<i32> {
 
 /// Whether `--db` names a PostgreSQL database rather than a file.
 pub fn is_url(db: &Path) -> bool {
-    db.to_str().is_some_and(litejob::admin::is_postgres_url)
+    db.to_str().is_some_and(litejob::__command::is_postgres_url)
 }
 
 /// Opens `--db`: a file, or a PostgreSQL database (`postgres://…`).

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-pub(crate) use litejob::admin::{format_duration, format_millis};
+pub(crate) use litejob::__command::{format_duration, format_millis};
 
 /// Now, in ms since the epoch, as the library stores times.
 pub(crate) fn now_ms() -> i64 {

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use litejob::admin::{AnyQueue, Linked, Workflow, WORKFLOW_LIMIT};
+use litejob::admin::{AnyQueue, Linked, Workflow};
 use litejob::{Job, JobState};
 use serde::Serialize;
 
@@ -127,8 +127,9 @@ fn print_graph(w: &Workflow, columns: &[Vec<&Linked>], out: &mut Out) -> CliResu
     if w.truncated {
         out.line("")?;
         out.line(format!(
-            "truncated: the workflow has more than {WORKFLOW_LIMIT} jobs; these are the \
+            "truncated: the workflow has more than {} jobs; these are the \
              nearest to job {}",
+            Workflow::LIMIT,
             w.job_id
         ))?;
     }

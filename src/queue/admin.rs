@@ -49,9 +49,6 @@ impl std::fmt::Debug for Admin {
     }
 }
 
-/// Most jobs [`Admin::workflow`] reads around one job.
-pub const WORKFLOW_LIMIT: usize = 500;
-
 impl Admin {
     pub(crate) fn new(
         store: Arc<dyn Store>,
@@ -147,11 +144,11 @@ impl Admin {
 
     /// The workflow around the job of `key`: every job linked to it
     /// through dependencies, either way, transitively, with their states
-    /// and the edges between them (at most [`WORKFLOW_LIMIT`] jobs, the
+    /// and the edges between them (at most [`Workflow::LIMIT`] jobs, the
     /// nearest; `truncated` says when there were more). `None` when no job
     /// has the key (a job with no dependency is a workflow of one).
     pub fn workflow(&self, key: &str) -> Result<Option<Workflow>> {
-        self.store.workflow(key, WORKFLOW_LIMIT)
+        self.store.workflow(key, Workflow::LIMIT)
     }
 
     /// Everything known about one idempotency key: its deliveries, its job

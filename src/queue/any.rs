@@ -11,7 +11,7 @@ use crate::driver::reply::WriteFuture;
 use crate::error::Result;
 use crate::sqlite::Sqlite;
 
-use super::{Admin, Queue};
+use super::{Admin, Queue, WaitFuture};
 
 /// A queue on either engine, chosen at run time: a PostgreSQL URL
 /// (`postgres://` or `postgresql://`) opens `Queue<Postgres>`, anything
@@ -65,101 +65,44 @@ impl AnyQueue {
             opts,
         )?))
     }
+}
 
-    /// Which engine holds the queue.
-    pub fn engine(&self) -> EngineKind {
-        on_either!(self, q => q.engine())
-    }
+/// Writes each method as the one of [`Queue`] it forwards to, on whichever
+/// engine the queue is: one line per method, documented by a link to it.
+macro_rules! forward {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
+        impl AnyQueue {
+            $(
+                #[doc = concat!("[`Queue::", stringify!($name), "`].")]
+                pub fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                    on_either!(self, q => q.$name($($arg),*))
+                }
+            )*
+        }
+    };
+}
 
-    /// Where the queue is: the file's path, or the URL without its password.
-    pub fn location(&self) -> &str {
-        on_either!(self, q => q.location())
-    }
-
-    /// The options it was opened with.
-    pub fn options(&self) -> &QueueOptions {
-        on_either!(self, q => q.options())
-    }
-
-    /// True when the queue was opened read-only.
-    pub fn is_read_only(&self) -> bool {
-        on_either!(self, q => q.is_read_only())
-    }
-
-    /// The schema version the database holds.
-    pub fn schema_version(&self) -> Result<i64> {
-        on_either!(self, q => q.schema_version())
-    }
-
-    /// [`Queue::enqueue`].
-    pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
-        on_either!(self, q => q.enqueue(job))
-    }
-
-    /// [`Queue::enqueue_many`].
-    pub fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        on_either!(self, q => q.enqueue_many(jobs))
-    }
-
-    /// [`Queue::enqueue_async`].
-    pub fn enqueue_async(&self, job: NewJob) -> WriteFuture<Enqueued> {
-        on_either!(self, q => q.enqueue_async(job))
-    }
-
-    /// [`Queue::enqueue_many_async`].
-    pub fn enqueue_many_async(&self, jobs: Vec<NewJob>) -> WriteFuture<Vec<Enqueued>> {
-        on_either!(self, q => q.enqueue_many_async(jobs))
-    }
-
-    /// [`Queue::notify`].
-    pub fn notify(&self) {
-        on_either!(self, q => q.notify())
-    }
-
-    /// [`Queue::job`].
-    pub fn job(&self, id: i64) -> Result<Option<Job>> {
-        on_either!(self, q => q.job(id))
-    }
-
-    /// [`Queue::job_by_key`].
-    pub fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
-        on_either!(self, q => q.job_by_key(key))
-    }
-
-    /// [`Queue::wait`].
-    pub fn wait(&self, key: &str, timeout: std::time::Duration) -> Result<Option<Job>> {
-        on_either!(self, q => q.wait(key, timeout))
-    }
-
-    /// [`Queue::jobs`].
-    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        on_either!(self, q => q.jobs(filter))
-    }
-
-    /// [`Queue::attempts`].
-    pub fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
-        on_either!(self, q => q.attempts(job_id))
-    }
-
-    /// [`Queue::steps`].
-    pub fn steps(&self, job_id: i64) -> Result<Vec<crate::JobStep>> {
-        on_either!(self, q => q.steps(job_id))
-    }
-
-    /// [`Queue::outbox`].
-    pub fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
-        on_either!(self, q => q.outbox(state, limit))
-    }
-
-    /// [`Queue::outbox_for_job`].
-    pub fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
-        on_either!(self, q => q.outbox_for_job(job_id))
-    }
-
-    /// [`Queue::admin`].
-    pub fn admin(&self) -> Admin {
-        on_either!(self, q => q.admin())
-    }
+forward! {
+    fn engine(&self) -> EngineKind;
+    fn location(&self) -> &str;
+    fn options(&self) -> &QueueOptions;
+    fn is_read_only(&self) -> bool;
+    fn schema_version(&self) -> Result<i64>;
+    fn enqueue(&self, job: NewJob) -> Result<Enqueued>;
+    fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
+    fn enqueue_async(&self, job: NewJob) -> WriteFuture<Enqueued>;
+    fn enqueue_many_async(&self, jobs: Vec<NewJob>) -> WriteFuture<Vec<Enqueued>>;
+    fn notify(&self);
+    fn job(&self, id: i64) -> Result<Option<Job>>;
+    fn job_by_key(&self, key: &str) -> Result<Option<Job>>;
+    fn wait(&self, key: &str, timeout: std::time::Duration) -> Result<Option<Job>>;
+    fn wait_async(&self, key: &str, timeout: std::time::Duration) -> WaitFuture;
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
+    fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>>;
+    fn steps(&self, job_id: i64) -> Result<Vec<crate::JobStep>>;
+    fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>>;
+    fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>>;
+    fn admin(&self) -> Admin;
 }
 
 impl From<Queue<Sqlite>> for AnyQueue {

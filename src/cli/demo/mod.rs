@@ -99,7 +99,7 @@ struct Receipt {
 pub fn run(db: &Path, args: &DemoArgs, json: bool) -> Result<i32, Error> {
     let lease = check_args(args)?;
     let location = db.to_string_lossy().into_owned();
-    let on_postgres = litejob::admin::is_postgres_url(&location);
+    let on_postgres = litejob::__command::is_postgres_url(&location);
     let receipts = args.receipts.clone().unwrap_or_else(|| {
         if on_postgres {
             return PathBuf::from(PG_RECEIPTS);

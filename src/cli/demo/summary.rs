@@ -154,7 +154,7 @@ pub(super) fn print_summary(s: &Summary, args: &DemoArgs) {
         format!("runs beyond the first ({} failed sends)", s.failed_sends),
     );
     line("dead", s.dead, "jobs and receipts out of attempts".into());
-    let shell = if litejob::admin::is_postgres_url(&s.db) {
+    let shell = if litejob::__command::is_postgres_url(&s.db) {
         // The URL is shown without its password: put it back to run these.
         format!("psql '{}' -c", s.db)
     } else {

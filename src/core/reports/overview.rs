@@ -20,7 +20,7 @@ use crate::core::time::Millis;
 const MINUTE: Millis = 60_000;
 
 /// Minutes in [`Activity`].
-pub const ACTIVITY_MINUTES: usize = 60;
+pub(crate) const ACTIVITY_MINUTES: usize = 60;
 
 /// The most attempt rows [`Activity`] reads: past that (more than a
 /// million runs in the hour) the oldest minutes are left short, and

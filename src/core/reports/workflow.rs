@@ -38,6 +38,10 @@ pub struct Workflow {
 }
 
 impl Workflow {
+    /// The most jobs [`Admin::workflow`](crate::admin::Admin::workflow)
+    /// reads around one job; past it the graph is `truncated`.
+    pub const LIMIT: usize = 500;
+
     /// The jobs by column, left to right: a job with no dependency in the
     /// graph in column 0, any other one column right of its furthest
     /// dependency; each column by id.

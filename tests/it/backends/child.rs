@@ -277,7 +277,7 @@ fn work_child(queue: &AnyQueue, build: fn(&AnyQueue, &Files, Duration, usize) ->
 
 /// [`BUSY`] on the database at `location`.
 fn busy(location: &str) -> i64 {
-    if litejob::admin::is_postgres_url(location) {
+    if litejob::__command::is_postgres_url(location) {
         let mut c = litejob::pg::Client::connect(location, litejob::pg::NoTls).expect("connect");
         c.query_one(BUSY, &[]).expect("busy").get(0)
     } else {

@@ -47,7 +47,7 @@ it! {
         let _ = env_logger::builder()
             .parse_env(env_logger::Env::default().default_filter_or("litejob=warn"))
             .try_init();
-        let engine = if litejob::admin::is_postgres_url(&location) {
+        let engine = if litejob::__command::is_postgres_url(&location) {
             Engine::Postgres
         } else {
             Engine::Sqlite

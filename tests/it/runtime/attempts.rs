@@ -49,11 +49,11 @@ both! {
             let f = a.finished_at.unwrap();
             assert!(t0 <= a.started_at && a.started_at <= f && f <= t1);
             let e = a.error.as_deref().unwrap();
-            assert!(e.len() <= litejob::admin::MAX_ERROR_BYTES, "{}", e.len());
+            assert!(e.len() <= litejob::__command::MAX_ERROR_BYTES, "{}", e.len());
             assert!(e.starts_with("ééé"));
         }
         let j = queue.job(huge).unwrap().unwrap();
-        assert!(j.last_error.unwrap().len() <= litejob::admin::MAX_ERROR_BYTES);
+        assert!(j.last_error.unwrap().len() <= litejob::__command::MAX_ERROR_BYTES);
         let a = queue.attempts(fine).unwrap();
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].outcome, AttemptOutcome::Succeeded);

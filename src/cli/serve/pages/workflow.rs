@@ -3,7 +3,7 @@
 //! states, which of them a waiting job still waits for, and the jobs that
 //! depend on it. Nothing for a job outside any workflow.
 
-use litejob::admin::{Linked, Workflow, WORKFLOW_LIMIT};
+use litejob::admin::{Linked, Workflow};
 use litejob::{Job, JobState};
 
 use super::super::graph;
@@ -33,7 +33,7 @@ pub fn section<'a>(
             h.num(drawn)
                 .raw(" jobs drawn, the nearest to this one, of ");
             if w.truncated {
-                h.raw("more than ").num(WORKFLOW_LIMIT);
+                h.raw("more than ").num(Workflow::LIMIT);
             } else {
                 h.num(w.jobs.len());
             }
