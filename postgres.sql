@@ -150,8 +150,9 @@ CREATE TABLE IF NOT EXISTS attempts (
     started_at  bigint  NOT NULL,
     finished_at bigint,
     outcome     text    NOT NULL DEFAULT 'running'
+                CONSTRAINT attempts_outcome_check
                 CHECK (outcome IN ('running', 'succeeded', 'failed', 'panicked', 'duplicate',
-                                   'abandoned', 'released')),
+                                   'abandoned', 'released', 'snoozed')),
     error       text,
     CHECK ((job_id IS NULL) <> (outbox_id IS NULL)),
     CHECK ((outcome = 'running') = (finished_at IS NULL))

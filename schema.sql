@@ -132,7 +132,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     outcome     TEXT    NOT NULL DEFAULT 'running'
                 CHECK (outcome = 'running' OR outcome = 'succeeded' OR outcome = 'failed'
                        OR outcome = 'panicked' OR outcome = 'duplicate' OR outcome = 'abandoned'
-                       OR outcome = 'released'),
+                       OR outcome = 'released' OR outcome = 'snoozed'),
     error       TEXT,
     CHECK ((job_id IS NULL) <> (outbox_id IS NULL)),
     CHECK ((outcome = 'running') = (finished_at IS NULL))

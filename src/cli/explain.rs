@@ -268,6 +268,7 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
             AttemptOutcome::Panicked,
             AttemptOutcome::Abandoned,
             AttemptOutcome::Released,
+            AttemptOutcome::Snoozed,
             AttemptOutcome::Duplicate,
             AttemptOutcome::Succeeded,
             AttemptOutcome::Running,
@@ -281,6 +282,15 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
             .collect();
         format!("run {} ({})", times(n), breakdown.join(", "))
     };
+    let snoozed = attempts.last().map(|a| a.outcome) == Some(AttemptOutcome::Snoozed);
+    if job.state == JobState::Queued && snoozed {
+        let left = std::time::Duration::from_millis(job.run_at.saturating_sub(now).max(0) as u64);
+        s.push_str(&format!(
+            ", snoozed: runs again in {}",
+            format_duration(left)
+        ));
+        return s;
+    }
     let tail = match job.state {
         JobState::Succeeded if only_success => "",
         JobState::Succeeded if committed => ", work committed once",
@@ -412,6 +422,17 @@ mod tests {
         assert_eq!(
             outbox_phrase(&receipt(OutboxState::Dead, 2)),
             "send_receipt dead after 2 attempts, not sent"
+        );
+    }
+
+    #[test]
+    fn a_snoozed_job_says_when_it_runs_again() {
+        let mut later = job(JobState::Queued, 1);
+        later.run_at = 300_000;
+        let snoozed = attempt(AttemptOutcome::Snoozed);
+        assert_eq!(
+            summarize(Some(&later), &[snoozed.clone(), snoozed], None, &[], 0),
+            "1 event, delivered once, run twice (2 snoozed), snoozed: runs again in 5m"
         );
     }
 }

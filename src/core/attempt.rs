@@ -24,6 +24,9 @@ pub enum AttemptOutcome {
     Abandoned,
     /// Given back at shutdown without being charged.
     Released,
+    /// The handler asked to run again later (`Outcome::Snooze`): rolled
+    /// back, not charged.
+    Snoozed,
 }
 
 impl AttemptOutcome {
@@ -37,13 +40,14 @@ impl AttemptOutcome {
             AttemptOutcome::Duplicate => "duplicate",
             AttemptOutcome::Abandoned => "abandoned",
             AttemptOutcome::Released => "released",
+            AttemptOutcome::Snoozed => "snoozed",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<AttemptOutcome> {
         use AttemptOutcome::*;
         [
-            Running, Succeeded, Failed, Panicked, Duplicate, Abandoned, Released,
+            Running, Succeeded, Failed, Panicked, Duplicate, Abandoned, Released, Snoozed,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

@@ -30,9 +30,20 @@ pub enum Outcome {
     /// Roll the work back and stop: the job is `dead` with this reason, no
     /// retry.
     Discard(String),
+    /// Roll the work back and run the job again after this delay, without
+    /// using an attempt: for work that is not ready yet (a partner's API
+    /// asks to come back later, a file not yet uploaded). The run is
+    /// recorded `snoozed`. A job snoozes at most [`Outcome::MAX_SNOOZES`]
+    /// times: the snooze after that is charged as a failed attempt, so a
+    /// job that never gets ready ends by its retry rules.
+    Snooze(Duration),
 }
 
 impl Outcome {
+    /// How many times one job may snooze ([`Outcome::Snooze`]) before a
+    /// snooze counts as a failed attempt.
+    pub const MAX_SNOOZES: i64 = 100;
+
     /// The work is done, and this is its result: committed with the job
     /// (`jobs.output`, as JSON), read by [`Queue::wait`](crate::Queue::wait),
     /// a dependent's `tx.dependency_output(key)`, `litejob show` and the

@@ -32,6 +32,10 @@ pub(crate) enum Next {
     RetryAt(Millis),
     /// Dead now, whatever the attempts.
     Discard,
+    /// Queued again at `at`, the attempt given back (the handler snoozed):
+    /// the engine first asks [`snooze`] whether the job may; if not, it is
+    /// a failure retried at `or_retry_at`.
+    Snooze { at: Millis, or_retry_at: Millis },
 }
 
 /// What the handler returned (or how it panicked), run to completion.
@@ -81,7 +85,15 @@ pub(crate) fn judge(
                 "retry after {}: {msg}",
                 crate::core::time::format_duration(d)
             ),
-            Next::RetryAt(now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64)),
+            Next::RetryAt(later(now, d)),
+        ),
+        Ok(Ok(Outcome::Snooze(d))) => (
+            AttemptOutcome::Snoozed,
+            format!("snoozed for {}", crate::core::time::format_duration(d)),
+            Next::Snooze {
+                at: later(now, d),
+                or_retry_at: backoff_at,
+            },
         ),
         Ok(Ok(Outcome::Discard(msg))) => (
             AttemptOutcome::Failed,
@@ -100,6 +112,33 @@ pub(crate) fn judge(
         ),
     };
     Verdict::Failed(outcome, error, next)
+}
+
+/// `now` plus `d`, kept far from overflow.
+fn later(now: Millis, d: std::time::Duration) -> Millis {
+    now.saturating_add(d.as_millis().min(i64::MAX as u128 / 2) as i64)
+}
+
+/// Whether a snoozing run may give its attempt back: `snoozed` is how many
+/// runs of the job snoozed before this one. Past
+/// [`Outcome::MAX_SNOOZES`] the snooze is charged as a failed attempt
+/// (retried after the backoff, or dead when out of attempts), so a job
+/// that is never ready cannot hold the queue for ever.
+pub(crate) fn snooze(snoozed: i64, error: String, next: Next) -> (AttemptOutcome, String, Next) {
+    let Next::Snooze { or_retry_at, .. } = next else {
+        return (AttemptOutcome::Failed, error, next);
+    };
+    if snoozed < Outcome::MAX_SNOOZES {
+        return (AttemptOutcome::Snoozed, error, next);
+    }
+    (
+        AttemptOutcome::Failed,
+        format!(
+            "{error}, but it snoozed {snoozed} times, the most a job may: \
+             counted as a failed attempt"
+        ),
+        Next::RetryAt(or_retry_at),
+    )
 }
 
 /// What a run that stopped before its apply step records: a payload that
@@ -183,6 +222,32 @@ pub(crate) fn poison_message(abandoned: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snooze_gives_its_attempt_back_until_the_job_snoozed_the_most_it_may() {
+        let snoozing: HandlerResult = Ok(Ok(Outcome::Snooze(std::time::Duration::from_secs(60))));
+        let Verdict::Failed(outcome, error, next) = judge(snoozing, 1_000, 5_000, 10) else {
+            panic!("a snooze is not judged a failure to commit");
+        };
+        assert_eq!(
+            (outcome, error.as_str()),
+            (AttemptOutcome::Snoozed, "snoozed for 1m")
+        );
+        assert!(matches!(
+            next,
+            Next::Snooze {
+                at: 61_000,
+                or_retry_at: 5_000
+            }
+        ));
+        let (o, _, kept) = snooze(Outcome::MAX_SNOOZES - 1, error.clone(), next);
+        assert_eq!(o, AttemptOutcome::Snoozed);
+        assert!(matches!(kept, Next::Snooze { at: 61_000, .. }));
+        let (o, msg, next) = snooze(Outcome::MAX_SNOOZES, error, next);
+        assert_eq!(o, AttemptOutcome::Failed);
+        assert!(matches!(next, Next::RetryAt(5_000)));
+        assert!(msg.contains("snoozed 100 times"), "{msg}");
+    }
 
     #[test]
     fn an_expired_lease_requeues_until_the_abandoned_runs_make_a_poison_pill() {

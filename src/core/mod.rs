@@ -23,4 +23,4 @@ pub(crate) mod workflow;
 /// both engines: `PRAGMA user_version` in a file, the row of
 /// `litejob_schema` in PostgreSQL. An older one is migrated on open, a
 /// newer one refused untouched.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;

@@ -133,7 +133,8 @@ const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
 
 /// Every run's end in one statement: the job succeeded (done, or a
 /// duplicate), or failed and is requeued at its retry time or dead (out of
-/// attempts, or discarded); its attempt row records the outcome. Fenced on
+/// attempts, or discarded), or snoozed and is requeued with its attempt
+/// given back; its attempt row records the outcome. Fenced on
 /// the attempt like the rest. It also sets the transaction's
 /// `synchronous_commit` to the queue's (`$8`: on for FULL): the worker's
 /// session claims with it off — a claim lost to a server crash just runs
@@ -147,10 +148,15 @@ WITH ends AS (
 j AS (
     UPDATE jobs SET
         state = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN 'succeeded'
+                     WHEN e.outcome = 'snoozed' THEN 'queued'
                      WHEN e.discard OR jobs.attempts >= jobs.max_attempts THEN 'dead'
                      ELSE 'queued' END,
-        finished_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate') OR e.discard
-                                OR jobs.attempts >= jobs.max_attempts THEN $7::bigint END,
+        finished_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate')
+                                OR (e.outcome <> 'snoozed'
+                                    AND (e.discard OR jobs.attempts >= jobs.max_attempts))
+                           THEN $7::bigint END,
+        attempts = CASE WHEN e.outcome = 'snoozed' THEN greatest(jobs.attempts - 1, 0)
+                        ELSE jobs.attempts END,
         run_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN jobs.run_at
                       ELSE e.retry_at END,
         last_error = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN NULL ELSE e.error END,

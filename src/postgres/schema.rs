@@ -30,7 +30,17 @@ const MIGRATIONS: &[&[&str]] = &[
     &[PARTITIONS_V5_SQL, QUEUES_SQL],
     // 5 → 6: durable steps, as `postgres.sql` ends.
     &[STEPS_SQL],
+    // 6 → 7: a run may be recorded `snoozed`.
+    &[ATTEMPTS_V7_SQL],
 ];
+
+/// `attempts.outcome` as `postgres.sql` checks it from version 7.
+const ATTEMPTS_V7_SQL: &str = "-- version 7: the snoozed outcome.
+ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_outcome_check;
+ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check
+    CHECK (outcome IN ('running', 'succeeded', 'failed', 'panicked', 'duplicate',
+                       'abandoned', 'released', 'snoozed'));
+";
 
 /// The durable steps' table, the end of `postgres.sql`.
 const STEPS_SQL: &str = r#"-- job_steps: the durable steps of jobs (`ctx.step(name, ..)` in a prepare
@@ -298,8 +308,24 @@ mod tests {
     #[test]
     fn every_migration_step_has_a_version_and_reads_as_postgres_sql() {
         assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION - 1);
+        let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
         for step in MIGRATIONS {
             let last = step.last().unwrap();
+            if *last == ATTEMPTS_V7_SQL {
+                // Only a CHECK changes: it reads as postgres.sql's.
+                let check = last
+                    .split("ADD CONSTRAINT attempts_outcome_check")
+                    .nth(1)
+                    .unwrap()
+                    .trim()
+                    .trim_end_matches(';');
+                let table = squash(SCHEMA_SQL);
+                assert!(
+                    table.contains(&format!("CONSTRAINT attempts_outcome_check {}", squash(check))),
+                    "the outcome's CHECK differs from postgres.sql:\n{check}"
+                );
+                continue;
+            }
             assert!(
                 SCHEMA_SQL.contains(last),
                 "a step differs from postgres.sql:\n{last}"

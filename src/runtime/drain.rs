@@ -26,6 +26,9 @@ pub struct Drained {
     /// Runs that failed or panicked with attempts left: their job is
     /// queued again, due at its backoff (or `RetryAfter`) time.
     pub retried: usize,
+    /// Runs that snoozed (`Outcome::Snooze`): their job is queued again,
+    /// due after the snooze, its attempt given back.
+    pub snoozed: usize,
     /// Runs that failed or panicked on their last attempt: their job is
     /// `dead`.
     pub dead: usize,
@@ -47,6 +50,7 @@ impl Drained {
     fn run(&mut self, end: &RunEnd) {
         let n = match (end.state, end.outcome) {
             (_, crate::AttemptOutcome::Duplicate) => &mut self.duplicates,
+            (_, crate::AttemptOutcome::Snoozed) => &mut self.snoozed,
             (JobState::Succeeded, _) => &mut self.succeeded,
             (JobState::Queued, _) => &mut self.retried,
             (_, _) if end.discarded => &mut self.discarded,
@@ -59,6 +63,7 @@ impl Drained {
     pub fn total(&self) -> usize {
         self.succeeded
             + self.retried
+            + self.snoozed
             + self.dead
             + self.discarded
             + self.duplicates

@@ -99,20 +99,32 @@ pub(crate) fn fail(
         Within::WritersSavepoint => e,
         Within::SelfIsolated => abort(conn, e),
     };
+    // ?7: the handler snoozed, and may: the attempt is given back.
     const SQL: &str = "UPDATE jobs SET \
-         state = CASE WHEN ?3 OR attempts >= max_attempts THEN 'dead' ELSE 'queued' END, \
-         finished_at = CASE WHEN ?3 OR attempts >= max_attempts THEN ?6 ELSE NULL END, \
+         state = CASE WHEN ?7 THEN 'queued' WHEN ?3 OR attempts >= max_attempts THEN 'dead' \
+                      ELSE 'queued' END, \
+         finished_at = CASE WHEN NOT ?7 AND (?3 OR attempts >= max_attempts) THEN ?6 END, \
+         attempts = CASE WHEN ?7 THEN max(attempts - 1, 0) ELSE attempts END, \
          run_at = ?4, last_error = ?5, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
          WHERE id = ?1 AND current_attempt = ?2 AND state = 'running' RETURNING state";
-    let (discard, retry_at) = match next {
-        Next::RetryAt(at) => (false, at),
-        Next::Discard => (true, now),
+    let (outcome, error, next) = match next {
+        Next::Snooze { .. } => {
+            let snoozed = snoozes(conn, job_id).map_err(&half_done)?;
+            crate::core::lifecycle::snooze(snoozed, error.to_string(), next)
+        }
+        _ => (outcome, error.to_string(), next),
+    };
+    let error = error.as_str();
+    let (discard, retry_at, snoozed) = match next {
+        Next::RetryAt(at) => (false, at, false),
+        Next::Discard => (true, now, false),
+        Next::Snooze { at, .. } => (false, at, true),
     };
     let capped = crate::core::attempt::cap_error(error);
     let state: Option<String> = {
         let mut st = conn.prepare_cached(SQL)?;
         let mut rows = st.query(rusqlite::params![
-            job_id, attempt_id, discard, retry_at, capped, now
+            job_id, attempt_id, discard, retry_at, capped, now, snoozed
         ])?;
         match rows.next()? {
             Some(r) => Some(r.get(0)?),
@@ -137,6 +149,13 @@ pub(crate) fn fail(
         discarded: discard,
         unblocked: 0,
     })
+}
+
+/// How many runs of the job snoozed so far.
+fn snoozes(conn: &Connection, job_id: i64) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM attempts WHERE job_id = ?1 AND outcome = 'snoozed'")?
+        .query_row([job_id], |r| r.get(0))?)
 }
 
 /// Everything the apply step needs besides the connection.

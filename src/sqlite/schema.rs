@@ -59,6 +59,9 @@ FROM schedules;
     "-- partitions: see rebuild_controls",
     // 5 → 6: durable steps, as `schema.sql` ends.
     STEPS_SQL,
+    // 6 → 7: `attempts.outcome` may be 'snoozed' (a CHECK SQLite cannot
+    // alter): the table is rebuilt by `rebuild_table` before this.
+    "-- snoozed: see rebuild_table",
 ];
 
 /// The durable steps' table, the end of `schema.sql` (a test checks the
@@ -119,6 +122,10 @@ const JOBS_V3_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state,
 /// The columns of `jobs` in version 4.
 const JOBS_V4_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt, output";
 
+/// The columns of `attempts`, copied into the table of version 7.
+const ATTEMPTS_COLUMNS: &str =
+    "id, job_id, outbox_id, attempt, key, worker, started_at, finished_at, outcome, error";
+
 /// The text of `CREATE TABLE IF NOT EXISTS <table> (…);` in `schema.sql`.
 fn create_text(table: &str) -> Result<&'static str> {
     // (Searched for without its verb, which would make the SQL check take
@@ -158,19 +165,26 @@ fn rebuild_controls(tx: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// Rebuilds `jobs` as `schema.sql` defines it now (SQLite's way to change a
-/// CHECK): the old table renamed aside, the new one created from
-/// `schema.sql`'s own text (so a migrated file's schema reads as a new
-/// file's), every row copied, the old one dropped; the migration then
-/// creates its indexes and the views again. The AUTOINCREMENT counter is carried over, so an
-/// id is never reused. Runs inside the migration's transaction, with
-/// foreign keys off (dropping the old table would otherwise delete every
-/// attempt through their cascade) and the legacy rename (which leaves the
-/// other tables' references to `jobs` as they are, instead of pointing
-/// them at the renamed table).
+/// Rebuilds `jobs` as `schema.sql` defines it now: see [`rebuild_table`].
 fn rebuild_jobs(tx: &Connection, columns: &str) -> Result<()> {
-    let create = create_text("jobs")?;
-    let (old, old_seq) = ("jobs_old", "'jobs_old'");
+    rebuild_table(tx, "jobs", columns)
+}
+
+/// Rebuilds `table` (`jobs` or `attempts`, whose ids are AUTOINCREMENT) as
+/// `schema.sql` defines it now (SQLite's way to change a CHECK): the old
+/// table renamed aside, the new one created from `schema.sql`'s own text
+/// (so a migrated file's schema reads as a new file's), every row copied,
+/// the old one dropped; the migration then creates its indexes and the
+/// views again. The AUTOINCREMENT counter is carried over, so an id is
+/// never reused. Runs inside the migration's transaction, with foreign
+/// keys off (dropping the old `jobs` would otherwise delete every attempt
+/// through their cascade) and the legacy rename (which leaves the other
+/// tables' references to the table as they are, instead of pointing them
+/// at the renamed one).
+fn rebuild_table(tx: &Connection, table: &str, columns: &str) -> Result<()> {
+    let create = create_text(table)?;
+    let old = format!("{table}_old");
+    let old_seq = format!("'{old}'");
     let drop_views: String = VIEWS
         .iter()
         .map(|v| format!("DROP VIEW IF EXISTS {v};\n"))
@@ -178,15 +192,15 @@ fn rebuild_jobs(tx: &Connection, columns: &str) -> Result<()> {
     tx.pragma_update(None, "legacy_alter_table", "ON")?;
     let rebuilt = tx.execute_batch(&format!(
         "{drop_views}\
-         ALTER TABLE jobs RENAME TO {old};\n\
+         ALTER TABLE {table} RENAME TO {old};\n\
          {create}\n\
-         INSERT INTO jobs ({columns}) SELECT {columns} FROM {old};\n\
+         INSERT INTO {table} ({columns}) SELECT {columns} FROM {old};\n\
          CREATE TEMP TABLE litejob_seq AS SELECT seq FROM sqlite_sequence WHERE name = {old_seq};\n\
          DROP TABLE {old};\n\
-         DELETE FROM sqlite_sequence WHERE name = 'jobs';\n\
+         DELETE FROM sqlite_sequence WHERE name = '{table}';\n\
          INSERT INTO sqlite_sequence (name, seq) \
-           SELECT 'jobs', max(coalesce((SELECT seq FROM temp.litejob_seq), 0), \
-                              coalesce((SELECT max(id) FROM jobs), 0));\n\
+           SELECT '{table}', max(coalesce((SELECT seq FROM temp.litejob_seq), 0), \
+                              coalesce((SELECT max(id) FROM {table}), 0));\n\
          DROP TABLE temp.litejob_seq;\n"
     ));
     tx.pragma_update(None, "legacy_alter_table", "OFF")?;
@@ -196,7 +210,7 @@ fn rebuild_jobs(tx: &Connection, columns: &str) -> Result<()> {
     })?;
     if broken > 0 {
         return Err(Error::Internal(format!(
-            "migrating jobs left {broken} rows whose reference is broken; \
+            "migrating {table} left {broken} rows whose reference is broken; \
              nothing was changed"
         )));
     }
@@ -310,6 +324,9 @@ fn migrate_in_tx(conn: &mut Connection) -> Result<i64> {
                     rebuild_jobs(&tx, JOBS_V4_COLUMNS)?;
                 }
                 rebuild_controls(&tx)?;
+            }
+            if to == 7 {
+                rebuild_table(&tx, "attempts", ATTEMPTS_COLUMNS)?;
             }
             tx.execute_batch(step)?;
         }

@@ -20,6 +20,7 @@ mod outcomes;
 mod prepare;
 mod retention;
 mod shutdown;
+mod snooze;
 mod steps;
 mod wakeup;
 mod workflows;

@@ -117,7 +117,7 @@ pub(crate) enum Runs {
 }
 
 /// Every attempt outcome, in the order the metrics list them.
-pub(crate) const OUTCOMES: [AttemptOutcome; 7] = [
+pub(crate) const OUTCOMES: [AttemptOutcome; 8] = [
     AttemptOutcome::Running,
     AttemptOutcome::Succeeded,
     AttemptOutcome::Failed,
@@ -125,4 +125,5 @@ pub(crate) const OUTCOMES: [AttemptOutcome; 7] = [
     AttemptOutcome::Duplicate,
     AttemptOutcome::Abandoned,
     AttemptOutcome::Released,
+    AttemptOutcome::Snoozed,
 ];

@@ -13,7 +13,7 @@ use crate::core::attempt::{cap_error, AttemptOutcome};
 use crate::core::handler::{JobContext, PrepareStop, Prepared};
 use crate::core::job::JobState;
 use crate::core::lifecycle::RunEnd;
-use crate::core::lifecycle::{judge, Next, Verdict};
+use crate::core::lifecycle::{self, judge, Next, Verdict};
 use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
 use crate::driver::run::Savepoint;
@@ -26,6 +26,7 @@ use crate::fault;
 use crate::postgres::run::{self, End, Started, Statements};
 use crate::postgres::tx::{PgJobTx, RELEASE_RUN, ROLLBACK_RUN};
 use crate::postgres::Postgres;
+use postgres::types::Type;
 
 use crate::core::lifecycle::{
     failure, released_after_failed_write, DUPLICATE_RUN, RELEASED_AT_SHUTDOWN,
@@ -344,8 +345,21 @@ fn apply_one(
         tx.batch_execute(&format!("{ROLLBACK_RUN}; {RELEASE_RUN}"))
             .map_err(crate::postgres::conn::read_err)?;
     }
+    let (outcome, msg, next) = match next {
+        Next::Snooze { .. } => {
+            let snoozed: i64 = tx
+                .query_typed_one(SNOOZES, &[(&r.ctx.id, Type::INT8)])
+                .map_err(crate::postgres::conn::read_err)?
+                .get(0);
+            lifecycle::snooze(snoozed, msg, next)
+        }
+        _ => (outcome, msg, next),
+    };
     Ok((failed(outcome, msg, next), None))
 }
+
+/// How many runs of a job snoozed so far (asked only when one snoozes).
+const SNOOZES: &str = "SELECT count(*) FROM attempts WHERE job_id = $1 AND outcome = 'snoozed'";
 
 /// The queue's limits a handler's run is held to.
 #[derive(Clone, Copy)]
@@ -359,7 +373,7 @@ struct Limits {
 /// commit finds it out of attempts.
 fn failed(outcome: AttemptOutcome, msg: String, next: Next) -> RunEnd {
     let (state, retry_at) = match next {
-        Next::RetryAt(at) => (JobState::Queued, Some(at)),
+        Next::RetryAt(at) | Next::Snooze { at, .. } => (JobState::Queued, Some(at)),
         Next::Discard => (JobState::Dead, None),
     };
     RunEnd {

@@ -1,4 +1,4 @@
-//! A queue as the previous version left it (schema 3, before workflows)
+//! A queue as an older version left it (schema 3, before workflows)
 //! is migrated when opened: every job, attempt and outbox row is kept
 //! with its id, ids are never reused, and the new state, column and table
 //! work on it.
@@ -36,7 +36,7 @@ both! {
         }
         let queue = q.open();
         assert_eq!(queue.schema_version().unwrap(), litejob::admin::SCHEMA_VERSION);
-        assert_eq!(litejob::admin::SCHEMA_VERSION, 6);
+        assert_eq!(litejob::admin::SCHEMA_VERSION, 7);
         let old = queue.job_by_key("from-v3").unwrap().unwrap();
         assert_eq!((old.id, old.state, old.output), (5, JobState::Queued, None));
         assert_eq!(queue.attempts(5).unwrap().len(), 1, "attempts survive the rebuild");
@@ -52,5 +52,16 @@ both! {
         assert_eq!(q.count("SELECT count(*) FROM job_overview"), 2, "the views read the new table");
         // Version 6: the durable steps' table, empty.
         assert_eq!(q.count("SELECT count(*) FROM job_steps"), 0);
+        // Version 7: a run may be recorded snoozed; attempt ids go on
+        // from the old ones.
+        q.exec(
+            "INSERT INTO attempts (job_id, attempt, key, worker, started_at, finished_at, outcome) \
+             VALUES (5, 1, 'from-v3', 'w', 2, 3, 'snoozed')",
+        );
+        assert_eq!(
+            q.strings("SELECT outcome FROM attempts WHERE job_id = 5 ORDER BY id"),
+            ["failed", "snoozed"]
+        );
+        assert!(q.count("SELECT min(id) FROM attempts WHERE outcome = 'snoozed'") > 1);
     }
 }
