@@ -262,7 +262,9 @@
 //!   that embeds the library sets `default-features = false` and gets none
 //!   of them.
 //! - `postgres`: the PostgreSQL engine (the `postgres` and `r2d2_postgres`
-//!   crates).
+//!   crates, and `native-tls` for the URL's `sslmode`: it links the
+//!   system's OpenSSL, so building needs its headers, `libssl-dev` on
+//!   Debian).
 //! - `fault-injection`: named crash points (`LITEJOB_FAULT`) for crash tests.
 //!   Off, the library never aborts the process and never writes to stderr.
 mod core;

@@ -341,6 +341,8 @@ pub(crate) struct Session {
     types: Types,
     /// Whether the server can be reached, shared by every clone.
     pub(crate) reach: Arc<super::reach::Reach>,
+    /// The URL's TLS (`sslmode`): none when it is disabled.
+    pub(crate) tls: Option<postgres_native_tls::MakeTlsConnector>,
 }
 
 /// `value` as an SQL string literal.
@@ -358,6 +360,7 @@ impl Session {
             pooled: false,
             types: Types::default(),
             reach: Arc::default(),
+            tls: None,
         }
     }
 
@@ -457,7 +460,11 @@ impl Session {
             super::reach::Admit::Try => {}
             super::reach::Admit::Refused(e) => return Err(e),
         }
-        let client = match self.config.connect(NoTls) {
+        let connected = match &self.tls {
+            Some(tls) => self.config.connect(tls.clone()),
+            None => self.config.connect(NoTls),
+        };
+        let client = match connected {
             Ok(c) => c,
             Err(e) => {
                 let text = with_causes(&e);

@@ -123,6 +123,14 @@ pub(crate) fn connect_err(e: postgres::Error) -> Error {
         Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
             Error::Open(format!("no such database on the server: {msg}"))
         }
+        // A certificate refused, or no TLS where the URL's sslmode needs
+        // it: trying again would meet the same.
+        None if msg.starts_with("error performing TLS handshake") && !is_connection_error(&e) => {
+            Error::Open(format!(
+                "TLS with the server failed (see sslmode and sslrootcert in the URL): {}",
+                with_causes(&e)
+            ))
+        }
         _ if is_connection_error(&e) || e.code().is_none() => Error::Connection(format!(
             "cannot reach the database server: {}",
             with_causes(&e)

@@ -48,6 +48,7 @@ pub(crate) mod steps;
 pub(crate) mod stmt;
 pub(crate) mod store;
 pub(crate) mod tally;
+pub(crate) mod tls;
 pub(crate) mod tx;
 pub(crate) mod verify;
 pub(crate) mod workflow;

@@ -321,7 +321,10 @@ mod tests {
                     .trim_end_matches(';');
                 let table = squash(SCHEMA_SQL);
                 assert!(
-                    table.contains(&format!("CONSTRAINT attempts_outcome_check {}", squash(check))),
+                    table.contains(&format!(
+                        "CONSTRAINT attempts_outcome_check {}",
+                        squash(check)
+                    )),
                     "the outcome's CHECK differs from postgres.sql:\n{check}"
                 );
                 continue;

@@ -201,7 +201,8 @@ const CONNECTION_TRIES: usize = 3;
 /// the client's settings from the URL, then `settings` and the lock
 /// timeout.
 fn session(url: &str, opts: &QueueOptions, settings: &[(&'static str, &str)]) -> Result<Session> {
-    let mut config: postgres::Config = url.parse().map_err(|e| {
+    let tls = super::tls::from_url(url)?;
+    let mut config: postgres::Config = tls.url.parse().map_err(|e| {
         Error::invalid(format!(
             "not a PostgreSQL URL ({e}): expected postgres://user:password@host:port/database"
         ))
@@ -210,7 +211,9 @@ fn session(url: &str, opts: &QueueOptions, settings: &[(&'static str, &str)]) ->
         config.application_name("litejob");
     }
     config.connect_timeout(opts.busy_timeout.min(Duration::from_secs(10)));
+    config.ssl_mode(tls.ssl_mode());
     let mut session = Session::new(config, conn::redact(url));
+    session.tls = tls.connector;
     for (name, value) in settings {
         session.set(name, *value);
     }

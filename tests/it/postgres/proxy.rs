@@ -11,9 +11,10 @@
 //! Both streams are read as PostgreSQL frames (a type byte and a
 //! big-endian length that counts itself): a NotificationResponse is type
 //! `A`, a row `D`, the end of an answer `Z`; a request's SQL is in its
-//! `Q` (simple query) or `P` (parse, named, then bound with `B`). The
-//! client does not ask for TLS (litejob connects with `NoTls`), so after
-//! the client's startup packet both streams are frames.
+//! `Q` (simple query) or `P` (parse, named, then bound with `B`). A
+//! client's request for TLS (litejob's default `sslmode=prefer` asks) is
+//! answered `N` by the proxy itself, as a proxy without TLS would, so after
+//! the client's startup packet both streams are frames in the clear.
 
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -198,11 +199,22 @@ fn pump_requests(from: TcpStream, mut to: TcpStream, s: &State, armed: &AtomicBo
     let mut parsed: std::collections::HashMap<String, String> = Default::default();
     let mut frame = Vec::with_capacity(8192);
     let mut len = [0u8; 4];
-    let startup_ok = r.read_exact(&mut len).is_ok() && {
+    // The SSLRequest: a length of 8 and the code 80877103.
+    const SSL_REQUEST: [u8; 4] = 80_877_103u32.to_be_bytes();
+    let mut startup = || {
+        if r.read_exact(&mut len).is_err() {
+            return None;
+        }
         let n = u32::from_be_bytes(len) as usize;
         let mut rest = vec![0u8; n.saturating_sub(4)];
-        r.read_exact(&mut rest).is_ok() && to.write_all(&len).is_ok() && to.write_all(&rest).is_ok()
+        r.read_exact(&mut rest).ok().map(|()| rest)
     };
+    let mut first = startup();
+    if first.as_deref() == Some(&SSL_REQUEST[..]) && (&from).write_all(b"N").is_ok() {
+        first = startup();
+    }
+    let startup_ok = first
+        .is_some_and(|rest| to.write_all(&len).is_ok() && to.write_all(&rest).is_ok());
     while startup_ok && read_frame(&mut r, &mut frame) {
         let body = &frame[5..];
         let sql = match frame[0] {

@@ -255,6 +255,35 @@ fn initdb(tools: &Tools, dir: &Path) -> Result<(), String> {
     run(initdb, "initdb")
 }
 
+/// A throwaway cluster that speaks TLS (`ssl=on`) with the certificate
+/// and key in `cert` and `key` (PEM), copied into its directory for the
+/// server's user.
+pub fn start_with_tls(cert: &Path, key: &Path) -> Result<Cluster, String> {
+    let (cert, key) = (cert.to_path_buf(), key.to_path_buf());
+    start_made("", |tools, dir| {
+        initdb(tools, dir)?;
+        for (from, to) in [(&cert, "server.crt"), (&key, "server.key")] {
+            let at = dir.join("data").join(to);
+            std::fs::copy(from, &at).map_err(|e| format!("copy {}: {e}", from.display()))?;
+            std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| format!("chmod {}: {e}", at.display()))?;
+            if let Some((name, uid, gid)) = &tools.user {
+                std::os::unix::fs::chown(&at, Some(*uid), Some(*gid))
+                    .map_err(|e| format!("chown {} to {name}: {e}", at.display()))?;
+            }
+        }
+        // Read at the server's start: ssl_cert_file and ssl_key_file
+        // default to these names in the data directory.
+        let conf = dir.join("data/postgresql.auto.conf");
+        std::fs::write(&conf, "ssl = on\n").map_err(|e| format!("{}: {e}", conf.display()))?;
+        if let Some((name, uid, gid)) = &tools.user {
+            std::os::unix::fs::chown(&conf, Some(*uid), Some(*gid))
+                .map_err(|e| format!("chown {} to {name}: {e}", conf.display()))?;
+        }
+        Ok(())
+    })
+}
+
 /// A throwaway cluster whose data directory (`<dir>/data`) `make` writes,
 /// started with `settings` besides the usual ones; the directory `dir`
 /// belongs to the server's user.
