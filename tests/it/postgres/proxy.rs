@@ -213,8 +213,8 @@ fn pump_requests(from: TcpStream, mut to: TcpStream, s: &State, armed: &AtomicBo
     if first.as_deref() == Some(&SSL_REQUEST[..]) && (&from).write_all(b"N").is_ok() {
         first = startup();
     }
-    let startup_ok = first
-        .is_some_and(|rest| to.write_all(&len).is_ok() && to.write_all(&rest).is_ok());
+    let startup_ok =
+        first.is_some_and(|rest| to.write_all(&len).is_ok() && to.write_all(&rest).is_ok());
     while startup_ok && read_frame(&mut r, &mut frame) {
         let body = &frame[5..];
         let sql = match frame[0] {
