@@ -111,14 +111,7 @@ fn open(url: &str) -> litejob::Result<Queue<Postgres>> {
 }
 
 fn litejob(db: &str, args: &[&str]) -> Output {
-    Command::new(crate::support::bin())
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("LITEJOB_DB")
-        .env_remove("LITEJOB_FAULT")
-        .output()
-        .expect("run litejob")
+    crate::support::litejob(Path::new(db), args)
 }
 
 /// The connections of `database` as (encrypted, not encrypted).
