@@ -44,6 +44,7 @@ pub(crate) mod reads;
 pub(crate) mod run;
 pub(crate) mod schedules;
 pub(crate) mod schema;
+pub(crate) mod session;
 pub(crate) mod steps;
 pub(crate) mod stmt;
 pub(crate) mod store;

@@ -36,7 +36,7 @@ impl r2d2::ManageConnection for Manager {
 }
 
 /// A connection the pool could not open. r2d2 keeps only the text of the
-/// last failure, so that text carries the causes ([`with_causes`]).
+/// last failure, so that text carries the causes ([`with_causes`](super::errors::with_causes)).
 #[derive(Debug)]
 pub(crate) struct PoolConnectError(Error);
 
