@@ -34,20 +34,14 @@ pub struct CopyArgs {
     pub to: String,
 }
 
-/// What `litejob copy --json` prints.
+/// What `litejob copy --json` prints: where from and to, then the rows of
+/// each table.
 #[derive(Serialize)]
-struct CopyOut {
-    from: String,
-    to: String,
-    jobs: u64,
-    processed_jobs: u64,
-    outbox: u64,
-    attempts: u64,
-    schedules: u64,
-    queues: u64,
-    queue_starts: u64,
-    job_dependencies: u64,
-    job_steps: u64,
+struct CopyOut<'a> {
+    from: &'a str,
+    to: &'a str,
+    #[serde(flatten)]
+    rows: &'a CopyReport,
 }
 
 /// `litejob copy --to URL|FILE`.
@@ -128,19 +122,7 @@ fn report(
     out: &mut Out,
 ) -> CliResult {
     if json {
-        return out.json(&CopyOut {
-            from: from.to_string(),
-            to: to.to_string(),
-            jobs: r.jobs,
-            processed_jobs: r.processed_jobs,
-            outbox: r.outbox,
-            attempts: r.attempts,
-            schedules: r.schedules,
-            queues: r.queues,
-            queue_starts: r.queue_starts,
-            job_dependencies: r.job_dependencies,
-            job_steps: r.job_steps,
-        });
+        return out.json(&CopyOut { from, to, rows: r });
     }
     out.line(format!(
         "copied {from} to {to} in {:.1} s: {} jobs, {} ledger rows, {} outbox rows, {} attempts, \

@@ -1,87 +1,63 @@
 //! The PostgreSQL side of a copy from a queue file: one transaction on a
-//! connection of its own that locks the queue's tables, refuses a
+//! connection of its own that locks the copied tables, refuses a
 //! database already holding any litejob row, inserts the file's rows in
-//! batches (one statement per batch, the columns passed as arrays), sets
-//! the id sequences past every id the file ever gave out, and commits —
-//! all of it or nothing. Writes `jobs` (outputs and partitions included),
-//! `processed_jobs`, `outbox`, `attempts`, `schedules`, `queues`,
-//! `queue_starts`, `job_dependencies` and `job_steps` (rows as the file holds them, ids
-//! kept). The sending side of a copy into a file is
-//! `export` ([`PgStore::export`]).
+//! batches (one statement per batch, the columns passed as arrays, built
+//! from each table's description, `driver::copy::TABLES`), sets the id
+//! sequences past every id the file ever gave out, and commits — all of
+//! it or nothing. Writes `jobs` (outputs and partitions included, and
+//! `has_dependents` from the workflow edges), `processed_jobs`, `outbox`,
+//! `attempts`, `schedules`, `queues`, `queue_starts`, `job_dependencies`
+//! and `job_steps` (rows as the file holds them, ids kept). The sending
+//! side of a copy into a file is `export` ([`PgStore::export`]).
 
+use postgres::types::ToSql;
 use postgres::Transaction;
 
 use super::conn::{read_err, write_err, Col, PgConn};
 use super::store::PgStore;
-use crate::core::copy::{
-    AttemptRows, DependencyRows, JobRows, LastIds, LedgerRows, OutboxRows, QueueRows,
-    QueueStartRows, ScheduleRows, StepRows, NON_EMPTY, TABLES,
+use crate::driver::copy::{
+    non_empty_sql, refuse_non_empty, with_values, Batch, CopySink, LastIds, Table, Ty, TABLES,
 };
-use crate::driver::copy::CopySink;
 use crate::error::{Error, Result};
 
 mod export;
 
+/// The array type a column's values are passed as.
+fn array_type(ty: Ty) -> &'static str {
+    match ty {
+        Ty::Int | Ty::OptInt => "bigint[]",
+        Ty::Text | Ty::OptText => "text[]",
+        Ty::Bool => "boolean[]",
+    }
+}
+
+/// The statement that inserts a batch of `table`'s rows, each column
+/// passed as one array. A workflow edge also marks the job it depends on
+/// (`has_dependents`): only a marked job's end looks for dependents.
+pub(crate) fn insert_sql(table: &Table) -> String {
+    let arrays: Vec<String> = (table.columns.iter().enumerate())
+        .map(|(i, c)| format!("${}::{}", i + 1, array_type(c.ty)))
+        .collect();
+    let insert = format!(
+        "INSERT INTO {} ({}) SELECT * FROM unnest({})",
+        table.name,
+        table.column_list(),
+        arrays.join(", ")
+    );
+    if table.name != "job_dependencies" {
+        return insert;
+    }
+    format!(
+        "WITH e AS ({insert} RETURNING depends_on)          UPDATE jobs SET has_dependents = true WHERE id IN (SELECT depends_on FROM e)"
+    )
+}
+
 /// Taken first: concurrent copies (or a producer) into the same database
 /// wait for this one instead of interleaving with it; readers go on.
-const LOCK_TABLES: &str = "LOCK TABLE jobs, processed_jobs, outbox, attempts, schedules, \
-     queues, queue_starts, job_dependencies, job_steps IN EXCLUSIVE MODE";
-
-const INSERT_JOBS: &str = "\
-INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
-    max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt, output, partition_key)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
-    $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
-    $19::text[], $20::text[])";
-
-const INSERT_LEDGER: &str = "\
-INSERT INTO processed_jobs (key, completed_at, job_id)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])";
-
-const INSERT_OUTBOX: &str = "\
-INSERT INTO outbox (id, key, kind, payload, state, attempts, max_attempts, job_id, next_attempt_at,
-    last_error, created_at, sent_at, lease_owner, lease_expires_at, current_attempt)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-    $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
-    $13::text[], $14::bigint[], $15::bigint[])";
-
-const INSERT_ATTEMPTS: &str = "\
-INSERT INTO attempts (id, job_id, outbox_id, attempt, key, worker, started_at, finished_at,
-    outcome, error)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
-    $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[])";
-
-const INSERT_SCHEDULES: &str = "\
-INSERT INTO schedules (name, cron, tz, kind, payload, queue, priority, max_retries, catch_up,
-    catch_up_window_ms, last_slot_at, next_slot_at, created_at, updated_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-    $7::bigint[], $8::bigint[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[],
-    $13::bigint[], $14::bigint[])";
-
-const INSERT_QUEUES: &str = "\
-INSERT INTO queues (name, paused, concurrency, rate_limit, rate_window_ms, updated_at,
-    partition_concurrency, partition_rate_limit, partition_rate_window_ms)
-SELECT * FROM unnest($1::text[], $2::boolean[], $3::bigint[], $4::bigint[], $5::bigint[],
-    $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])";
-
-const INSERT_QUEUE_STARTS: &str = "\
-INSERT INTO queue_starts (queue, started_at, partition_key)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])";
-
-const INSERT_DEPENDENCIES: &str = "\
-WITH e AS (
-    INSERT INTO job_dependencies (job_id, depends_on)
-    SELECT * FROM unnest($1::bigint[], $2::bigint[])
-    RETURNING depends_on
-)
-UPDATE jobs SET has_dependents = true WHERE id IN (SELECT depends_on FROM e)";
-
-const INSERT_STEPS: &str = "\
-INSERT INTO job_steps (job_id, name, attempt, output, started_at, finished_at, reused_in)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::bigint[],
-    $6::bigint[], $7::text[])";
+fn lock_tables() -> String {
+    let names: Vec<&str> = TABLES.iter().map(|t| t.name).collect();
+    format!("LOCK TABLE {} IN EXCLUSIVE MODE", names.join(", "))
+}
 
 /// Moves the identity sequence of table `$1` to `$2` (the highest id the
 /// file ever gave out), unless it is already past it: a new row never
@@ -98,13 +74,13 @@ pub(crate) struct CopyTx<'a, 't> {
     location: &'a str,
 }
 
-impl CopyTx<'_, '_> {
-    fn insert(
-        &mut self,
-        table: &str,
-        sql: &'static str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<()> {
+impl CopySink for CopyTx<'_, '_> {
+    /// Inserts a batch in one statement, each column one array parameter.
+    fn rows(&mut self, batch: &Batch) -> Result<()> {
+        let table = batch.table.name;
+        let params: Vec<&(dyn ToSql + Sync)> = (batch.columns.iter())
+            .map(|v| with_values!(v, v => v as &(dyn ToSql + Sync)))
+            .collect();
         let at = |e: postgres::Error| match write_err(e) {
             Error::InvalidInput(m) => Error::InvalidInput(format!(
                 "a row of {table} cannot be stored in {}: {m}",
@@ -112,172 +88,10 @@ impl CopyTx<'_, '_> {
             )),
             other => other,
         };
-        self.tx.execute(sql, params).map_err(at)?;
+        self.tx
+            .execute(insert_sql(batch.table).as_str(), &params)
+            .map_err(at)?;
         Ok(())
-    }
-}
-
-impl CopySink for CopyTx<'_, '_> {
-    /// Inserts a batch of jobs.
-    fn jobs(&mut self, r: &JobRows) -> Result<()> {
-        self.insert(
-            "jobs",
-            INSERT_JOBS,
-            &[
-                &r.id,
-                &r.queue,
-                &r.kind,
-                &r.key,
-                &r.payload,
-                &r.state,
-                &r.priority,
-                &r.run_at,
-                &r.attempts,
-                &r.max_attempts,
-                &r.abandoned,
-                &r.deliveries,
-                &r.last_error,
-                &r.created_at,
-                &r.finished_at,
-                &r.lease_owner,
-                &r.lease_expires_at,
-                &r.current_attempt,
-                &r.output,
-                &r.partition_key,
-            ],
-        )
-    }
-
-    /// Inserts a batch of ledger rows.
-    fn ledger(&mut self, r: &LedgerRows) -> Result<()> {
-        self.insert(
-            "processed_jobs",
-            INSERT_LEDGER,
-            &[&r.key, &r.completed_at, &r.job_id],
-        )
-    }
-
-    /// Inserts a batch of outbox rows.
-    fn outbox(&mut self, r: &OutboxRows) -> Result<()> {
-        self.insert(
-            "outbox",
-            INSERT_OUTBOX,
-            &[
-                &r.id,
-                &r.key,
-                &r.kind,
-                &r.payload,
-                &r.state,
-                &r.attempts,
-                &r.max_attempts,
-                &r.job_id,
-                &r.next_attempt_at,
-                &r.last_error,
-                &r.created_at,
-                &r.sent_at,
-                &r.lease_owner,
-                &r.lease_expires_at,
-                &r.current_attempt,
-            ],
-        )
-    }
-
-    /// Inserts a batch of attempts.
-    fn attempts(&mut self, r: &AttemptRows) -> Result<()> {
-        self.insert(
-            "attempts",
-            INSERT_ATTEMPTS,
-            &[
-                &r.id,
-                &r.job_id,
-                &r.outbox_id,
-                &r.attempt,
-                &r.key,
-                &r.worker,
-                &r.started_at,
-                &r.finished_at,
-                &r.outcome,
-                &r.error,
-            ],
-        )
-    }
-
-    /// Inserts a batch of schedules.
-    fn schedules(&mut self, r: &ScheduleRows) -> Result<()> {
-        self.insert(
-            "schedules",
-            INSERT_SCHEDULES,
-            &[
-                &r.name,
-                &r.cron,
-                &r.tz,
-                &r.kind,
-                &r.payload,
-                &r.queue,
-                &r.priority,
-                &r.max_retries,
-                &r.catch_up,
-                &r.catch_up_window_ms,
-                &r.last_slot_at,
-                &r.next_slot_at,
-                &r.created_at,
-                &r.updated_at,
-            ],
-        )
-    }
-
-    /// Inserts a batch of queue controls.
-    fn queues(&mut self, r: &QueueRows) -> Result<()> {
-        self.insert(
-            "queues",
-            INSERT_QUEUES,
-            &[
-                &r.name,
-                &r.paused,
-                &r.concurrency,
-                &r.rate_limit,
-                &r.rate_window_ms,
-                &r.updated_at,
-                &r.partition_concurrency,
-                &r.partition_rate_limit,
-                &r.partition_rate_window_ms,
-            ],
-        )
-    }
-
-    /// Inserts a batch of a rate's starts.
-    fn queue_starts(&mut self, r: &QueueStartRows) -> Result<()> {
-        self.insert(
-            "queue_starts",
-            INSERT_QUEUE_STARTS,
-            &[&r.queue, &r.started_at, &r.partition_key],
-        )
-    }
-
-    /// Inserts a batch of workflow edges.
-    fn dependencies(&mut self, r: &DependencyRows) -> Result<()> {
-        self.insert(
-            "job_dependencies",
-            INSERT_DEPENDENCIES,
-            &[&r.job_id, &r.depends_on],
-        )
-    }
-
-    /// Inserts a batch of steps' results.
-    fn steps(&mut self, r: &StepRows) -> Result<()> {
-        self.insert(
-            "job_steps",
-            INSERT_STEPS,
-            &[
-                &r.job_id,
-                &r.name,
-                &r.attempt,
-                &r.output,
-                &r.started_at,
-                &r.finished_at,
-                &r.reused_in,
-            ],
-        )
     }
 }
 
@@ -292,32 +106,20 @@ impl PgStore {
     ) -> Result<R> {
         let mut conn: PgConn = self.session.connect()?;
         let mut tx = conn.begin().map_err(read_err)?;
-        tx.batch_execute(LOCK_TABLES).map_err(read_err)?;
-        let row = tx.query_one(NON_EMPTY, &[]).map_err(read_err)?;
-        let mut full: Vec<&str> = Vec::new();
-        for (i, t) in TABLES.iter().enumerate() {
-            if row.col::<bool>(i)? {
-                full.push(t);
-            }
-        }
-        if !full.is_empty() {
-            return Err(Error::NotEmpty(format!(
-                "{} already holds litejob rows (in {}): a queue is copied only into a \
-                 database without any; nothing was written",
-                self.location,
-                full.join(", ")
-            )));
-        }
+        tx.batch_execute(&lock_tables()).map_err(read_err)?;
+        let row = tx
+            .query_one(non_empty_sql().as_str(), &[])
+            .map_err(read_err)?;
+        let flags = (0..TABLES.len())
+            .map(|i| row.col::<bool>(i))
+            .collect::<Result<Vec<bool>>>()?;
+        refuse_non_empty(&self.location, "database", &flags)?;
         let mut c = CopyTx {
             tx: &mut tx,
             location: &self.location,
         };
         let (r, last) = fill(&mut c)?;
-        for (table, id) in [
-            ("jobs", last.jobs),
-            ("outbox", last.outbox),
-            ("attempts", last.attempts),
-        ] {
+        for (table, id) in last.each() {
             tx.query(SET_SEQUENCE, &[&table, &id]).map_err(read_err)?;
         }
         tx.commit().map_err(write_err)?;

@@ -2,9 +2,8 @@
 //! wait for news), the claim under the queue controls, and giving back
 //! what it holds. Writes `jobs` and `attempts` through the engine's claim.
 
-use crate::core::sync::read;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock, TryLockError};
+use std::sync::{Arc, RwLock, RwLockReadGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
@@ -277,4 +276,10 @@ fn sleep_until_stop(stop: &Receiver<()>, d: Duration) -> bool {
         stop.recv_timeout(d),
         Err(crossbeam_channel::RecvTimeoutError::Timeout)
     )
+}
+
+/// Reads `l`, whatever a panicking writer left: the crate's rule for its
+/// locks (`core::sync`).
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
 }
