@@ -83,7 +83,7 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
         ("cli/bench/phases.rs", "base", vec!["0".into()]),
         // A session's settings, set in each transaction behind a pooler.
         (
-            "postgres/conn.rs",
+            "postgres/session.rs",
             "",
             vec!["set_config('lock_timeout', '1000ms', true)".into()],
         ),
@@ -97,7 +97,7 @@ fn placeholders() -> Vec<(&'static str, &'static str, Vec<String>)> {
 const BUILT: &[&str] = &[
     "driver/copy.rs",
     "sqlite/copy/import.rs",
-    "postgres/copy.rs",
+    "postgres/copy/import.rs",
 ];
 
 /// The statements a file of [`BUILT`] builds (none when the feature that
@@ -110,7 +110,7 @@ fn built(name: &str) -> Vec<String> {
         match name {
             "driver/copy.rs" => each(|t| t.select()).chain([non_empty_sql()]).collect(),
             "sqlite/copy/import.rs" => each(crate::sqlite::copy::insert_sql).collect(),
-            "postgres/copy.rs" => each(crate::postgres::copy::insert_sql).collect(),
+            "postgres/copy/import.rs" => each(crate::postgres::copy::insert_sql).collect(),
             _ => Vec::new(),
         }
     }
