@@ -13,8 +13,10 @@ use crate::core::time::Millis;
 use crate::error::{Error, Result};
 
 mod partitions;
+mod stored;
 pub(crate) use partitions::{empty_partition_room, partition_room, partitions_at_limit};
 pub use partitions::{PartitionAtLimit, PARTITIONS_LISTED};
+pub(crate) use stored::{listing, Changed, Columns};
 
 /// The longest rate window accepted: a year.
 pub(crate) const MAX_WINDOW_MS: i64 = 366 * 86_400_000;

@@ -1,12 +1,16 @@
 //! A run's decisions, the same on both engines: what a handler's result
 //! means for its job (done, or failed with an outcome, an error and what
-//! comes next), what a run that stopped before its apply step records, and
-//! the messages those runs leave. Writes no table.
+//! comes next), what a run that stopped before its apply step records,
+//! what its job's row then takes (`job_end`), and the messages those runs
+//! leave. Writes no table.
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::handler::{panic_message, Outcome, PrepareStop};
 use crate::core::job::JobState;
 use crate::core::time::Millis;
+
+mod job_end;
+pub(crate) use job_end::{Charged, JobEnd};
 
 /// How a run ended, as recorded.
 #[derive(Debug, Clone)]
@@ -23,6 +27,27 @@ pub(crate) struct RunEnd {
     pub discarded: bool,
     /// Dependents its end made `queued` (their last dependency succeeded).
     pub unblocked: usize,
+}
+
+impl RunEnd {
+    /// A failed run's end, its job's row having taken `job`; `error` as
+    /// the run's log line gives it.
+    pub(crate) fn failed(
+        outcome: AttemptOutcome,
+        job: &JobEnd,
+        discarded: bool,
+        error: String,
+    ) -> RunEnd {
+        RunEnd {
+            outcome,
+            state: job.state,
+            error: Some(error),
+            outbox_added: 0,
+            retry_at: job.retry_at(),
+            discarded,
+            unblocked: 0,
+        }
+    }
 }
 
 /// What to do with a failed run.

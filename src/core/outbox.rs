@@ -90,6 +90,16 @@ pub struct OutboxRow {
     pub sent_at: Option<Millis>,
 }
 
+/// Refuses an effect without a kind or a key (blank counts as none): the
+/// kind names the effect's handler, the key the effect itself, once for
+/// all its runs.
+pub(crate) fn check_effect(kind: &str, key: &str) -> Result<()> {
+    if kind.trim().is_empty() || key.trim().is_empty() {
+        return Err(Error::invalid("outbox kind and key must not be empty"));
+    }
+    Ok(())
+}
+
 /// An outbox row claimed for one attempt.
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimedEffect {
@@ -106,4 +116,22 @@ pub(crate) enum EffectResult {
         panicked: bool,
         retry_at: Millis,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_effect_needs_a_kind_and_a_key() {
+        assert!(check_effect("mail", "welcome:7").is_ok());
+        for (kind, key) in [("", "k"), ("mail", ""), (" ", "k"), ("mail", "\t\n")] {
+            let e = check_effect(kind, key).unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidInput(_)),
+                "{kind:?} {key:?}: {e:?}"
+            );
+            assert!(e.to_string().contains("must not be empty"), "{e}");
+        }
+    }
 }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use crate::core::job::JobState;
+use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
 use crate::error::{Error, Result};
 
@@ -79,6 +80,19 @@ pub(crate) enum Start {
     Cancelled(String),
 }
 
+impl Start {
+    /// The new job's row as it starts at `now`: its state, `finished_at`
+    /// (a cancelled job is finished) and `last_error` (why it was
+    /// cancelled).
+    pub(crate) fn columns(self, now: Millis) -> (JobState, Option<Millis>, Option<String>) {
+        match self {
+            Start::Queued => (JobState::Queued, None, None),
+            Start::Waiting => (JobState::Waiting, None, None),
+            Start::Cancelled(why) => (JobState::Cancelled, Some(now), Some(why)),
+        }
+    }
+}
+
 /// The start of a job whose dependencies are `deps` (key, job id, state).
 pub(crate) fn start(deps: &[(String, i64, JobState)]) -> Start {
     if let Some((key, id, state)) = deps
@@ -133,6 +147,32 @@ mod tests {
             depends_on: deps.iter().map(|d| d.to_string()).collect(),
             partition: None,
         }
+    }
+
+    #[test]
+    fn a_new_dependent_waits_runs_or_is_cancelled_as_its_dependencies_ended() {
+        let dep = |state| {
+            vec![
+                ("a".to_string(), 7, JobState::Succeeded),
+                ("b".into(), 8, state),
+            ]
+        };
+        assert_eq!(
+            start(&dep(JobState::Succeeded)).columns(5),
+            (JobState::Queued, None, None)
+        );
+        assert_eq!(
+            start(&dep(JobState::Running)).columns(5),
+            (JobState::Waiting, None, None)
+        );
+        assert_eq!(
+            start(&dep(JobState::Dead)).columns(5),
+            (
+                JobState::Cancelled,
+                Some(5),
+                Some(r#"cancelled: its dependency "b" (job 8) ended dead"#.into())
+            )
+        );
     }
 
     #[test]

@@ -22,9 +22,8 @@ use postgres::{GenericClient, Row};
 
 use super::conn::{in_row, read_err, write_err, Col, PgConn, Stmt};
 use super::run::{self, ClaimAsk, Started};
-use crate::core::controls::{
-    Limits, Load, PartitionAtLimit, QueueControl, QueueLimits, Rate, PARTITIONS_LISTED,
-};
+use crate::core::controls::{listing, Changed, Columns};
+use crate::core::controls::{Limits, Load, QueueControl, QueueLimits, PARTITIONS_LISTED};
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -73,18 +72,16 @@ const JOB_COUNTS: &str = "SELECT queue, count(*) FILTER (WHERE state = 'queued')
 /// A row of `queues`: its name, limits and time of change.
 fn from_row(r: &Row) -> Result<(String, Limits, Millis)> {
     in_row("queues", r, |r| {
-        let cap = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok()).filter(|&n| n >= 1);
-        Ok((
-            r.col(0)?,
-            Limits {
-                paused: r.col(1)?,
-                concurrency: cap(r.col(2)?),
-                rate: Rate::from_columns(r.col(3)?, r.col(4)?),
-                partition_concurrency: cap(r.col(6)?),
-                partition_rate: Rate::from_columns(r.col(7)?, r.col(8)?),
-            },
-            r.col(5)?,
-        ))
+        let columns = Columns {
+            paused: r.col(1)?,
+            concurrency: r.col(2)?,
+            rate_limit: r.col(3)?,
+            rate_window_ms: r.col(4)?,
+            partition_concurrency: r.col(6)?,
+            partition_rate_limit: r.col(7)?,
+            partition_rate_window_ms: r.col(8)?,
+        };
+        Ok((r.col(0)?, columns.limits(), r.col(5)?))
     })
 }
 
@@ -125,9 +122,9 @@ fn load(
 }
 
 /// The load of each partition of `queue` with a job running or a start in
-/// its rate's window at `now` (a partition without a row has none). `sql`
-/// holds [`PARTITIONS_RUNNING`] and [`PARTITIONS_STARTED`], as text or
-/// prepared.
+/// its rate's window at `now` (a partition without a row has none); none
+/// read without partition limits. `sql` holds [`PARTITIONS_RUNNING`] and
+/// [`PARTITIONS_STARTED`], as text or prepared.
 fn partition_loads(
     client: &mut impl GenericClient,
     sql: (&Stmt, &Stmt),
@@ -136,6 +133,9 @@ fn partition_loads(
     now: Millis,
 ) -> Result<HashMap<String, Load>> {
     let mut loads: HashMap<String, Load> = HashMap::new();
+    if !limits.partitioned() {
+        return Ok(loads);
+    }
     for r in sql.0.query(client, &[&queue]).map_err(read_err)? {
         let l = loads.entry(r.col(0)?).or_default();
         l.running = r.col(1)?;
@@ -150,26 +150,18 @@ fn partition_loads(
     Ok(loads)
 }
 
-/// The partitions of `queue` at their limit at `now`, the busiest first
-/// (at most `listed`), and how many there are.
-fn at_limit(
+/// [`partition_loads`] in a read (its statements as text).
+fn partitions_of(
     client: &mut impl GenericClient,
     queue: &str,
     limits: &Limits,
     now: Millis,
-    listed: usize,
-) -> Result<(Vec<PartitionAtLimit>, i64)> {
-    if !limits.partitioned() {
-        return Ok((Vec::new(), 0));
-    }
+) -> Result<HashMap<String, Load>> {
     let sql = (
         &Stmt::Text(PARTITIONS_RUNNING),
         &Stmt::Text(PARTITIONS_STARTED),
     );
-    let loads = partition_loads(client, sql, queue, limits, now)?;
-    Ok(crate::core::controls::partitions_at_limit(
-        limits, loads, listed,
-    ))
+    partition_loads(client, sql, queue, limits, now)
 }
 
 /// The room of each partition a claim may take from, from their loads.
@@ -209,33 +201,26 @@ pub(crate) fn change(
         .transpose()?
         .map(|(_, l, _)| l)
         .unwrap_or_default();
-    let next = current.changed(paused, limits);
-    if next.is_empty() {
-        tx.execute(DELETE, &[&queue]).map_err(read_err)?;
-    } else {
-        let concurrency = next.concurrency.map(i64::from);
-        let rate_limit = next.rate.map(|r| i64::from(r.limit()));
-        let window = next.rate.map(|r| r.window_ms());
-        let p_cap = next.partition_concurrency.map(i64::from);
-        let p_limit = next.partition_rate.map(|r| i64::from(r.limit()));
-        let p_window = next.partition_rate.map(|r| r.window_ms());
-        tx.execute(
+    let changed = Changed::of(current, paused, limits);
+    match changed.row {
+        None => tx.execute(DELETE, &[&queue]),
+        Some(c) => tx.execute(
             UPSERT,
             &[
                 &queue,
-                &next.paused,
-                &concurrency,
-                &rate_limit,
-                &window,
+                &c.paused,
+                &c.concurrency,
+                &c.rate_limit,
+                &c.rate_window_ms,
                 &now,
-                &p_cap,
-                &p_limit,
-                &p_window,
+                &c.partition_concurrency,
+                &c.partition_rate_limit,
+                &c.partition_rate_window_ms,
             ],
-        )
-        .map_err(read_err)?;
+        ),
     }
-    if !next.rated() && current.rated() {
+    .map_err(read_err)?;
+    if changed.forget_starts {
         tx.execute(FORGET_STARTS, &[&queue]).map_err(read_err)?;
     }
     tx.commit().map_err(write_err)
@@ -244,22 +229,13 @@ pub(crate) fn change(
 /// Every queue with jobs or controls, by name, with its load at `now`.
 pub(crate) fn list(c: &mut PgConn, now: Millis) -> Result<Vec<QueueControl>> {
     super::reads::in_snapshot(c, |tx| {
-        let mut all = std::collections::BTreeMap::new();
-        for r in tx.query(JOB_COUNTS, &[]).map_err(read_err)? {
-            let name: String = r.col(0)?;
-            let mut q = QueueControl::named(&name);
-            q.queued = r.col(1)?;
-            q.running = r.col(2)?;
-            all.insert(name, q);
-        }
-        for mut c in controlled(tx, now)? {
-            if let Some(q) = all.get(&c.name) {
-                c.queued = q.queued;
-                c.running = q.running;
-            }
-            all.insert(c.name.clone(), c);
-        }
-        Ok(all.into_values().collect())
+        let counts = tx
+            .query(JOB_COUNTS, &[])
+            .map_err(read_err)?
+            .iter()
+            .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
+            .collect::<Result<Vec<(String, i64, i64)>>>()?;
+        Ok(listing(counts, controlled(tx, now)?))
     })
 }
 
@@ -281,11 +257,15 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
             &l,
             now,
         )?;
-        let mut q = QueueControl::with_limits(&name, &l, updated_at);
-        q.started_in_window = l.rate.map(|_| load.started);
-        (q.partitions_at_limit, q.partitions_at_limit_count) =
-            at_limit(tx, &name, &l, now, PARTITIONS_LISTED)?;
-        out.push(q);
+        let partitions = partitions_of(tx, &name, &l, now)?;
+        out.push(QueueControl::found(
+            &name,
+            &l,
+            updated_at,
+            load.started,
+            partitions,
+            PARTITIONS_LISTED,
+        ));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
@@ -309,11 +289,10 @@ pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Optio
             &l,
             now,
         )?;
-        let mut q = QueueControl::with_limits(&name, &l, updated_at);
+        let partitions = partitions_of(tx, &name, &l, now)?;
+        let mut q =
+            QueueControl::found(&name, &l, updated_at, load.started, partitions, usize::MAX);
         q.running = running;
-        q.started_in_window = l.rate.map(|_| load.started);
-        (q.partitions_at_limit, q.partitions_at_limit_count) =
-            at_limit(tx, &name, &l, now, usize::MAX)?;
         Ok(Some(q))
     })
 }

@@ -4,7 +4,7 @@
 
 use super::conn::{one, read_err, write_err, Col, PgConn};
 use crate::core::job::JobState;
-use crate::core::lifecycle::{self, Expiry, ABANDONED_EFFECT, ABANDONED_JOB, ABANDONED_RUN};
+use crate::core::lifecycle::{self, Expiry, ABANDONED_EFFECT, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -28,18 +28,17 @@ const ANY_EXPIRED: &str =
      OR EXISTS (SELECT 1 FROM outbox WHERE state = 'sending' AND lease_expires_at < $1)";
 /// The jobs whose lease expired, locked for the reaper's transaction
 /// (another process's reaper skips them), the oldest first.
-const EXPIRED_JOBS: &str = "SELECT id, current_attempt, abandoned FROM jobs \
+const EXPIRED_JOBS: &str = "SELECT id, current_attempt, abandoned, attempts FROM jobs \
      WHERE state = 'running' AND lease_expires_at < $1 \
      ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED";
 const END_ABANDONED: &str = "UPDATE attempts SET outcome = 'abandoned', finished_at = $2, \
      error = $3 WHERE id = $1 AND outcome = 'running'";
 const UNCLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
      lease_expires_at = NULL WHERE id = $1";
-const REQUEUE: &str = "UPDATE jobs SET state = 'queued', abandoned = $2, \
-     attempts = greatest(attempts - 1, 0), run_at = $3, last_error = $4, lease_owner = NULL, \
-     lease_expires_at = NULL, current_attempt = NULL WHERE id = $1";
-const KILL: &str = "UPDATE jobs SET state = 'dead', abandoned = $2, \
-     attempts = greatest(attempts - 1, 0), last_error = $3, finished_at = $4, \
+/// A run cut short: the job's row as the core decided ([`Expiry::job_end`]);
+/// a `run_at` of NULL keeps the row's.
+const ABANDON: &str = "UPDATE jobs SET state = $2, abandoned = $3, attempts = $4, \
+     run_at = coalesce($5, run_at), last_error = $6, finished_at = $7, \
      lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL WHERE id = $1";
 /// An effect's abandoned attempt counts (the effect may have reached the
 /// world): the row goes back to pending, or dead when out of attempts.
@@ -140,24 +139,33 @@ fn reap_jobs(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
         let id: i64 = row.col(0)?;
         let attempt: Option<i64> = row.col(1)?;
         let abandoned: i64 = row.col(2)?;
+        let attempts: i64 = row.col(3)?;
         if let Some(a) = attempt {
             tx.execute(END_ABANDONED, &[&a, &now, &ABANDONED_RUN])
                 .map_err(read_err)?;
         }
-        match lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned) {
-            Expiry::Unclaimed => tx.execute(UNCLAIM, &[&id]),
-            Expiry::Requeued { abandoned } => {
-                tx.execute(REQUEUE, &[&id, &abandoned, &now, &ABANDONED_JOB])
-            }
-            Expiry::Poisoned { abandoned, error } => {
-                log::warn!(target: "litejob", job_id = id, abandoned = abandoned; "job is dead: {error}");
-                tx.execute(KILL, &[&id, &abandoned, &error, &now])
-            }
+        let expiry = lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned);
+        let Some((abandoned, end)) = expiry.job_end(attempts, now) else {
+            tx.execute(UNCLAIM, &[&id]).map_err(read_err)?;
+            continue;
+        };
+        if let Expiry::Poisoned { error, .. } = &expiry {
+            log::warn!(target: "litejob", job_id = id, abandoned = abandoned; "job is dead: {error}");
         }
+        tx.execute(
+            ABANDON,
+            &[
+                &id,
+                &end.state.as_str(),
+                &abandoned,
+                &end.attempts,
+                &end.run_at,
+                &end.last_error,
+                &end.finished_at,
+            ],
+        )
         .map_err(read_err)?;
-        if let Expiry::Poisoned { .. } =
-            lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned)
-        {
+        if end.state == JobState::Dead {
             let key: String = tx
                 .query_one("SELECT idempotency_key FROM jobs WHERE id = $1", &[&id])
                 .map_err(read_err)?

@@ -11,7 +11,7 @@ use crate::core::attempt::cap_error;
 use crate::core::lifecycle::{EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxState};
 use crate::core::time::Millis;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A key that exists already is left alone; either way the row's id.
 pub(crate) const ADD: &str = "\
@@ -130,9 +130,7 @@ pub(crate) fn add<C: GenericClient>(
     max_attempts: i64,
     now: Millis,
 ) -> Result<(i64, bool)> {
-    if kind.trim().is_empty() || key.trim().is_empty() {
-        return Err(Error::invalid("outbox kind and key must not be empty"));
-    }
+    crate::core::outbox::check_effect(kind, key)?;
     let r = stmt
         .query_one(tx, &[&key, &kind, &payload, &max_attempts, &job_id, &now])
         .map_err(write_err)?;

@@ -8,6 +8,7 @@
 use postgres::{GenericClient, Transaction};
 
 use super::conn::{autocommit, in_row, read_err, write_err, Col, PgConn, Stmt};
+use crate::core::lifecycle::JobEnd;
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -131,46 +132,34 @@ SELECT h.id, EXISTS (SELECT 1 FROM led WHERE led.key = h.idempotency_key) FROM h
 /// Takes back the ledger rows of runs that failed in this transaction.
 const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
 
-/// Every run's end in one statement: the job succeeded (done, or a
-/// duplicate), or failed and is requeued at its retry time or dead (out of
-/// attempts, or discarded), or snoozed and is requeued with its attempt
-/// given back; its attempt row records the outcome. Fenced on
-/// the attempt like the rest. It also sets the transaction's
-/// `synchronous_commit` to the queue's (`$8`: on for FULL): the worker's
+/// Every run's end in one statement: each job's row takes the columns the
+/// core decided for it ([`JobEnd`]: succeeded, requeued at its retry or
+/// snooze time, or dead) and its output, its lease let go; its attempt row
+/// records the outcome. A `run_at` of NULL keeps the row's. Fenced on the
+/// attempt like the rest. It also sets the transaction's
+/// `synchronous_commit` to the queue's (`$12`: on for FULL): the worker's
 /// session claims with it off — a claim lost to a server crash just runs
 /// again — but the batch's commit is as durable as the queue says.
 const END: &str = "\
 WITH ends AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
-                         $6::boolean[], $9::text[])
-        AS e(job_id, attempt_id, outcome, error, retry_at, discard, output)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                         $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::text[])
+        AS e(job_id, attempt_id, outcome, error, state, finished_at, attempts, run_at,
+             last_error, output)
 ),
 j AS (
-    UPDATE jobs SET
-        state = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN 'succeeded'
-                     WHEN e.outcome = 'snoozed' THEN 'queued'
-                     WHEN e.discard OR jobs.attempts >= jobs.max_attempts THEN 'dead'
-                     ELSE 'queued' END,
-        finished_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate')
-                                OR (e.outcome <> 'snoozed'
-                                    AND (e.discard OR jobs.attempts >= jobs.max_attempts))
-                           THEN $7::bigint END,
-        attempts = CASE WHEN e.outcome = 'snoozed' THEN greatest(jobs.attempts - 1, 0)
-                        ELSE jobs.attempts END,
-        run_at = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN jobs.run_at
-                      ELSE e.retry_at END,
-        last_error = CASE WHEN e.outcome IN ('succeeded', 'duplicate') THEN NULL ELSE e.error END,
-        output = e.output,
+    UPDATE jobs SET state = e.state, finished_at = e.finished_at, attempts = e.attempts,
+        run_at = coalesce(e.run_at, jobs.run_at), last_error = e.last_error, output = e.output,
         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
     FROM ends e
     WHERE jobs.id = e.job_id AND jobs.current_attempt = e.attempt_id
     RETURNING jobs.id, jobs.state, jobs.has_dependents
 ),
 a AS (
-    UPDATE attempts SET outcome = e.outcome, error = e.error, finished_at = $7::bigint
+    UPDATE attempts SET outcome = e.outcome, error = e.error, finished_at = $11::bigint
     FROM ends e WHERE attempts.id = e.attempt_id AND attempts.outcome = 'running'
 ),
-durable AS (SELECT set_config('synchronous_commit', $8::text, true))
+durable AS (SELECT set_config('synchronous_commit', $12::text, true))
 SELECT id, state, has_dependents FROM j, durable";
 
 /// A job a claim took and started.
@@ -364,10 +353,11 @@ pub(crate) fn unledger(tx: &mut Transaction<'_>, st: &Statements, keys: &[String
 pub(crate) struct End {
     pub job_id: i64,
     pub attempt_id: i64,
+    /// The attempt row's outcome and error.
     pub outcome: &'static str,
     pub error: Option<String>,
-    pub retry_at: Millis,
-    pub discard: bool,
+    /// What the job's row takes.
+    pub job: JobEnd,
     /// What a succeeded run finished with (JSON).
     pub output: Option<String>,
 }
@@ -388,9 +378,12 @@ pub(crate) fn end(
     let ids: Vec<i64> = ends.iter().map(|e| e.job_id).collect();
     let attempts: Vec<i64> = ends.iter().map(|e| e.attempt_id).collect();
     let outcomes: Vec<&str> = ends.iter().map(|e| e.outcome).collect();
-    let errors: Vec<Option<String>> = ends.iter().map(|e| e.error.clone()).collect();
-    let retry: Vec<i64> = ends.iter().map(|e| e.retry_at).collect();
-    let discard: Vec<bool> = ends.iter().map(|e| e.discard).collect();
+    let errors: Vec<Option<&str>> = ends.iter().map(|e| e.error.as_deref()).collect();
+    let states: Vec<&str> = ends.iter().map(|e| e.job.state.as_str()).collect();
+    let finished: Vec<Option<Millis>> = ends.iter().map(|e| e.job.finished_at).collect();
+    let charged: Vec<i64> = ends.iter().map(|e| e.job.attempts).collect();
+    let run_at: Vec<Option<Millis>> = ends.iter().map(|e| e.job.run_at).collect();
+    let last_errors: Vec<Option<&str>> = ends.iter().map(|e| e.job.last_error.as_deref()).collect();
     let outputs: Vec<Option<&str>> = ends.iter().map(|e| e.output.as_deref()).collect();
     st.end
         .query(
@@ -400,11 +393,14 @@ pub(crate) fn end(
                 &attempts,
                 &outcomes,
                 &errors,
-                &retry,
-                &discard,
+                &states,
+                &finished,
+                &charged,
+                &run_at,
+                &last_errors,
+                &outputs,
                 &now,
                 &if durable { "on" } else { "off" },
-                &outputs,
             ],
         )
         .map_err(read_err)?
@@ -440,13 +436,16 @@ mod tests {
         let st = Statements::prepare(&mut c).unwrap();
         for (durable, expect) in [(true, "on"), (false, "off")] {
             let mut tx = c.client.transaction().unwrap();
+            let run = crate::core::lifecycle::Charged {
+                attempt: 1,
+                max_attempts: 1,
+            };
             let end = End {
                 job_id: 1,
                 attempt_id: 7,
                 outcome: "succeeded",
                 error: None,
-                retry_at: 0,
-                discard: false,
+                job: JobEnd::succeeded(run, 5),
                 output: None,
             };
             let states = super::end(&mut tx, &st, &[end], 5, durable).unwrap();

@@ -8,7 +8,7 @@ use super::conn::{in_row, read_err, Col};
 use crate::core::job::Enqueued;
 use crate::core::job::NewJob;
 use crate::core::schedule::Declared;
-use crate::core::schedule::{Declaration, ScheduleRow};
+use crate::core::schedule::ScheduleRow;
 use crate::core::time::Millis;
 use crate::driver::schedules::SlotTx;
 use crate::error::Result;
@@ -75,24 +75,8 @@ pub(crate) fn count<C: GenericClient>(c: &mut C) -> Result<i64> {
     c.query_one(COUNT, &[]).map_err(read_err)?.col(0)
 }
 
-/// Writes `d` to its row inside the caller's transaction, and says what
-/// was there (as the file's store does).
-pub(crate) fn declare<C: GenericClient>(
-    c: &mut C,
-    d: &Declared,
-    now: Millis,
-) -> Result<Declaration> {
-    let before = get(c, &d.schedule.name)?;
-    let found = match before {
-        None => Declaration::New,
-        Some(row) => {
-            let changes = row.changes(d);
-            if changes.is_empty() {
-                return Ok(Declaration::Same(row));
-            }
-            Declaration::Changed(row, changes)
-        }
-    };
+/// Writes `d` to its row inside the caller's transaction (see [`UPSERT`]).
+pub(crate) fn upsert<C: GenericClient>(c: &mut C, d: &Declared, now: Millis) -> Result<()> {
     let s = &d.schedule;
     let max_retries = s.max_retries.map(i64::from);
     c.execute(
@@ -112,7 +96,7 @@ pub(crate) fn declare<C: GenericClient>(
         ],
     )
     .map_err(read_err)?;
-    Ok(found)
+    Ok(())
 }
 
 pub(crate) fn fired<C: GenericClient>(
@@ -134,8 +118,11 @@ pub(crate) fn set_next<C: GenericClient>(
 }
 
 impl SlotTx for crate::postgres::tx::PgWriteTx<'_, '_> {
-    fn declare(&mut self, d: &Declared, now: Millis) -> Result<Declaration> {
-        declare(&mut **self, d, now)
+    fn schedule(&mut self, name: &str) -> Result<Option<ScheduleRow>> {
+        get(&mut **self, name)
+    }
+    fn write_declaration(&mut self, d: &Declared, now: Millis) -> Result<()> {
+        upsert(&mut **self, d, now)
     }
     fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
         fired(&mut **self, name, slot, next)

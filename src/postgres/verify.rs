@@ -1,9 +1,8 @@
 //! PostgreSQL's side of `verify` ([`verify`]): amcheck's `bt_index_check`
 //! of litejob's indexes when the extension is installed in the database,
-//! the schema version, and one query per invariant of
-//! [`crate::core::reports::verify`] (the database's own and the core's
-//! shared ones), all in one read-only REPEATABLE READ snapshot. Writes no
-//! table.
+//! the schema version, and the core's query for each cross-table invariant
+//! of [`crate::core::reports::verify`], all in one read-only REPEATABLE
+//! READ snapshot. Writes no table.
 //!
 //! Nothing more of the storage is checked: PostgreSQL has no
 //! `integrity_check`, and its data checksums (when the cluster has them)
@@ -19,92 +18,6 @@ use super::store::PgStore;
 use crate::core::options::EngineKind;
 use crate::core::reports::verify::{self, Findings, Invariant, VerifyReport};
 use crate::error::Result;
-
-/// Each cross-table invariant as `SELECT count(*), <an example id as
-/// text>` (see the file's `CHECKS` for why each reads as it does).
-const CHECKS: [(Invariant, &str); 13] = [
-    (
-        Invariant::SucceededJobWithoutLedgerRow,
-        "SELECT count(*), min(j.id)::text FROM jobs j \
-         WHERE j.state = 'succeeded' \
-           AND j.finished_at > (SELECT min(completed_at) FROM processed_jobs) \
-           AND NOT EXISTS (SELECT 1 FROM processed_jobs p WHERE p.key = j.idempotency_key)",
-    ),
-    (
-        Invariant::LedgerRowOfAnotherJob,
-        "SELECT count(*), min(p.key) FROM processed_jobs p JOIN jobs j ON j.id = p.job_id \
-         WHERE j.idempotency_key <> p.key OR j.state <> 'succeeded'",
-    ),
-    (
-        Invariant::OutboxRowOfUnsucceededJob,
-        "SELECT count(*), min(o.id)::text FROM outbox o JOIN jobs j ON j.id = o.job_id \
-         WHERE j.state <> 'succeeded'",
-    ),
-    (
-        Invariant::RunningJobOnEndedRun,
-        "SELECT count(*), min(j.id)::text FROM jobs j \
-         LEFT JOIN attempts a ON a.id = j.current_attempt \
-         WHERE j.state = 'running' AND j.current_attempt IS NOT NULL \
-           AND (a.id IS NULL OR a.job_id IS DISTINCT FROM j.id OR a.outcome <> 'running')",
-    ),
-    (
-        Invariant::RunningRunNotCurrent,
-        "SELECT count(*), min(a.id)::text FROM attempts a JOIN jobs j ON j.id = a.job_id \
-         WHERE a.outcome = 'running' \
-           AND (j.state <> 'running' OR j.current_attempt IS DISTINCT FROM a.id)",
-    ),
-    (
-        Invariant::SendingRowOnEndedAttempt,
-        "SELECT count(*), min(o.id)::text FROM outbox o \
-         LEFT JOIN attempts a ON a.id = o.current_attempt \
-         WHERE o.state = 'sending' AND o.current_attempt IS NOT NULL \
-           AND (a.id IS NULL OR a.outbox_id IS DISTINCT FROM o.id OR a.outcome <> 'running')",
-    ),
-    (
-        Invariant::RunningEffectNotCurrent,
-        "SELECT count(*), min(a.id)::text FROM attempts a JOIN outbox o ON o.id = a.outbox_id \
-         WHERE a.outcome = 'running' \
-           AND (o.state <> 'sending' OR o.current_attempt IS DISTINCT FROM a.id)",
-    ),
-    (
-        Invariant::SucceededJobWithoutSuccessfulRun,
-        "SELECT count(*), min(j.id)::text FROM jobs j WHERE j.state = 'succeeded' \
-           AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id \
-                           AND a.outcome IN ('succeeded', 'duplicate'))",
-    ),
-    (
-        Invariant::SuccessfulRunOfUnsucceededJob,
-        "SELECT count(*), min(j.id)::text FROM jobs j WHERE j.state <> 'succeeded' \
-           AND EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id \
-                       AND a.outcome IN ('succeeded', 'duplicate'))",
-    ),
-    (
-        Invariant::SentRowWithoutSuccessfulSend,
-        "SELECT count(*), min(o.id)::text FROM outbox o WHERE o.state = 'sent' \
-           AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.outbox_id = o.id \
-                           AND a.outcome = 'succeeded')",
-    ),
-    (
-        Invariant::WaitingJobNotPromoted,
-        "SELECT count(*), min(j.id)::text FROM jobs j WHERE j.state = 'waiting' \
-           AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs p ON p.id = d.depends_on \
-                           WHERE d.job_id = j.id AND p.state <> 'succeeded')",
-    ),
-    (
-        Invariant::DependentAheadOfDependency,
-        "SELECT count(DISTINCT d.job_id), min(d.job_id)::text FROM job_dependencies d \
-         JOIN jobs j ON j.id = d.job_id JOIN jobs p ON p.id = d.depends_on \
-         WHERE p.state <> 'succeeded' \
-           AND (j.state IN ('queued', 'running', 'succeeded') \
-                OR (j.state = 'dead' AND EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id)))",
-    ),
-    (
-        Invariant::WaitingJobNotCancelled,
-        "SELECT count(DISTINCT d.job_id), min(d.job_id)::text FROM job_dependencies d \
-         JOIN jobs j ON j.id = d.job_id JOIN jobs p ON p.id = d.depends_on \
-         WHERE j.state = 'waiting' AND p.state IN ('dead', 'cancelled')",
-    ),
-];
 
 /// Where amcheck is installed, if it is.
 const AMCHECK: &str = "SELECT n.nspname FROM pg_extension e \
@@ -152,7 +65,7 @@ fn verify(c: &mut PgConn) -> Result<(i64, String, Findings)> {
             u64::from(wrong),
             wrong.then(|| version.to_string()),
         ));
-        for (inv, sql) in CHECKS.into_iter().chain(verify::SHARED_CHECKS) {
+        for (inv, sql) in verify::CHECKS {
             let r = tx.query_one(sql, &[]).map_err(read_err)?;
             let (n, example): (i64, Option<String>) = (r.col(0)?, r.col(1)?);
             findings.push((inv, n as u64, example));

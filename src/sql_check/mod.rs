@@ -206,7 +206,7 @@ fn is_postgres_source(name: &str) -> bool {
 /// Files whose statements run on both engines (the SQLite check takes them
 /// as any file outside `postgres/`).
 fn is_shared_source(name: &str) -> bool {
-    name == "driver/copy.rs" || name == "core/reports/verify.rs"
+    name == "driver/copy.rs" || name == "core/reports/verify/checks.rs"
 }
 
 /// `(where, statement)` for every SQL literal of the files `pick` takes,

@@ -13,18 +13,12 @@
 //! partition's load is counted the same way, from its own rows: no
 //! counter is kept that a crash or a lost lease could leave wrong.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::core::controls::window_floor;
-use crate::core::controls::Limits;
-use crate::core::controls::Load;
-use crate::core::controls::PartitionAtLimit;
-use crate::core::controls::QueueControl;
-use crate::core::controls::QueueLimits;
-use crate::core::controls::Rate;
-use crate::core::controls::PARTITIONS_LISTED;
+use crate::core::controls::{listing, window_floor, Changed, Columns};
+use crate::core::controls::{Limits, Load, QueueControl, QueueLimits, Rate, PARTITIONS_LISTED};
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -68,23 +62,20 @@ const JOB_COUNTS: &str = "SELECT queue, coalesce(sum(state = 'queued'), 0), \
 
 /// A row of `queues`: its name, limits and time of change.
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, Limits, Millis)> {
-    let cap = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok()).filter(|&n| n >= 1);
-    Ok((
-        r.get(0)?,
-        Limits {
-            paused: r.get::<_, i64>(1)? != 0,
-            concurrency: cap(r.get(2)?),
-            rate: Rate::from_columns(r.get(3)?, r.get(4)?),
-            partition_concurrency: cap(r.get(6)?),
-            partition_rate: Rate::from_columns(r.get(7)?, r.get(8)?),
-        },
-        r.get(5)?,
-    ))
+    let columns = Columns {
+        paused: r.get::<_, i64>(1)? != 0,
+        concurrency: r.get(2)?,
+        rate_limit: r.get(3)?,
+        rate_window_ms: r.get(4)?,
+        partition_concurrency: r.get(6)?,
+        partition_rate_limit: r.get(7)?,
+        partition_rate_window_ms: r.get(8)?,
+    };
+    Ok((r.get(0)?, columns.limits(), r.get(5)?))
 }
 
-/// Applies an operator's change to `queue` (pause, resume, limits) and
-/// returns what is in force after it. A queue left with nothing in force
-/// loses its row; clearing a rate forgets the starts counted for it.
+/// Applies an operator's change to `queue` (pause, resume, limits), as
+/// [`Changed::of`] decides, and returns what is in force after it.
 pub(crate) fn change(
     conn: &Connection,
     queue: &str,
@@ -98,26 +89,25 @@ pub(crate) fn change(
         .optional()?
         .map(|(_, l, _)| l)
         .unwrap_or_default();
-    let next = current.changed(paused, limits);
-    if next.is_empty() {
-        conn.prepare_cached(DELETE)?.execute([queue])?;
-    } else {
-        conn.prepare_cached(UPSERT)?.execute(rusqlite::params![
+    let changed = Changed::of(current, paused, limits);
+    match changed.row {
+        None => conn.prepare_cached(DELETE)?.execute([queue])?,
+        Some(c) => conn.prepare_cached(UPSERT)?.execute(rusqlite::params![
             queue,
-            next.paused,
-            next.concurrency,
-            next.rate.map(|r| r.limit()),
-            next.rate.map(|r| r.window_ms()),
+            c.paused,
+            c.concurrency,
+            c.rate_limit,
+            c.rate_window_ms,
             now,
-            next.partition_concurrency,
-            next.partition_rate.map(|r| r.limit()),
-            next.partition_rate.map(|r| r.window_ms()),
-        ])?;
-    }
-    if !next.rated() && current.rated() {
+            c.partition_concurrency,
+            c.partition_rate_limit,
+            c.partition_rate_window_ms,
+        ])?,
+    };
+    if changed.forget_starts {
         conn.prepare_cached(FORGET_STARTS)?.execute([queue])?;
     }
-    Ok(next)
+    Ok(changed.next)
 }
 
 /// Records a start of a rate-limited queue (and of the job's partition),
@@ -134,7 +124,8 @@ pub(crate) fn record_start(
 }
 
 /// The load of each partition of `queue` with a job running or a start in
-/// its rate's window at `now` (a partition without a row has none).
+/// its rate's window at `now` (a partition without a row has none); none
+/// read without partition limits.
 pub(crate) fn partition_loads(
     conn: &Connection,
     queue: &str,
@@ -142,6 +133,9 @@ pub(crate) fn partition_loads(
     now: Millis,
 ) -> Result<HashMap<String, Load>> {
     let mut loads: HashMap<String, Load> = HashMap::new();
+    if !limits.partitioned() {
+        return Ok(loads);
+    }
     let mut st = conn.prepare_cached(PARTITIONS_RUNNING)?;
     for row in st.query_map([queue], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))? {
         let (key, running, claimed): (String, i64, i64) = row?;
@@ -162,53 +156,13 @@ pub(crate) fn partition_loads(
     Ok(loads)
 }
 
-/// The partitions of `queue` at their limit at `now`, the busiest first
-/// (at most `listed`), and how many there are.
-fn at_limit(
-    conn: &Connection,
-    queue: &str,
-    limits: &Limits,
-    now: Millis,
-    listed: usize,
-) -> Result<(Vec<PartitionAtLimit>, i64)> {
-    if !limits.partitioned() {
-        return Ok((Vec::new(), 0));
-    }
-    let loads = partition_loads(conn, queue, limits, now)?;
-    Ok(crate::core::controls::partitions_at_limit(
-        limits, loads, listed,
-    ))
-}
-
 /// Every queue with jobs or controls, by name, with its load at `now`.
 pub(crate) fn list(conn: &Connection, now: Millis) -> Result<Vec<QueueControl>> {
-    let mut all: BTreeMap<String, QueueControl> = BTreeMap::new();
-    {
-        let mut st = conn.prepare_cached(JOB_COUNTS)?;
-        let rows = st.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?;
-        for row in rows {
-            let (name, queued, running) = row?;
-            let q = all
-                .entry(name.clone())
-                .or_insert_with(|| QueueControl::named(&name));
-            q.queued = queued;
-            q.running = running;
-        }
-    }
-    for mut c in controlled(conn, now)? {
-        if let Some(q) = all.get(&c.name) {
-            c.queued = q.queued;
-            c.running = q.running;
-        }
-        all.insert(c.name.clone(), c);
-    }
-    Ok(all.into_values().collect())
+    let counts = conn
+        .prepare_cached(JOB_COUNTS)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<(String, i64, i64)>>>()?;
+    Ok(listing(counts, controlled(conn, now)?))
 }
 
 /// The queues with controls in force (no job counts), by name, with the
@@ -220,15 +174,19 @@ pub(crate) fn controlled(conn: &Connection, now: Millis) -> Result<Vec<QueueCont
         .collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for (name, l, updated_at) in rows {
-        let started_in_window = match l.rate {
-            Some(rate) => Some(started(conn, &name, rate, now)?.0),
-            None => None,
+        let started = match l.rate {
+            Some(rate) => started(conn, &name, rate, now)?.0,
+            None => 0,
         };
-        let mut c = QueueControl::with_limits(&name, &l, updated_at);
-        c.started_in_window = started_in_window;
-        (c.partitions_at_limit, c.partitions_at_limit_count) =
-            at_limit(conn, &name, &l, now, PARTITIONS_LISTED)?;
-        out.push(c);
+        let partitions = partition_loads(conn, &name, &l, now)?;
+        out.push(QueueControl::found(
+            &name,
+            &l,
+            updated_at,
+            started,
+            partitions,
+            PARTITIONS_LISTED,
+        ));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
@@ -248,11 +206,9 @@ pub(crate) fn of_queue(
         return Ok(None);
     };
     let (load, running) = load(conn, &name, &l, now)?;
-    let mut c = QueueControl::with_limits(&name, &l, updated_at);
+    let partitions = partition_loads(conn, &name, &l, now)?;
+    let mut c = QueueControl::found(&name, &l, updated_at, load.started, partitions, usize::MAX);
     c.running = running;
-    c.started_in_window = l.rate.map(|_| load.started);
-    (c.partitions_at_limit, c.partitions_at_limit_count) =
-        at_limit(conn, &name, &l, now, usize::MAX)?;
     Ok(Some(c))
 }
 

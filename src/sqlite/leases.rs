@@ -7,7 +7,7 @@ use rusqlite::Connection;
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::job::JobState;
-use crate::core::lifecycle::{self, Expiry, ABANDONED_JOB, ABANDONED_RUN};
+use crate::core::lifecycle::{self, Expiry, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
 use crate::sqlite::history;
@@ -40,44 +40,41 @@ pub(crate) fn heartbeat(
 /// past its lease), as [`lifecycle::on_expiry`] decides for each: a
 /// claimed-but-unstarted job goes back to `queued` uncharged; a started run
 /// is recorded `abandoned` and the job goes back uncharged, or dies as a
-/// poison pill. Returns how many jobs were taken back.
+/// poison pill, its row as [`Expiry::job_end`] says. Returns how many jobs
+/// were taken back.
 pub(crate) fn reap_expired(conn: &Connection, now: Millis, max_abandoned: i64) -> Result<usize> {
-    const EXPIRED: &str = "SELECT id, current_attempt, abandoned FROM jobs \
+    const EXPIRED: &str = "SELECT id, current_attempt, abandoned, attempts FROM jobs \
          WHERE state = 'running' AND lease_expires_at < ?1 LIMIT 500";
     const UNCLAIM: &str =
         "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL WHERE id = ?1";
-    const REQUEUE: &str = "UPDATE jobs SET state = 'queued', abandoned = ?2, \
-         attempts = max(attempts - 1, 0), run_at = ?3, last_error = ?4, lease_owner = NULL, \
+    const ABANDON: &str = "UPDATE jobs SET state = ?2, abandoned = ?3, attempts = ?4, \
+         run_at = coalesce(?5, run_at), last_error = ?6, finished_at = ?7, lease_owner = NULL, \
          lease_expires_at = NULL, current_attempt = NULL WHERE id = ?1";
-    const KILL: &str = "UPDATE jobs SET state = 'dead', abandoned = ?2, \
-         attempts = max(attempts - 1, 0), last_error = ?3, finished_at = ?4, lease_owner = NULL, \
-         lease_expires_at = NULL, current_attempt = NULL WHERE id = ?1";
-    let expired: Vec<(i64, Option<i64>, i64)> = conn
+    let expired: Vec<(i64, Option<i64>, i64, i64)> = conn
         .prepare_cached(EXPIRED)?
-        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    for &(id, attempt, abandoned) in &expired {
+    for &(id, attempt, abandoned, attempts) in &expired {
         if let Some(a) = attempt {
             history::finish(conn, a, AttemptOutcome::Abandoned, Some(ABANDONED_RUN), now)?;
         }
-        match lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned) {
-            Expiry::Unclaimed => {
-                conn.prepare_cached(UNCLAIM)?.execute([id])?;
-            }
-            Expiry::Requeued { abandoned } => {
-                conn.prepare_cached(REQUEUE)?.execute(rusqlite::params![
-                    id,
-                    abandoned,
-                    now,
-                    ABANDONED_JOB
-                ])?;
-            }
-            Expiry::Poisoned { abandoned, error } => {
-                conn.prepare_cached(KILL)?
-                    .execute(rusqlite::params![id, abandoned, error, now])?;
-                crate::sqlite::workflow::cancel_dependents(conn, id, JobState::Dead, now)?;
-                log::warn!(target: "litejob", job_id = id, abandoned = abandoned; "job is dead: {error}");
-            }
+        let expiry = lifecycle::on_expiry(attempt.is_some(), abandoned, max_abandoned);
+        let Some((abandoned, end)) = expiry.job_end(attempts, now) else {
+            conn.prepare_cached(UNCLAIM)?.execute([id])?;
+            continue;
+        };
+        conn.prepare_cached(ABANDON)?.execute(rusqlite::params![
+            id,
+            end.state.as_str(),
+            abandoned,
+            end.attempts,
+            end.run_at,
+            end.last_error,
+            end.finished_at
+        ])?;
+        if let Expiry::Poisoned { error, .. } = &expiry {
+            crate::sqlite::workflow::cancel_dependents(conn, id, JobState::Dead, now)?;
+            log::warn!(target: "litejob", job_id = id, abandoned = abandoned; "job is dead: {error}");
         }
     }
     Ok(expired.len())

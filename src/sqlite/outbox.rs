@@ -49,9 +49,7 @@ pub(crate) fn add(
     max_attempts: i64,
     now: Millis,
 ) -> Result<(i64, bool)> {
-    if kind.trim().is_empty() || key.trim().is_empty() {
-        return Err(Error::invalid("outbox kind and key must not be empty"));
-    }
+    crate::core::outbox::check_effect(kind, key)?;
     const INSERT: &str = "INSERT INTO outbox (key, kind, payload, max_attempts, job_id, next_attempt_at, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (key) DO NOTHING";
     let n = conn.prepare_cached(INSERT)?.execute(rusqlite::params![

@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::handler::{panic_message, JobContext, Prepared};
@@ -15,7 +15,7 @@ use crate::core::lifecycle::judge;
 use crate::core::lifecycle::HandlerResult;
 use crate::core::lifecycle::Next;
 use crate::core::lifecycle::Verdict;
-use crate::core::lifecycle::{RunEnd, DUPLICATE_RUN};
+use crate::core::lifecycle::{Charged, JobEnd, RunEnd, DUPLICATE_RUN};
 use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
 use crate::driver::run::Savepoint;
@@ -47,23 +47,51 @@ fn lease_lost(job_id: i64, attempt_id: i64) -> Error {
     }
 }
 
+/// A run's end: the job's columns as the core decided them
+/// ([`JobEnd`]), its output, its lease let go. Fenced on the attempt.
+const END: &str = "UPDATE jobs SET state = ?3, finished_at = ?4, attempts = ?5, \
+     run_at = coalesce(?6, run_at), last_error = ?7, output = ?8, \
+     lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+     WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
+
+/// Writes a run's end ([`END`]); false when the run no longer held the job.
+fn end(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    job: &JobEnd,
+    output: Option<&str>,
+) -> Result<bool> {
+    let n = conn.prepare_cached(END)?.execute(rusqlite::params![
+        job_id,
+        attempt_id,
+        job.state.as_str(),
+        job.finished_at,
+        job.attempts,
+        job.run_at,
+        job.last_error,
+        output
+    ])?;
+    Ok(n == 1)
+}
+
 /// Completes the job with its output, and queues the dependents whose
 /// last dependency it was (returns how many).
 fn complete(
     conn: &Connection,
     job_id: i64,
     attempt_id: i64,
+    run: Charged,
     output: Option<&str>,
     now: Millis,
 ) -> Result<usize> {
-    const SQL: &str = "UPDATE jobs SET state = 'succeeded', finished_at = ?3, last_error = NULL, \
-         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL, output = ?4 \
-         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
-    if conn
-        .prepare_cached(SQL)?
-        .execute(rusqlite::params![job_id, attempt_id, now, output])?
-        != 1
-    {
+    if !end(
+        conn,
+        job_id,
+        attempt_id,
+        &JobEnd::succeeded(run, now),
+        output,
+    )? {
         return Err(Error::LeaseLost {
             job_id,
             detail: "completion refused".into(),
@@ -83,7 +111,16 @@ pub(crate) enum Within {
     SelfIsolated,
 }
 
-/// Records a failed run and requeues or kills the job. Fenced on the attempt.
+fn failure_not_recorded(job_id: i64) -> Error {
+    Error::LeaseLost {
+        job_id,
+        detail: "failure not recorded, the run lost its lease".into(),
+    }
+}
+
+/// [`fail_run`] for a caller that does not hold the run's charge (a
+/// prepare step's failure, recorded from the start step): it is read from
+/// the job's row, under the same fence.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fail(
     conn: &Connection,
@@ -95,18 +132,43 @@ pub(crate) fn fail(
     now: Millis,
     within: Within,
 ) -> Result<RunEnd> {
+    const CHARGED: &str = "SELECT attempts, max_attempts FROM jobs \
+         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
+    let Some(run) = conn
+        .prepare_cached(CHARGED)?
+        .query_row([job_id, attempt_id], |r| {
+            Ok(Charged {
+                attempt: r.get(0)?,
+                max_attempts: r.get(1)?,
+            })
+        })
+        .optional()?
+    else {
+        return Err(failure_not_recorded(job_id));
+    };
+    fail_run(
+        conn, job_id, attempt_id, run, outcome, error, next, now, within,
+    )
+}
+
+/// Records a failed run and requeues or kills the job, as the core decides
+/// ([`JobEnd::failed`]). Fenced on the attempt.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fail_run(
+    conn: &Connection,
+    job_id: i64,
+    attempt_id: i64,
+    run: Charged,
+    outcome: AttemptOutcome,
+    error: &str,
+    next: Next,
+    now: Millis,
+    within: Within,
+) -> Result<RunEnd> {
     let half_done = |e: Error| match within {
         Within::WritersSavepoint => e,
         Within::SelfIsolated => abort(conn, e),
     };
-    // ?7: the handler snoozed, and may: the attempt is given back.
-    const SQL: &str = "UPDATE jobs SET \
-         state = CASE WHEN ?7 THEN 'queued' WHEN ?3 OR attempts >= max_attempts THEN 'dead' \
-                      ELSE 'queued' END, \
-         finished_at = CASE WHEN NOT ?7 AND (?3 OR attempts >= max_attempts) THEN ?6 END, \
-         attempts = CASE WHEN ?7 THEN max(attempts - 1, 0) ELSE attempts END, \
-         run_at = ?4, last_error = ?5, lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
-         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running' RETURNING state";
     let (outcome, error, next) = match next {
         Next::Snooze { .. } => {
             let snoozed = snoozes(conn, job_id).map_err(&half_done)?;
@@ -114,41 +176,19 @@ pub(crate) fn fail(
         }
         _ => (outcome, error.to_string(), next),
     };
-    let error = error.as_str();
-    let (discard, retry_at, snoozed) = match next {
-        Next::RetryAt(at) => (false, at, false),
-        Next::Discard => (true, now, false),
-        Next::Snooze { at, .. } => (false, at, true),
-    };
-    let capped = crate::core::attempt::cap_error(error);
-    let state: Option<String> = {
-        let mut st = conn.prepare_cached(SQL)?;
-        let mut rows = st.query(rusqlite::params![
-            job_id, attempt_id, discard, retry_at, capped, now, snoozed
-        ])?;
-        match rows.next()? {
-            Some(r) => Some(r.get(0)?),
-            None => None,
-        }
-    };
-    let Some(state) = state else {
-        return Err(Error::LeaseLost {
-            job_id,
-            detail: "failure not recorded, the run lost its lease".into(),
-        });
-    };
-    let state: JobState = state.parse().map_err(&half_done)?;
-    history::finish(conn, attempt_id, outcome, Some(error), now).map_err(&half_done)?;
-    workflow::ended(conn, job_id, state, now).map_err(half_done)?;
-    Ok(RunEnd {
+    let job = JobEnd::failed(run, next, &error, now);
+    if !end(conn, job_id, attempt_id, &job, None)? {
+        return Err(failure_not_recorded(job_id));
+    }
+    history::finish(conn, attempt_id, outcome, Some(&error), now).map_err(&half_done)?;
+    workflow::ended(conn, job_id, job.state, now).map_err(half_done)?;
+    let capped = job.last_error.clone().unwrap_or_default();
+    Ok(RunEnd::failed(
         outcome,
-        state,
-        error: Some(capped),
-        outbox_added: 0,
-        retry_at: (state == JobState::Queued).then_some(retry_at),
-        discarded: discard,
-        unblocked: 0,
-    })
+        &job,
+        matches!(next, Next::Discard),
+        capped,
+    ))
 }
 
 /// How many runs of the job snoozed so far.
@@ -214,7 +254,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
     }
     if !ledger::record(conn, &ctx.key, ctx.id, now).map_err(|e| abort(conn, e))? {
         // Someone already did this key's work: do nothing, finish the job.
-        return finish_duplicate(conn, ctx.id, attempt_id, now);
+        return finish_duplicate(conn, ctx.id, attempt_id, Charged::of(&ctx), now);
     }
     let tx = JobTx {
         conn,
@@ -253,6 +293,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
                 conn,
                 ctx.id,
                 attempt_id,
+                Charged::of(&ctx),
                 savepoint,
                 outbox_added,
                 output,
@@ -270,10 +311,11 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         ledger::unrecord(conn, &ctx.key)
     })();
     undone.map_err(|e| abort(conn, e))?;
-    fail(
+    fail_run(
         conn,
         ctx.id,
         attempt_id,
+        Charged::of(&ctx),
         outcome,
         &error,
         next,
@@ -284,7 +326,13 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
 
 /// A key already in the ledger: the run records `duplicate` and completes
 /// the job without the handler.
-fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -> Result<RunEnd> {
+fn finish_duplicate(
+    conn: &Connection,
+    job: i64,
+    attempt_id: i64,
+    run: Charged,
+    now: Millis,
+) -> Result<RunEnd> {
     let finished = history::finish(
         conn,
         attempt_id,
@@ -292,7 +340,7 @@ fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -
         Some(DUPLICATE_RUN),
         now,
     )
-    .and_then(|_| complete(conn, job, attempt_id, None, now));
+    .and_then(|_| complete(conn, job, attempt_id, run, None, now));
     let unblocked = finished.map_err(|e| abort(conn, e))?;
     Ok(RunEnd {
         outcome: AttemptOutcome::Duplicate,
@@ -307,10 +355,12 @@ fn finish_duplicate(conn: &Connection, job: i64, attempt_id: i64, now: Millis) -
 
 /// The handler said `Done`: keep its writes, complete the job, record the
 /// attempt as succeeded.
+#[allow(clippy::too_many_arguments)]
 fn finish_done(
     conn: &Connection,
     job: i64,
     attempt_id: i64,
+    run: Charged,
     savepoint: Savepoint,
     outbox_added: usize,
     output: Option<String>,
@@ -320,7 +370,7 @@ fn finish_done(
         if savepoint == Savepoint::Open {
             exec_cached(conn, RELEASE_RUN)?;
         }
-        let unblocked = complete(conn, job, attempt_id, output.as_deref(), now)?;
+        let unblocked = complete(conn, job, attempt_id, run, output.as_deref(), now)?;
         history::finish(conn, attempt_id, AttemptOutcome::Succeeded, None, now)?;
         Ok(unblocked)
     })();

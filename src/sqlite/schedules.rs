@@ -3,7 +3,8 @@
 //! next one. Every statement on the table is a named constant here. Writes
 //! `schedules`.
 //!
-//! The two writes a runtime makes: [`declare`] at its start, and [`fired`]
+//! The two writes a runtime makes: [`upsert`] at its start (when the
+//! core finds its declaration new or changed), and [`fired`]
 //! in the transaction that enqueues a slot's job. `fired` only moves the
 //! row forward, so a process that enqueued a slot another one had already
 //! fired (its enqueue was a duplicate) writes nothing here.
@@ -14,7 +15,7 @@ use crate::core::time::Millis;
 use crate::error::Result;
 
 use crate::core::job::{Enqueued, NewJob};
-use crate::core::schedule::{Declaration, Declared, ScheduleRow};
+use crate::core::schedule::{Declared, ScheduleRow};
 use crate::driver::schedules::SlotTx;
 
 /// A `ScheduleRow` from a row read with [`GET`]'s columns.
@@ -85,20 +86,8 @@ pub(crate) fn count(conn: &Connection) -> Result<i64> {
 }
 
 /// Writes `d` to its row (a new row, or the new declaration of an existing
-/// one: last writer wins) inside the caller's write transaction, and says
-/// what was there.
-pub(crate) fn declare(conn: &Connection, d: &Declared, now: Millis) -> Result<Declaration> {
-    let before = get(conn, &d.schedule.name)?;
-    let found = match before {
-        None => Declaration::New,
-        Some(row) => {
-            let changes = row.changes(d);
-            if changes.is_empty() {
-                return Ok(Declaration::Same(row));
-            }
-            Declaration::Changed(row, changes)
-        }
-    };
+/// one: last writer wins) inside the caller's write transaction.
+pub(crate) fn upsert(conn: &Connection, d: &Declared, now: Millis) -> Result<()> {
     let s = &d.schedule;
     conn.prepare_cached(UPSERT)?.execute(rusqlite::params![
         s.name,
@@ -113,7 +102,7 @@ pub(crate) fn declare(conn: &Connection, d: &Declared, now: Millis) -> Result<De
         s.catch_up.window_ms(),
         now,
     ])?;
-    Ok(found)
+    Ok(())
 }
 
 /// Records that `slot` fired and `next` comes after it, unless the row
@@ -138,8 +127,11 @@ pub(crate) fn set_next(conn: &Connection, name: &str, next: Option<Millis>) -> R
 }
 
 impl SlotTx for &crate::sqlite::tx::WriteTx<'_> {
-    fn declare(&mut self, d: &Declared, now: Millis) -> Result<Declaration> {
-        declare(self, d, now)
+    fn schedule(&mut self, name: &str) -> Result<Option<ScheduleRow>> {
+        get(self, name)
+    }
+    fn write_declaration(&mut self, d: &Declared, now: Millis) -> Result<()> {
+        upsert(self, d, now)
     }
     fn fired(&mut self, name: &str, slot: Millis, next: Option<Millis>) -> Result<bool> {
         fired(self, name, slot, next)

@@ -12,7 +12,7 @@ use crate::core::job::{Enqueued, JobState};
 use crate::core::reports::workflow::{trim, Linked, Workflow};
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
-use crate::core::workflow::{self, Start};
+use crate::core::workflow;
 use crate::error::{Error, Result};
 use crate::sqlite::enqueue::{constraint, ledger_duplicate};
 
@@ -77,11 +77,7 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
         return ledger_duplicate(conn, &job.key);
     }
     let deps = dependencies(conn, job)?;
-    let (state, finished_at, last_error) = match workflow::start(&deps) {
-        Start::Queued => (JobState::Queued, None, None),
-        Start::Waiting => (JobState::Waiting, None, None),
-        Start::Cancelled(why) => (JobState::Cancelled, Some(now), Some(why)),
-    };
+    let (state, finished_at, last_error) = workflow::start(&deps).columns(now);
     const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, \
          run_at, max_attempts, created_at, state, finished_at, last_error, partition_key) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";

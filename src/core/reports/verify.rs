@@ -18,13 +18,15 @@
 //! connections that turn them on (litejob's do, the `sqlite3` shell by
 //! default does not), so a file's are checked ([`Invariant::ForeignKeys`]).
 //! What no constraint can say, because it spans rows or tables, is checked
-//! by a query each, in the same read snapshot; the few whose text both
-//! engines take as it is are here ([`SHARED_CHECKS`]), the others in each
-//! engine's `verify`.
+//! by a query each, in the same read snapshot: one text for both engines
+//! ([`CHECKS`], in `checks.rs`).
 
 use serde::{Serialize, Serializer};
 
 use crate::core::options::EngineKind;
+
+mod checks;
+pub(crate) use checks::CHECKS;
 
 /// One thing that must hold of a queue's tables. [`Invariant::ALL`] lists
 /// them in the order a report gives them.
@@ -307,40 +309,6 @@ impl VerifyReport {
     }
 }
 
-/// The cross-table invariants whose statement is the same text on both
-/// engines, as `SELECT count(*), <an example as text>`.
-pub(crate) const SHARED_CHECKS: [(Invariant, &str); 2] = [
-    (
-        Invariant::PartitionOverCap,
-        // Counted per partition, not per job: the cap is a partition's, and
-        // one over by three is one fault. Jobs without a partition are
-        // outside every partition's cap (a claim never counts them in one).
-        PARTITIONS_OVER_CAP,
-    ),
-    (Invariant::StepOfMissingJob, STEPS_OF_MISSING_JOBS),
-];
-
-/// The example is `job J, step S`: a step's row has no id of its own.
-const STEPS_OF_MISSING_JOBS: &str = "WITH orphans AS ( \
-         SELECT s.job_id, s.name FROM job_steps s \
-         WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.job_id)) \
-     SELECT (SELECT count(*) FROM orphans), \
-            (SELECT 'job ' || CAST(job_id AS TEXT) || ', step ' || name \
-             FROM orphans ORDER BY job_id, name LIMIT 1)";
-
-const PARTITIONS_OVER_CAP: &str = "WITH crowded AS ( \
-         SELECT j.queue, j.partition_key, count(*) AS running, \
-                q.partition_concurrency AS cap \
-         FROM jobs j JOIN queues q ON q.name = j.queue \
-         WHERE j.state = 'running' AND j.partition_key IS NOT NULL \
-           AND q.partition_concurrency IS NOT NULL \
-         GROUP BY j.queue, j.partition_key, q.partition_concurrency \
-         HAVING count(*) > q.partition_concurrency) \
-     SELECT (SELECT count(*) FROM crowded), \
-            (SELECT 'queue ' || queue || ', partition ' || partition_key || ': ' \
-                    || CAST(running AS TEXT) || ' running, cap ' || CAST(cap AS TEXT) \
-             FROM crowded ORDER BY running - cap DESC, queue, partition_key LIMIT 1)";
-
 /// An engine's raw findings: a count and an example per invariant checked.
 pub(crate) type Findings = Vec<(Invariant, u64, Option<String>)>;
 
@@ -392,8 +360,25 @@ mod tests {
         for i in Invariant::ALL {
             assert!(!i.description().is_empty());
         }
-        for (i, _) in SHARED_CHECKS {
-            assert!(Invariant::ALL.contains(&i));
+    }
+
+    #[test]
+    fn every_invariant_no_constraint_holds_is_checked_by_one_query() {
+        let by_the_engine = [
+            Invariant::IntegrityCheck,
+            Invariant::ForeignKeys,
+            Invariant::SchemaVersion,
+        ];
+        for i in Invariant::ALL {
+            let queries = CHECKS.iter().filter(|(c, _)| *c == i).count();
+            let expected = usize::from(!by_the_engine.contains(&i));
+            assert_eq!(queries, expected, "{i}");
+        }
+        for (i, sql) in CHECKS {
+            assert!(
+                sql.starts_with("SELECT ") || sql.starts_with("WITH "),
+                "{i}"
+            );
         }
     }
 

@@ -315,6 +315,29 @@ pub(crate) enum Declaration {
 }
 
 impl Declaration {
+    /// What a start declaring `d` finds in `before`, the row of its name
+    /// (None: there is none).
+    pub(crate) fn of(before: Option<ScheduleRow>, d: &Declared) -> Declaration {
+        match before {
+            None => Declaration::New,
+            Some(row) => {
+                let changes = row.changes(d);
+                if changes.is_empty() {
+                    Declaration::Same(row)
+                } else {
+                    Declaration::Changed(row, changes)
+                }
+            }
+        }
+    }
+
+    /// Whether the start writes its declaration: a new row, or the new
+    /// declaration of a changed one (the last start wins). The same
+    /// declaration is left as it was, its `updated_at` too.
+    pub(crate) fn writes(&self) -> bool {
+        !matches!(self, Declaration::Same(_))
+    }
+
     /// The row as it was before the start.
     pub(crate) fn before(&self) -> Option<&ScheduleRow> {
         match self {
@@ -374,6 +397,49 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("payload"));
+    }
+
+    /// The row a start of `d` would have written, its slots `last`.
+    fn row_of(d: &Declared, last: Option<Millis>) -> ScheduleRow {
+        let s = &d.schedule;
+        ScheduleRow {
+            name: s.name.clone(),
+            cron: s.cron.clone(),
+            tz: s.tz.clone(),
+            kind: s.kind.clone(),
+            payload: d.payload.clone(),
+            queue: s.queue.clone(),
+            priority: s.priority,
+            max_retries: s.max_retries.map(i64::from),
+            catch_up: s.catch_up.as_str().into(),
+            catch_up_window_ms: s.catch_up.window_ms(),
+            last_slot_at: last,
+            next_slot_at: None,
+            updated_at: 5,
+        }
+    }
+
+    #[test]
+    fn a_start_writes_its_declaration_only_when_new_or_changed() {
+        let digest = || Schedule::new("digest", "0 6 * * *", "send_digest", &1);
+        let d = digest().declared().unwrap();
+        let found = Declaration::of(None, &d);
+        assert!(matches!(found, Declaration::New) && found.writes());
+        assert!(found.before().is_none());
+
+        let same = Declaration::of(Some(row_of(&d, Some(7))), &d);
+        assert!(matches!(same, Declaration::Same(_)), "{same:?}");
+        assert!(!same.writes());
+        assert_eq!(same.before().unwrap().last_slot_at, Some(7));
+
+        let moved = digest().with_tz("Europe/Berlin").with_priority(3);
+        let changed = Declaration::of(Some(row_of(&d, Some(7))), &moved.declared().unwrap());
+        let Declaration::Changed(before, changes) = &changed else {
+            panic!("{changed:?}");
+        };
+        assert!(changed.writes());
+        assert_eq!(before.last_slot_at, Some(7));
+        assert_eq!(changes, &["tz UTC → Europe/Berlin", "priority 0 → 3"]);
     }
 
     #[test]

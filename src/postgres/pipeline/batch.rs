@@ -12,8 +12,8 @@ use std::time::Instant;
 use crate::core::attempt::{cap_error, AttemptOutcome};
 use crate::core::handler::{JobContext, PrepareStop, Prepared};
 use crate::core::job::JobState;
-use crate::core::lifecycle::RunEnd;
 use crate::core::lifecycle::{self, judge, Next, Verdict};
+use crate::core::lifecycle::{Charged, JobEnd, RunEnd};
 use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
 use crate::driver::run::Savepoint;
@@ -171,17 +171,6 @@ impl Worker {
                 detail: "its lease was lost during the batch; the batch was rolled back".into(),
             });
         }
-        // The states the batch recorded; retry times only for the jobs
-        // that went back to queued.
-        for r in runs.iter_mut() {
-            let state = states.iter().find(|(id, _, _)| *id == r.started.id);
-            if let (Some(end), Some((_, st, _))) = (&mut r.end, state) {
-                end.state = st.parse()?;
-                if end.state != JobState::Queued {
-                    end.retry_at = None;
-                }
-            }
-        }
         // Their dependents, in the same commit: of the jobs that have any
         // (a queue without workflows has none, and runs no statement here).
         let with_dependents = |id: i64| states.iter().any(|(j, _, has)| *j == id && *has);
@@ -248,27 +237,31 @@ fn run_handlers(
             )));
         };
         let mut output = None;
-        let end = match prepared {
+        let run = Charged::of(&r.ctx);
+        let (end, job) = match prepared {
             Err(stop) => {
                 let (outcome, msg, next) = failure(stop, r.backoff_at);
-                failed(outcome, msg, next)
+                failed(outcome, msg, next, run, now)
             }
-            Ok(_) if !ledger_new => RunEnd {
-                outcome: AttemptOutcome::Duplicate,
-                state: JobState::Succeeded,
-                error: Some(DUPLICATE_RUN.into()),
-                retry_at: None,
-                outbox_added: 0,
-                discarded: false,
-                unblocked: 0,
-            },
+            Ok(_) if !ledger_new => {
+                let end = RunEnd {
+                    outcome: AttemptOutcome::Duplicate,
+                    state: JobState::Succeeded,
+                    error: Some(DUPLICATE_RUN.into()),
+                    retry_at: None,
+                    outbox_added: 0,
+                    discarded: false,
+                    unblocked: 0,
+                };
+                (end, JobEnd::succeeded(run, now))
+            }
             Ok(prepared) => {
-                let (end, out) = apply_one(tx, st, r, prepared, now, limits)?;
+                let (end, job, out) = apply_one(tx, st, r, prepared, now, limits)?;
                 if end.outcome != AttemptOutcome::Succeeded {
                     failed_keys.push(r.ctx.key.clone());
                 }
                 output = out;
-                end
+                (end, job)
             }
         };
         ends.push(End {
@@ -276,8 +269,7 @@ fn run_handlers(
             attempt_id: r.started.attempt_id,
             outcome: end.outcome.as_str(),
             error: end.error.as_deref().map(cap_error),
-            retry_at: end.retry_at.unwrap_or(now),
-            discard: end.discarded,
+            job,
             output,
         });
         r.end = Some(end);
@@ -295,7 +287,7 @@ fn apply_one(
     prepared: Prepared,
     now: Millis,
     limits: Limits,
-) -> Result<(RunEnd, Option<String>)> {
+) -> Result<(RunEnd, JobEnd, Option<String>)> {
     let mut jtx = PgJobTx {
         tx,
         job: &r.ctx,
@@ -327,7 +319,8 @@ fn apply_one(
                 discarded: false,
                 unblocked: 0,
             };
-            return Ok((end, output.clone()));
+            let job = JobEnd::succeeded(Charged::of(&r.ctx), now);
+            return Ok((end, job, output.clone()));
         }
     }
     let (outcome, msg, next) = match verdict {
@@ -355,7 +348,8 @@ fn apply_one(
         }
         _ => (outcome, msg, next),
     };
-    Ok((failed(outcome, msg, next), None))
+    let (end, job) = failed(outcome, msg, next, Charged::of(&r.ctx), now);
+    Ok((end, job, None))
 }
 
 /// How many runs of a job snoozed so far (asked only when one snoozes).
@@ -368,21 +362,16 @@ struct Limits {
     max_output: usize,
 }
 
-/// How a failed run ends, as far as the batch knows before its commit: a
-/// discarded job is dead, any other goes back to `queued` unless the
-/// commit finds it out of attempts.
-fn failed(outcome: AttemptOutcome, msg: String, next: Next) -> RunEnd {
-    let (state, retry_at) = match next {
-        Next::RetryAt(at) | Next::Snooze { at, .. } => (JobState::Queued, Some(at)),
-        Next::Discard => (JobState::Dead, None),
-    };
-    RunEnd {
-        outcome,
-        state,
-        error: Some(msg),
-        retry_at,
-        outbox_added: 0,
-        discarded: matches!(next, Next::Discard),
-        unblocked: 0,
-    }
+/// How a failed run of `run`'s charge ends, as the core decides: the run's
+/// end, and what its job's row takes.
+fn failed(
+    outcome: AttemptOutcome,
+    msg: String,
+    next: Next,
+    run: Charged,
+    now: Millis,
+) -> (RunEnd, JobEnd) {
+    let job = JobEnd::failed(run, next, &msg, now);
+    let end = RunEnd::failed(outcome, &job, matches!(next, Next::Discard), msg);
+    (end, job)
 }

@@ -291,7 +291,10 @@ fn a_new_declaration_replaces_the_row_and_keeps_its_slots() {
         .unwrap();
     let t = at("2026-12-01T06:10:00Z");
     let found = q
-        .write(move |tx| schedules::declare(tx, &other, t).map(|d| format!("{d:?}")))
+        .write(move |tx| {
+            let mut tx = tx;
+            SlotTx::declare(&mut tx, &other, t).map(|d| format!("{d:?}"))
+        })
         .unwrap();
     assert!(found.starts_with("Changed"), "{found}");
     for what in [

@@ -9,7 +9,7 @@ use crossbeam_channel::Receiver;
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::job::JobState;
-use crate::core::lifecycle::{released_after_failed_write, Next, RunEnd};
+use crate::core::lifecycle::{released_after_failed_write, Charged, Next, RunEnd};
 use crate::core::time::Clock;
 use crate::driver::run as lifecycle_run;
 use crate::error::{Error, Result};
@@ -89,6 +89,7 @@ fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
             s,
             id,
             attempt_id,
+            Charged::of(&ctx),
             AttemptOutcome::Failed,
             msg,
             Next::RetryAt(backoff_at),
@@ -116,27 +117,23 @@ fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
     result
 }
 
-/// The write that records a failed run, as its own durable operation.
+/// The write that records a failed run, as its own durable operation;
+/// `run`: its charge, when the caller holds it (else it is read).
 fn fail_op(
     clock: Clock,
     id: i64,
     attempt_id: i64,
+    run: Option<Charged>,
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
 ) -> impl FnOnce(&rusqlite::Connection) -> Result<RunEnd> + Send + 'static {
     move |conn| {
-        let now = clock.now();
-        run::fail(
-            conn,
-            id,
-            attempt_id,
-            outcome,
-            &msg,
-            next,
-            now,
-            Within::WritersSavepoint,
-        )
+        let (now, within) = (clock.now(), Within::WritersSavepoint);
+        match run {
+            Some(run) => run::fail_run(conn, id, attempt_id, run, outcome, &msg, next, now, within),
+            None => run::fail(conn, id, attempt_id, outcome, &msg, next, now, within),
+        }
     }
 }
 
@@ -153,6 +150,7 @@ pub(crate) fn submit_fail(
         s.store.clock.clone(),
         id,
         attempt_id,
+        None,
         outcome,
         msg,
         next,
@@ -164,6 +162,7 @@ fn fail_run(
     s: &Arc<Pipe>,
     id: i64,
     attempt_id: i64,
+    run: Charged,
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
@@ -172,6 +171,7 @@ fn fail_run(
         s.store.clock.clone(),
         id,
         attempt_id,
+        Some(run),
         outcome,
         msg,
         next,
