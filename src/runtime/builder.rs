@@ -63,6 +63,8 @@ impl<E: Engine> RuntimeBuilder<E> {
                 outbox_max_retries: 1,
                 claim_ahead: 64,
                 claim_ahead_set: false,
+                job_timeout: None,
+                kind_timeouts: HashMap::new(),
             },
         }
     }
@@ -192,6 +194,34 @@ impl<E: Engine> RuntimeBuilder<E> {
     /// The abandoned run that makes a job a poison pill (default 3).
     pub fn max_abandoned(mut self, n: u32) -> Self {
         self.cfg.max_abandoned = n.max(1) as i64;
+        self
+    }
+
+    /// How long one run of a job may take, for the jobs whose kind
+    /// ([`Self::kind_timeout`]) and job ([`NewJob::with_timeout`]) say
+    /// nothing: none by default. At the deadline `ctx.is_cancelled()`
+    /// turns true and the run fails "timed out after …", a charged attempt
+    /// retried by the job's rules, its work rolled back; a worker stuck in
+    /// a prepare step past it is freed for its next job (the step goes on
+    /// in the background, its result dropped). An apply step cannot be
+    /// abandoned (it runs inside the transaction): one that returns past
+    /// the deadline is rolled back. Slow work belongs in a prepare step.
+    /// The time a run waits for its turn between its two steps does not
+    /// count. `Duration::ZERO` is none.
+    ///
+    /// [`NewJob::with_timeout`]: crate::NewJob::with_timeout
+    pub fn job_timeout(mut self, d: Duration) -> Self {
+        self.cfg.job_timeout = (!d.is_zero()).then_some(d);
+        self
+    }
+
+    /// How long one run of a job of `kind` may take, when the job does
+    /// not say ([`NewJob::with_timeout`]); it beats [`Self::job_timeout`].
+    /// `Duration::ZERO`: no timeout for this kind, whatever the default.
+    ///
+    /// [`NewJob::with_timeout`]: crate::NewJob::with_timeout
+    pub fn kind_timeout(mut self, kind: impl Into<String>, d: Duration) -> Self {
+        self.cfg.kind_timeouts.insert(kind.into(), d);
         self
     }
 
