@@ -94,8 +94,6 @@ pub struct CancelArgs {
 struct Cancelled {
     id: i64,
     state: &'static str,
-    /// The state it was cancelled from.
-    was: &'static str,
     dependents_cancelled: usize,
 }
 
@@ -112,7 +110,6 @@ pub fn cancel(queue: &AnyQueue, a: &CancelArgs, json: bool, out: &mut Out) -> Cl
         return out.json(&Cancelled {
             id,
             state: "cancelled",
-            was: was.as_str(),
             dependents_cancelled: n,
         });
     }

@@ -51,6 +51,7 @@ pub(crate) struct JobRows {
     pub current_attempt: Vec<Option<i64>>,
     pub output: Vec<Option<String>>,
     pub partition_key: Vec<Option<String>>,
+    pub timeout_ms: Vec<Option<i64>>,
 }
 
 /// Rows of `processed_jobs`.
@@ -182,7 +183,8 @@ pub(crate) struct LastIds {
 pub(crate) const READ_JOBS: &str =
     "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output, partition_key FROM jobs ORDER BY id";
+     lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms \
+     FROM jobs ORDER BY id";
 #[cfg(feature = "postgres")]
 pub(crate) const READ_LEDGER: &str =
     "SELECT key, completed_at, job_id FROM processed_jobs ORDER BY key";

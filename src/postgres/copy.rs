@@ -30,11 +30,11 @@ const LOCK_TABLES: &str = "LOCK TABLE jobs, processed_jobs, outbox, attempts, sc
 const INSERT_JOBS: &str = "\
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
     max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt, output, partition_key)
+    lease_expires_at, current_attempt, output, partition_key, timeout_ms)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
     $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[],
-    $19::text[], $20::text[])";
+    $19::text[], $20::text[], $21::bigint[])";
 
 const INSERT_LEDGER: &str = "\
 INSERT INTO processed_jobs (key, completed_at, job_id)
@@ -144,6 +144,7 @@ impl CopySink for CopyTx<'_, '_> {
                 &r.current_attempt,
                 &r.output,
                 &r.partition_key,
+                &r.timeout_ms,
             ],
         )
     }

@@ -85,6 +85,7 @@ fn copy_jobs(conn: &Connection, tx: &mut dyn CopySink) -> Result<u64> {
             b.current_attempt.push(r.get(17)?);
             b.output.push(r.get(18)?);
             b.partition_key.push(r.get(19)?);
+            b.timeout_ms.push(r.get(20)?);
             Ok(())
         },
         |b| tx.jobs(b),

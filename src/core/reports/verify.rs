@@ -72,11 +72,14 @@ pub enum Invariant {
     /// Every durable step's row belongs to a job that exists (its rows go
     /// with the job, in the same transaction).
     StepOfMissingJob,
+    /// A run ended `cancelled` belongs to a cancelled job (the cancel ends
+    /// both in one commit).
+    CancelledRunOfUncancelledJob,
 }
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 18] = [
+    pub const ALL: [Invariant; 19] = [
         Invariant::IntegrityCheck,
         Invariant::ForeignKeys,
         Invariant::SchemaVersion,
@@ -95,6 +98,7 @@ impl Invariant {
         Invariant::WaitingJobNotCancelled,
         Invariant::PartitionOverCap,
         Invariant::StepOfMissingJob,
+        Invariant::CancelledRunOfUncancelledJob,
     ];
 
     /// Its name in reports and `--json`: what is wrong when it breaks.
@@ -118,6 +122,7 @@ impl Invariant {
             Invariant::WaitingJobNotCancelled => "waiting_job_not_cancelled",
             Invariant::PartitionOverCap => "partition_over_cap",
             Invariant::StepOfMissingJob => "step_of_missing_job",
+            Invariant::CancelledRunOfUncancelledJob => "cancelled_run_of_uncancelled_job",
         }
     }
 
@@ -200,6 +205,11 @@ impl Invariant {
                  the sqlite3 shell's by default), and a new job given that id would get \
                  another job's results back"
             }
+            Invariant::CancelledRunOfUncancelledJob => {
+                "a run ended cancelled but its job is not cancelled: the cancel of a running \
+                 job ends its run and the job in one commit, and a cancelled job never runs \
+                 again"
+            }
         }
     }
 
@@ -222,7 +232,9 @@ impl Invariant {
             Invariant::OutboxRowOfUnsucceededJob
             | Invariant::SendingRowOnEndedAttempt
             | Invariant::SentRowWithoutSuccessfulSend => "outbox",
-            Invariant::RunningRunNotCurrent | Invariant::RunningEffectNotCurrent => "attempts",
+            Invariant::RunningRunNotCurrent
+            | Invariant::RunningEffectNotCurrent
+            | Invariant::CancelledRunOfUncancelledJob => "attempts",
             Invariant::StepOfMissingJob => "job_steps",
         }
     }
@@ -309,7 +321,7 @@ impl VerifyReport {
 
 /// The cross-table invariants whose statement is the same text on both
 /// engines, as `SELECT count(*), <an example as text>`.
-pub(crate) const SHARED_CHECKS: [(Invariant, &str); 2] = [
+pub(crate) const SHARED_CHECKS: [(Invariant, &str); 3] = [
     (
         Invariant::PartitionOverCap,
         // Counted per partition, not per job: the cap is a partition's, and
@@ -318,7 +330,18 @@ pub(crate) const SHARED_CHECKS: [(Invariant, &str); 2] = [
         PARTITIONS_OVER_CAP,
     ),
     (Invariant::StepOfMissingJob, STEPS_OF_MISSING_JOBS),
+    (
+        Invariant::CancelledRunOfUncancelledJob,
+        CANCELLED_RUNS_OF_UNCANCELLED_JOBS,
+    ),
 ];
+
+/// The example is the run's attempt id.
+const CANCELLED_RUNS_OF_UNCANCELLED_JOBS: &str = "WITH stray AS ( \
+         SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.outcome = 'cancelled' AND j.state <> 'cancelled') \
+     SELECT (SELECT count(*) FROM stray), \
+            (SELECT CAST(min(id) AS TEXT) FROM stray)";
 
 /// The example is `job J, step S`: a step's row has no id of its own.
 const STEPS_OF_MISSING_JOBS: &str = "WITH orphans AS ( \

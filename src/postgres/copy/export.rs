@@ -96,6 +96,7 @@ fn jobs(tx: &mut Transaction<'_>, sink: &mut dyn CopySink) -> Result<u64> {
             b.current_attempt.push(col(r, 17)?);
             b.output.push(col(r, 18)?);
             b.partition_key.push(col(r, 19)?);
+            b.timeout_ms.push(col(r, 20)?);
             Ok(())
         },
         |b| sink.jobs(b),

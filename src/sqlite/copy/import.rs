@@ -19,9 +19,10 @@ use crate::sqlite::db::{from_sqlite, immediate};
 
 const INSERT_JOBS: &str = "INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, \
      priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, \
-     finished_at, lease_owner, lease_expires_at, current_attempt, output, partition_key) \
+     finished_at, lease_owner, lease_expires_at, current_attempt, output, partition_key, \
+     timeout_ms) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-     ?20)";
+     ?20, ?21)";
 const INSERT_LEDGER: &str =
     "INSERT INTO processed_jobs (key, completed_at, job_id) VALUES (?1, ?2, ?3)";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (id, key, kind, payload, state, attempts, \
@@ -111,6 +112,7 @@ impl CopySink for FileSink<'_> {
                 &r.current_attempt[i],
                 &r.output[i],
                 &r.partition_key[i],
+                &r.timeout_ms[i],
             ]
         })
     }
