@@ -4,8 +4,12 @@
 //! (`sqlite/pipeline/`, `postgres/pipeline/`), started through the driver
 //! boundary; the runtime starts what both share: the effect threads
 //! (`litejob-effect-N`: claim one outbox row, call its effect outside any
-//! transaction, acknowledge), with schedules `litejob-scheduler`, and with
-//! a retention `litejob-retention`. Writes `jobs`, `attempts`, `outbox`,
+//! transaction, acknowledge), with schedules `litejob-scheduler`, with
+//! a retention `litejob-retention`, and with a handler that has a prepare
+//! step `litejob-watcher` (which stops the runs whose job was cancelled:
+//! see [`crate::driver::watch`]). The workers' runner threads
+//! (`litejob-runner-N`, see [`crate::driver::runner`]) are theirs to join;
+//! one left behind by a timeout or a cancel is counted at the stop. Writes `jobs`, `attempts`, `outbox`,
 //! `schedules` and (retention) `processed_jobs` only through the engine's
 //! store.
 //!

@@ -237,3 +237,45 @@ both! {
         assert_eq!(q.count("SELECT count(*) FROM jobs WHERE timeout_ms IS NULL"), 0);
     }
 }
+
+both! {
+    /// A prepare step let go of at its deadline goes on in the background:
+    /// a step it calls afterwards is refused, and nothing of it recorded.
+    fn a_step_called_after_its_run_timed_out_is_not_recorded(q) {
+        let queue = q.open();
+        let (release, held) = crossbeam_channel::bounded::<()>(0);
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (begun, r) = (Arc::new(AtomicUsize::new(0)), refused.clone());
+        let b = begun.clone();
+        let builder = queue.runtime().workers(1).kind_timeout("stepper", Duration::from_millis(300));
+        let mut rt = handler_with_prepare(
+            builder,
+            "stepper",
+            move |ctx, _: Value| {
+                let early: i64 = ctx.step("early", |_| Ok::<_, String>(1))?;
+                b.fetch_add(1, Ordering::SeqCst);
+                let _ = held.recv_timeout(Duration::from_secs(120));
+                match ctx.step("late", |_| Ok::<_, String>(2)) {
+                    Err(_) => r.fetch_add(1, Ordering::SeqCst),
+                    Ok(_) => r.fetch_add(100, Ordering::SeqCst),
+                };
+                Ok(early)
+            },
+            |_, _: i64| Ok(Outcome::Done),
+        )
+        .start()
+        .unwrap();
+        let id = queue
+            .enqueue(NewJob::new("stepper", "s:1", &json!({})).with_max_retries(0))
+            .unwrap()
+            .id();
+        wait_state(&queue, id, JobState::Dead);
+        assert_eq!(begun.load(Ordering::SeqCst), 1);
+        drop(release);
+        wait_until("the late step's call to return", LONG, || refused.load(Ordering::SeqCst) > 0);
+        assert_eq!(refused.load(Ordering::SeqCst), 1, "the late step was recorded");
+        rt.stop();
+        let names: Vec<String> = queue.steps(id).unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["early"]);
+    }
+}
