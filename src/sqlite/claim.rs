@@ -360,8 +360,7 @@ fn begin_run(
                 text(r, 2)?,
                 text(r, 3)?,
                 text(r, 4)?,
-                r.get(5)?,
-                r.get(6)?,
+                (r.get(5)?, r.get(6)?),
                 match paused_col {
                     Some(i) => r.get(i)?,
                     None => false,
@@ -370,7 +369,7 @@ fn begin_run(
             None => None,
         }
     };
-    let Some((charged, max_attempts, key, queue, payload, partition, timeout_ms, paused)) = row
+    let Some((charged, max_attempts, key, queue, payload, (partition, timeout_ms), paused)) = row
     else {
         return Ok(Begun::Missing);
     };
@@ -400,17 +399,9 @@ fn begin_run(
 }
 
 /// What a start reads of its job: attempts charged, max_attempts, key,
-/// queue, payload, partition, timeout, and whether its queue is paused.
-type StartRow = (
-    i64,
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<i64>,
-    bool,
-);
+/// queue, payload, (partition, timeout), and whether its queue is paused.
+type StartRow = (i64, i64, String, String, String, Limits, bool);
+type Limits = (Option<String>, Option<i64>);
 
 /// A run that started: its attempt row is written and the job is fenced on it.
 #[derive(Debug, Clone)]
