@@ -301,9 +301,12 @@ macro_rules! handler_methods {
 
             /// Registers a two-step handler: `prepare` runs on a worker
             /// thread, outside any transaction (slow parsing, computing,
-            /// reading files: in parallel across workers); `apply` runs
-            /// inside the job's transaction with what `prepare` returned, and
-            /// should be short (on a file it holds the write lock).
+            /// reading files, calls to other services: in parallel across
+            /// workers); `apply` runs inside the job's transaction with what
+            /// `prepare` returned, and should be short (on a file it holds
+            /// the write lock). With a timeout ([`Self::job_timeout`]),
+            /// `prepare` runs on a runner thread its worker waits on, so
+            /// that a step that hangs past it frees the worker.
             pub fn handler_with_prepare<T, P, Prep, App>(
                 self,
                 kind: impl Into<String>,

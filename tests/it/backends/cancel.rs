@@ -109,7 +109,8 @@ both! {
         check_cancelled(q, &queue, id, dependent);
         // An ended job is refused with its state, as before.
         let out = litejob(q, &["cancel", &id.to_string()], 1);
-        assert!(String::from_utf8_lossy(&out.stderr).contains("is cancelled"));
+        let refused = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(refused.contains("is cancelled"), "{refused}");
         let shown = cli_json(q, &["show", &id.to_string()]);
         assert_eq!(shown["attempts"][0]["outcome"], "cancelled");
     }
