@@ -54,7 +54,9 @@ impl InFlight {
     }
 
     /// Watches a started run, whose user code runs outside any
-    /// transaction, for a cancel.
+    /// transaction, for a cancel (PostgreSQL's runs, counted at their
+    /// claim, are watched once their context exists).
+    #[cfg(feature = "postgres")]
     pub(crate) fn watch(&self, id: i64, attempt_id: i64, signal: &Arc<RunSignal>) {
         lock(&self.0)
             .watched
