@@ -1,4 +1,4 @@
--- litejob schema, version 5 (PRAGMA user_version = 5).
+-- litejob schema, version 8 (PRAGMA user_version = 8).
 --
 -- This file is the whole current schema. The litejob binary embeds it and runs
 -- it on a new file; an older file is migrated step by step (src/schema.rs).
@@ -57,6 +57,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- The partition of its queue the queue's partition limits count it in
     -- (e.g. 'shop:42'); NULL: none.
     partition_key    TEXT    CHECK (partition_key IS NULL OR length(partition_key) BETWEEN 1 AND 200),
+    -- How long one run may take (NewJob::with_timeout, `enqueue --timeout`),
+    -- in ms; NULL: the runtime's timeout for its kind, if any.
+    timeout_ms       INTEGER CHECK (timeout_ms IS NULL OR timeout_ms > 0),
     CHECK ((state = 'running') = (lease_expires_at IS NOT NULL AND lease_owner IS NOT NULL)),
     CHECK (state = 'running' OR current_attempt IS NULL),
     CHECK ((state = 'succeeded' OR state = 'dead' OR state = 'cancelled') = (finished_at IS NOT NULL))
@@ -119,7 +122,8 @@ CREATE INDEX IF NOT EXISTS outbox_sent ON outbox (sent_at) WHERE state = 'sent';
 
 -- attempts: one row is one run of a job (job_id) or of an effect
 -- (outbox_id). Written when the run starts (outcome 'running'), so a run cut
--- short by a crash is still seen: it becomes 'abandoned'.
+-- short by a crash is still seen: it becomes 'abandoned'. A running job
+-- an operator cancels ends its run 'cancelled', in the cancel's commit.
 CREATE TABLE IF NOT EXISTS attempts (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id      INTEGER REFERENCES jobs (id) ON DELETE CASCADE,
@@ -132,7 +136,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     outcome     TEXT    NOT NULL DEFAULT 'running'
                 CHECK (outcome = 'running' OR outcome = 'succeeded' OR outcome = 'failed'
                        OR outcome = 'panicked' OR outcome = 'duplicate' OR outcome = 'abandoned'
-                       OR outcome = 'released' OR outcome = 'snoozed'),
+                       OR outcome = 'released' OR outcome = 'snoozed' OR outcome = 'cancelled'),
     error       TEXT,
     CHECK ((job_id IS NULL) <> (outbox_id IS NULL)),
     CHECK ((outcome = 'running') = (finished_at IS NULL))
@@ -196,7 +200,7 @@ SELECT a.id AS attempt_id, coalesce('job ' || a.job_id, 'outbox ' || a.outbox_id
        strftime('%Y-%m-%d %H:%M:%f', a.started_at / 1000.0, 'unixepoch') AS started_at,
        a.error
 FROM attempts a
-WHERE a.outcome IN ('failed', 'panicked', 'abandoned')
+WHERE a.outcome IN ('failed', 'panicked', 'abandoned', 'cancelled')
 ORDER BY a.id DESC
 LIMIT 100;
 

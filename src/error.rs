@@ -108,7 +108,7 @@ pub enum RowId {
 pub enum Action {
     /// Requeue a dead job ([`Admin::retry_job`](crate::admin::Admin::retry_job)).
     RetryJob(i64),
-    /// Cancel a queued or waiting job ([`Admin::cancel_job`](crate::admin::Admin::cancel_job)).
+    /// Cancel a job that has not finished ([`Admin::cancel_job`](crate::admin::Admin::cancel_job)).
     CancelJob(i64),
     /// Requeue a dead outbox row ([`Admin::retry_outbox`](crate::admin::Admin::retry_outbox)).
     RetryOutbox(i64),
@@ -254,7 +254,7 @@ impl fmt::Display for Error {
                 ),
                 Action::CancelJob(id) => write!(
                     f,
-                    "job {id} is {state}: only a queued or waiting job can be cancelled"
+                    "job {id} is {state}: only a job that has not finished (waiting, queued or running) can be cancelled"
                 ),
                 Action::RetryOutbox(id) => write!(
                     f,

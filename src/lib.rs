@@ -92,6 +92,14 @@
 //! # drop(runtime);
 //! ```
 //!
+//! A run may have a timeout (`job_timeout`, `kind_timeout` on the builder,
+//! `NewJob::with_timeout`; none by default). Past it the run fails "timed
+//! out after …" and is retried by the job's rules; a prepare step that
+//! hangs is left behind on a thread of its own and its worker takes the
+//! next job. `ctx.is_cancelled()` turns true at the deadline, or when an
+//! operator cancels the running job (`litejob cancel ID`), whose work then
+//! never commits.
+//!
 //! # From async code
 //!
 //! `enqueue_async`, `enqueue_many_async` and `write_async` return futures that
@@ -358,7 +366,7 @@ pub mod admin {
 #[doc(hidden)]
 pub mod __command {
     pub use crate::core::attempt::MAX_ERROR_BYTES;
-    pub use crate::core::time::{format_duration, format_millis};
+    pub use crate::core::time::{exact_duration, format_duration, format_millis};
     pub use crate::queue::any::is_postgres_url;
 }
 

@@ -80,10 +80,13 @@ fn plural(n: usize) -> &'static str {
 /// Flags of `litejob cancel`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "Example:\n  litejob cancel 42\n\n\
-    Only a queued or waiting job can be cancelled; a running one is already under way.\n\
-    The jobs that depend on it, directly or through others, are cancelled with it.")]
+    A waiting, queued or running job can be cancelled; a finished one is refused (exit 1).\n\
+    A running job is cancelled at once: its run's attempt ends cancelled and its work can\n\
+    no longer commit; the process running it sees the cancel within its poll interval\n\
+    (ctx.is_cancelled()). The jobs that depend on it, directly or through others, are\n\
+    cancelled with it.")]
 pub struct CancelArgs {
-    /// The queued or waiting job to cancel.
+    /// The waiting, queued or running job to cancel.
     pub id: i64,
 }
 
@@ -98,7 +101,7 @@ struct Cancelled {
 pub fn cancel(queue: &AnyQueue, a: &CancelArgs, json: bool, out: &mut Out) -> CliResult {
     let id = a.id;
     let before = unfinished_dependents(queue, id)?;
-    queue.admin().cancel_job(id)?;
+    let was = queue.admin().cancel_job(id)?;
     // The library cancels them in the cancel's own transaction; read
     // again to count the ones it took (not those cancelled before).
     let after = unfinished_dependents(queue, id)?;
@@ -110,11 +113,18 @@ pub fn cancel(queue: &AnyQueue, a: &CancelArgs, json: bool, out: &mut Out) -> Cl
             dependents_cancelled: n,
         });
     }
+    let running = if was == JobState::Running {
+        " while running (its work will not commit; its run stops at its next check)"
+    } else {
+        ""
+    };
     match n {
-        0 => out.line(format!("job {id} cancelled")),
-        1 => out.line(format!("job {id} cancelled, and 1 job that depends on it")),
+        0 => out.line(format!("job {id} cancelled{running}")),
+        1 => out.line(format!(
+            "job {id} cancelled{running}, and 1 job that depends on it"
+        )),
         n => out.line(format!(
-            "job {id} cancelled, and {n} jobs that depend on it"
+            "job {id} cancelled{running}, and {n} jobs that depend on it"
         )),
     }
 }

@@ -15,6 +15,7 @@ use super::{CliError, CliResult, Out};
 #[command(after_help = "Examples:\n  \
     litejob enqueue payment.succeeded --key evt_42 --payload '{\"cents\": 4200}'\n  \
     litejob enqueue digest --key digest:2026-11-29 --queue mail --delay 1h --max-retries 3\n  \
+    litejob enqueue fetch_feed --key feed:42 --timeout 30s\n  \
     litejob enqueue import --key import:7 --payload-file import.json --run-at '2026-11-29 08:00:00'\n  \
     litejob enqueue report --key report:7 --depends-on import:7 --depends-on fx:2026-11-29\n\n\
     Prints `enqueued <id>`, or `duplicate <id>` when the key was seen before (exit 0 both).\n\
@@ -52,6 +53,10 @@ pub struct EnqueueArgs {
     /// How many times a failed run is retried [default: 1, or the kind's].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_retries: Option<i64>,
+    /// How long one run may take (`30s`, `500ms`, `5m`): past it the run
+    /// fails timed out [default: the runtime's timeout for its kind].
+    #[arg(long, value_name = "DUR", value_parser = super::time::parse_duration)]
+    pub timeout: Option<Duration>,
     /// Run only after the job of this key succeeded (repeatable); until
     /// then it is `waiting`. If that job ends dead or cancelled, this one
     /// is cancelled.
@@ -118,6 +123,9 @@ pub fn enqueue(db: &Path, a: &EnqueueArgs, json: bool, out: &mut Out) -> CliResu
     }
     if let Some(d) = a.delay {
         job = job.with_delay(d);
+    }
+    if let Some(t) = a.timeout {
+        job = job.with_timeout(t);
     }
     if let Some(t) = a.run_at {
         job = job.with_run_at(t);

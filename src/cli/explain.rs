@@ -6,7 +6,7 @@ use litejob::{Attempt, AttemptOutcome, Job, JobState, OutboxState};
 use serde::Serialize;
 
 use super::jobs::{print_attempts, print_outbox, print_steps};
-use super::time::{format_duration, format_millis, now_ms};
+use super::time::{exact_duration, format_duration, format_millis, now_ms};
 use super::workflow::{describe, link_rows, list, waiting_on};
 use super::{cell, cell_cut, when, CliResult, Out, Table};
 
@@ -146,6 +146,9 @@ fn print(e: &Explanation, summary: &str, waiting: Option<&str>, out: &mut Out) -
                     j.attempts, j.max_attempts, j.abandoned
                 ),
             ]);
+            if let Some(ms) = j.timeout_ms {
+                t.row(vec!["timeout".into(), exact_duration(ms)]);
+            }
             if let Some(q) = &e.queue_control {
                 t.row(vec!["queue control".into(), super::queues::describe(q)]);
             }
@@ -269,6 +272,7 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
             AttemptOutcome::Abandoned,
             AttemptOutcome::Released,
             AttemptOutcome::Snoozed,
+            AttemptOutcome::Cancelled,
             AttemptOutcome::Duplicate,
             AttemptOutcome::Succeeded,
             AttemptOutcome::Running,
@@ -291,6 +295,7 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
         ));
         return s;
     }
+    let cancelled_running = attempts.last().map(|a| a.outcome) == Some(AttemptOutcome::Cancelled);
     let tail = match job.state {
         JobState::Succeeded if only_success => "",
         JobState::Succeeded if committed => ", work committed once",
@@ -299,6 +304,7 @@ fn run_phrase(job: &Job, attempts: &[Attempt], committed: bool, now: i64) -> Str
         JobState::Waiting => ", waiting for its dependencies",
         JobState::Running => ", running now",
         JobState::Dead => ", dead",
+        JobState::Cancelled if cancelled_running => ", cancelled while running",
         JobState::Cancelled => ", cancelled",
     };
     s.push_str(tail);
@@ -345,6 +351,7 @@ mod tests {
             current_attempt: None,
             output: None,
             partition: None,
+            timeout_ms: None,
         }
     }
 
@@ -422,6 +429,19 @@ mod tests {
         assert_eq!(
             outbox_phrase(&receipt(OutboxState::Dead, 2)),
             "send_receipt dead after 2 attempts, not sent"
+        );
+    }
+
+    #[test]
+    fn a_job_cancelled_while_running_says_so() {
+        let cancelled = job(JobState::Cancelled, 1);
+        let runs = [
+            attempt(AttemptOutcome::Failed),
+            attempt(AttemptOutcome::Cancelled),
+        ];
+        assert_eq!(
+            summarize(Some(&cancelled), &runs, None, &[], 0),
+            "1 event, delivered once, run twice (1 failed, 1 cancelled), cancelled while running"
         );
     }
 

@@ -7,6 +7,7 @@ use litejob::admin::{AnyQueue, EngineKind, JobDetail, Linked, OutboxEntry};
 use litejob::{Attempt, Job, JobFilter, JobState};
 use serde::Serialize;
 
+use super::time::exact_duration;
 use super::{cell, cell_cut, span, when, CliError, CliResult, Out, Table};
 
 /// Flags of `litejob jobs`.
@@ -252,6 +253,9 @@ fn print_job(j: &Job, dependencies: &[Linked], dependents: &[Linked], out: &mut 
     field("queue", cell(&j.queue));
     if let Some(p) = &j.partition {
         field("partition", cell(p));
+    }
+    if let Some(ms) = j.timeout_ms {
+        field("timeout", exact_duration(ms));
     }
     field("state", j.state.to_string());
     field("priority", j.priority.to_string());

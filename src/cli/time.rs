@@ -6,6 +6,12 @@ use std::time::Duration;
 
 pub(crate) use litejob::__command::{format_duration, format_millis};
 
+/// A stored timeout (ms) in the largest units that say it exactly:
+/// `300ms`, `30s`, `1m30s`.
+pub(crate) fn exact_duration(ms: i64) -> String {
+    litejob::__command::exact_duration(Duration::from_millis(ms.max(0) as u64))
+}
+
 /// Now, in ms since the epoch, as the library stores times.
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()

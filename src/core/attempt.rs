@@ -27,6 +27,10 @@ pub enum AttemptOutcome {
     /// The handler asked to run again later (`Outcome::Snooze`): rolled
     /// back, not charged.
     Snoozed,
+    /// An operator cancelled the job while this run was under way
+    /// ([`Admin::cancel_job`](crate::admin::Admin::cancel_job)): its work
+    /// never commits.
+    Cancelled,
 }
 
 impl AttemptOutcome {
@@ -41,6 +45,7 @@ impl AttemptOutcome {
             AttemptOutcome::Abandoned => "abandoned",
             AttemptOutcome::Released => "released",
             AttemptOutcome::Snoozed => "snoozed",
+            AttemptOutcome::Cancelled => "cancelled",
         }
     }
 
@@ -48,6 +53,7 @@ impl AttemptOutcome {
         use AttemptOutcome::*;
         [
             Running, Succeeded, Failed, Panicked, Duplicate, Abandoned, Released, Snoozed,
+            Cancelled,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

@@ -4,7 +4,10 @@
 //! short. Writes no table.
 
 use std::any::Any;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::cancel::{RunSignal, Stop};
 
 /// An error from user code. Any error type converts into it with `?`; it
 /// means "this run failed", and the job is retried while attempts remain.
@@ -91,6 +94,38 @@ pub struct JobContext {
     pub max_attempts: i64,
     /// Where [`JobContext::step`] records and finds the job's steps.
     pub(crate) steps: crate::core::steps::Steps,
+    /// The run's timeout and stop ([`JobContext::is_cancelled`]).
+    pub(crate) signal: Arc<RunSignal>,
+}
+
+impl JobContext {
+    /// True once this run should stop: its timeout ran out
+    /// ([`RuntimeBuilder::job_timeout`](crate::RuntimeBuilder::job_timeout),
+    /// [`RuntimeBuilder::kind_timeout`](crate::RuntimeBuilder::kind_timeout),
+    /// [`NewJob::with_timeout`](crate::NewJob::with_timeout)), an operator
+    /// cancelled its job ([`Admin::cancel_job`](crate::admin::Admin::cancel_job)),
+    /// or its lease was lost. Its work will not commit then: a handler
+    /// that loops or waits checks it and returns early. A cancel by an
+    /// operator is seen within the runtime's poll interval.
+    pub fn is_cancelled(&self) -> bool {
+        self.signal.is_cancelled()
+    }
+
+    /// When the step under way (prepare, then apply) must end, for a run
+    /// with a timeout: hand it to a client that takes a deadline. The
+    /// timeout is the run's own time: the wait between its prepare and
+    /// apply steps does not count, so the apply step's deadline is set
+    /// when it starts.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.signal.deadline()
+    }
+
+    /// The time left before [`JobContext::deadline`] (zero once past it),
+    /// for a client that takes a timeout; `None` without a timeout.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
 }
 
 /// What an effect run knows about its outbox row.
@@ -123,6 +158,13 @@ pub(crate) enum PrepareStop {
     Failed(String),
     /// Decoding or the prepare step panicked.
     Panicked(String),
+    /// The run's timeout ran out during its prepare step (the message
+    /// says after how long).
+    TimedOut(String),
+    /// The run of job `job_id` was stopped from outside (its job
+    /// cancelled, its lease lost): nothing of it may be recorded by this
+    /// run.
+    Stopped { why: Stop, job_id: i64 },
 }
 
 /// The message of a caught panic.

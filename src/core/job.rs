@@ -101,6 +101,8 @@ pub struct NewJob {
     pub(crate) depends_on: Vec<String>,
     /// The partition of its queue it is limited in, if any.
     pub(crate) partition: Option<String>,
+    /// How long one run may take, if the job says.
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl NewJob {
@@ -144,6 +146,7 @@ impl NewJob {
             max_retries: None,
             depends_on: Vec::new(),
             partition: None,
+            timeout: None,
         }
     }
 
@@ -174,6 +177,27 @@ impl NewJob {
     /// ```
     pub fn with_partition(mut self, key: impl Into<String>) -> Self {
         self.partition = Some(key.into());
+        self
+    }
+
+    /// How long one run of this job may take (stored in `jobs.timeout_ms`,
+    /// whole milliseconds, at least 1): it beats the runtime's timeout for
+    /// its kind ([`RuntimeBuilder::kind_timeout`]) and its default
+    /// ([`RuntimeBuilder::job_timeout`]). A run past it fails "timed out
+    /// after …" (a charged attempt, retried by the job's rules), its work
+    /// rolled back; `ctx.is_cancelled()` turns true at the deadline. Zero is
+    /// refused at enqueue.
+    ///
+    /// [`RuntimeBuilder::kind_timeout`]: crate::RuntimeBuilder::kind_timeout
+    /// [`RuntimeBuilder::job_timeout`]: crate::RuntimeBuilder::job_timeout
+    ///
+    /// ```
+    /// # use litejob::NewJob;
+    /// # use std::time::Duration;
+    /// let job = NewJob::new("fetch_feed", "feed:42", &42).with_timeout(Duration::from_secs(30));
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -306,6 +330,9 @@ pub struct Job {
     /// Its partition of the queue ([`NewJob::with_partition`]); `None`
     /// for a job without one.
     pub partition: Option<String>,
+    /// How long one run may take, in ms ([`NewJob::with_timeout`]);
+    /// `None`: the runtime's timeout for its kind, if any.
+    pub timeout_ms: Option<i64>,
 }
 
 /// Which jobs [`crate::queue::Queue::jobs`] lists.

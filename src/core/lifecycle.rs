@@ -4,10 +4,14 @@
 //! what its job's row then takes (`job_end`), and the messages those runs
 //! leave. Writes no table.
 
+use std::time::Duration;
+
 use crate::core::attempt::AttemptOutcome;
+use crate::core::cancel::Stop;
 use crate::core::handler::{panic_message, Outcome, PrepareStop};
 use crate::core::job::JobState;
 use crate::core::time::Millis;
+use crate::error::{Error, Result};
 
 mod job_end;
 pub(crate) use job_end::{Charged, JobEnd};
@@ -166,16 +170,63 @@ pub(crate) fn snooze(snoozed: i64, error: String, next: Next) -> (AttemptOutcome
     )
 }
 
+/// What becomes of a run that stopped before its apply step.
+pub(crate) enum Failure {
+    /// Its run records this: the attempt's outcome, its error, what comes
+    /// next for the job.
+    Record(AttemptOutcome, String, Next),
+    /// The run was stopped from outside and records nothing (the cancel's
+    /// commit ended it, or it no longer holds its job): how it ended.
+    Stopped(Result<RunEnd>),
+}
+
 /// What a run that stopped before its apply step records: a payload that
-/// does not decode (or a step's result over the cap) is discarded at once; a failed or panicking prepare
-/// step retries after the backoff.
-pub(crate) fn failure(stop: PrepareStop, backoff_at: Millis) -> (AttemptOutcome, String, Next) {
-    match stop {
+/// does not decode (or a step's result over the cap) is discarded at once;
+/// a failed, panicking or timed-out prepare step retries after the
+/// backoff; a run stopped from outside records nothing.
+pub(crate) fn failure(stop: PrepareStop, backoff_at: Millis) -> Failure {
+    let (outcome, msg, next) = match stop {
         PrepareStop::Hopeless(msg) => (AttemptOutcome::Failed, msg, Next::Discard),
-        PrepareStop::Failed(msg) => (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at)),
+        PrepareStop::Failed(msg) | PrepareStop::TimedOut(msg) => {
+            (AttemptOutcome::Failed, msg, Next::RetryAt(backoff_at))
+        }
         PrepareStop::Panicked(msg) => (AttemptOutcome::Panicked, msg, Next::RetryAt(backoff_at)),
+        PrepareStop::Stopped { why, job_id } => return Failure::Stopped(stopped_end(why, job_id)),
+    };
+    Failure::Record(outcome, msg, next)
+}
+
+/// How a run stopped from outside ended, as its log line says it: its
+/// job cancelled (the cancel's commit recorded it), or not recorded.
+pub(crate) fn stopped_end(why: Stop, job_id: i64) -> Result<RunEnd> {
+    match why {
+        Stop::Cancelled => Ok(RunEnd {
+            outcome: AttemptOutcome::Cancelled,
+            state: JobState::Cancelled,
+            error: Some(CANCELLED_WHILE_RUNNING.into()),
+            outbox_added: 0,
+            retry_at: None,
+            discarded: false,
+            unblocked: 0,
+        }),
+        Stop::Lost | Stop::TimedOut => Err(Error::LeaseLost {
+            job_id,
+            detail: "the run no longer holds its job; nothing of it was recorded".into(),
+        }),
     }
 }
+
+/// The error of a run whose timeout ran out: "timed out after 30s".
+pub(crate) fn timed_out(timeout: Duration) -> String {
+    format!(
+        "timed out after {}",
+        crate::core::time::exact_duration(timeout)
+    )
+}
+
+/// A job's `last_error`, and its run's error, when an operator cancelled
+/// it while it ran.
+pub(crate) const CANCELLED_WHILE_RUNNING: &str = "cancelled while running";
 
 /// Why a run ended as a duplicate: its key's work committed before.
 pub(crate) const DUPLICATE_RUN: &str =
@@ -272,6 +323,16 @@ mod tests {
         assert_eq!(o, AttemptOutcome::Failed);
         assert!(matches!(next, Next::RetryAt(5_000)));
         assert!(msg.contains("snoozed 100 times"), "{msg}");
+    }
+
+    #[test]
+    fn a_timeout_is_said_exactly() {
+        let t = |ms| timed_out(Duration::from_millis(ms));
+        assert_eq!(t(300), "timed out after 300ms");
+        assert_eq!(t(1500), "timed out after 1500ms");
+        assert_eq!(t(30_000), "timed out after 30s");
+        assert_eq!(t(90_000), "timed out after 1m30s");
+        assert_eq!(t(7_200_000), "timed out after 2h");
     }
 
     #[test]

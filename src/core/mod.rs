@@ -4,6 +4,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod backoff;
+pub(crate) mod cancel;
 pub(crate) mod controls;
 pub(crate) mod copy;
 pub(crate) mod handler;
@@ -23,4 +24,4 @@ pub(crate) mod workflow;
 /// both engines: `PRAGMA user_version` in a file, the row of
 /// `litejob_schema` in PostgreSQL. An older one is migrated on open, a
 /// newer one refused untouched.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;

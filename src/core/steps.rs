@@ -294,6 +294,15 @@ impl JobContext {
                 run.max_bytes
             ))));
         }
+        if !Steps::state(run).open {
+            // Its run was let go of meanwhile (timed out, or its job
+            // cancelled): nothing of it may be recorded any more.
+            return Err(format!(
+                "step {name}'s result was not recorded: its run was stopped (timed out, or its \
+                 job cancelled) while the step ran"
+            )
+            .into());
+        }
         let record = StepRecord {
             job_id: self.id,
             run_id: run.run_id,

@@ -155,6 +155,24 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// `d` in the largest units that say it exactly: `300ms`, `30s`,
+/// `1m30s`, `2h`.
+pub fn exact_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) || ms == 0 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
+    let mut out = String::new();
+    for (n, unit) in [(h, "h"), (m, "m"), (sec, "s")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,16 @@ pub(crate) struct ValidJob {
     pub depends_on: Vec<String>,
     /// Its partition of the queue (`jobs.partition_key`).
     pub partition: Option<String>,
+    /// How long one run may take, in ms (`jobs.timeout_ms`).
+    pub timeout_ms: Option<i64>,
+}
+
+/// A timeout as `jobs.timeout_ms` stores it: whole milliseconds, a part
+/// of one counted as one (so a timeout never reads as zero), at most what
+/// the column holds.
+pub(crate) fn timeout_ms(t: std::time::Duration) -> i64 {
+    let ms = t.as_nanos().div_ceil(1_000_000);
+    i64::try_from(ms).unwrap_or(i64::MAX).max(1)
 }
 
 /// Longest partition key accepted (`jobs.partition_key`, a CHECK too).
@@ -88,6 +98,7 @@ pub(crate) fn validate_owned(job: NewJob, rules: &EnqueueRules, now: Millis) -> 
 /// A checked job (see [`validate_parts`]) as a `ValidJob`, moving its strings.
 pub(crate) fn into_valid(job: NewJob, run_at: Millis, max_attempts: i64) -> ValidJob {
     ValidJob {
+        timeout_ms: job.timeout.map(timeout_ms),
         kind: job.kind,
         key: job.key,
         payload: job.payload.unwrap_or_default(),
@@ -116,6 +127,7 @@ pub(crate) const MAX_DEPENDENCIES: usize = 10_000;
 pub(crate) fn validate(job: &NewJob, rules: &EnqueueRules, now: Millis) -> Result<ValidJob> {
     let (run_at, max_attempts) = validate_parts(job, rules, now)?;
     Ok(ValidJob {
+        timeout_ms: job.timeout.map(timeout_ms),
         kind: job.kind.clone(),
         key: job.key.clone(),
         payload: job.payload.clone().unwrap_or_default(),
@@ -139,6 +151,11 @@ pub(crate) fn validate_parts(
     check_name("queue", &job.queue)?;
     if let Some(p) = &job.partition {
         check_partition(p)?;
+    }
+    if job.timeout.is_some_and(|t| t.is_zero()) {
+        return Err(Error::invalid(
+            "a job's timeout must be longer than zero (leave it out for none)",
+        ));
     }
     let payload = match &job.payload {
         Ok(p) => p,

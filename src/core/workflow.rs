@@ -146,6 +146,7 @@ mod tests {
             max_attempts: 2,
             depends_on: deps.iter().map(|d| d.to_string()).collect(),
             partition: None,
+            timeout_ms: None,
         }
     }
 

@@ -1,10 +1,12 @@
 //! The jobs and effects this process holds a lease on: counted when claimed
 //! or started, renewed by the heartbeat, let go of when their run ends, given
-//! back at shutdown; and giving back a claim that never started.
+//! back at shutdown; and giving back a claim that never started. The runs
+//! the watcher polls for a cancel are kept here too, with their signals.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::core::cancel::RunSignal;
 use crate::driver::lock;
 
 /// Jobs and effects this process holds a lease on: renewed by the
@@ -18,6 +20,10 @@ struct Held {
     jobs: HashMap<i64, Option<i64>>,
     /// outbox id → attempt id.
     effects: HashMap<i64, i64>,
+    /// job id → the running attempt and its signal, for the runs whose
+    /// user code runs outside any transaction (a prepare step): the
+    /// watcher stops them when their job no longer runs on that attempt.
+    watched: HashMap<i64, (i64, Arc<RunSignal>)>,
 }
 
 impl InFlight {
@@ -37,15 +43,41 @@ impl InFlight {
         }
     }
 
-    /// A run's start committed: the job is held under its attempt.
-    pub(crate) fn started(&self, id: i64, attempt_id: i64) {
-        lock(&self.0).jobs.insert(id, Some(attempt_id));
+    /// A run's start committed: the job is held under its attempt, and
+    /// watched with `watch` if given.
+    pub(crate) fn started(&self, id: i64, attempt_id: i64, watch: Option<&Arc<RunSignal>>) {
+        let mut f = lock(&self.0);
+        f.jobs.insert(id, Some(attempt_id));
+        if let Some(signal) = watch {
+            f.watched.insert(id, (attempt_id, signal.clone()));
+        }
+    }
+
+    /// Watches a started run, whose user code runs outside any
+    /// transaction, for a cancel (PostgreSQL's runs, counted at their
+    /// claim, are watched once their context exists).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn watch(&self, id: i64, attempt_id: i64, signal: &Arc<RunSignal>) {
+        lock(&self.0)
+            .watched
+            .insert(id, (attempt_id, signal.clone()));
+    }
+
+    /// The watched runs: job id, attempt, signal.
+    pub(crate) fn watched(&self) -> Vec<(i64, i64, Arc<RunSignal>)> {
+        lock(&self.0)
+            .watched
+            .iter()
+            .map(|(id, (attempt, s))| (*id, *attempt, s.clone()))
+            .collect()
     }
 
     /// Lets go of a job whatever its entry (it never started, or its start
     /// failed).
     pub(crate) fn forget_job(&self, id: i64) {
-        lock(&self.0).jobs.remove(&id);
+        let mut f = lock(&self.0);
+        f.jobs.remove(&id);
+        f.watched.remove(&id);
     }
 
     /// Lets go of a job whose run ended, only if the entry is still this
@@ -56,6 +88,9 @@ impl InFlight {
         let mut f = lock(&self.0);
         if matches!(f.jobs.get(&id), Some(None)) || f.jobs.get(&id) == Some(&Some(attempt_id)) {
             f.jobs.remove(&id);
+        }
+        if f.watched.get(&id).is_some_and(|(a, _)| *a == attempt_id) {
+            f.watched.remove(&id);
         }
     }
 
@@ -87,6 +122,7 @@ impl InFlight {
     /// and effects (id → attempt).
     pub(crate) fn take_all(&self) -> (HashMap<i64, Option<i64>>, HashMap<i64, i64>) {
         let mut f = lock(&self.0);
+        f.watched.clear();
         (std::mem::take(&mut f.jobs), std::mem::take(&mut f.effects))
     }
 }

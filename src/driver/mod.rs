@@ -19,12 +19,14 @@ pub(crate) mod leases;
 pub(crate) mod pipeline;
 pub(crate) mod reply;
 pub(crate) mod run;
+pub(crate) mod runner;
 pub(crate) mod schedules;
 pub(crate) mod wake;
+pub(crate) mod watch;
 
 use crate::core::attempt::Attempt;
 use crate::core::controls::{QueueControl, QueueLimits};
-use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::job::{Enqueued, Job, JobFilter, JobState};
 use crate::core::options::{EngineKind, QueueOptions};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::reports::failures::Failures;
@@ -227,8 +229,10 @@ pub(crate) trait Store: Send + Sync + 'static {
         limit: i64,
         now: Millis,
     ) -> Result<Vec<i64>>;
-    /// Cancels a queued job.
-    fn cancel_job(&self, id: i64, now: Millis) -> Result<()>;
+    /// Cancels a waiting, queued or running job (a running one's run is
+    /// ended `cancelled`), and its waiting dependents; returns the state
+    /// it was in.
+    fn cancel_job(&self, id: i64, now: Millis) -> Result<JobState>;
     /// Requeues a dead outbox row with a fresh budget.
     fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()>;
     /// Deletes one batch of `what` finished before `before`, in one
@@ -244,6 +248,9 @@ pub(crate) trait Store: Send + Sync + 'static {
         queues: Option<&[String]>,
         now: Millis,
     ) -> Result<bool>;
+    /// Each of these jobs that still exists: its state and the attempt it
+    /// runs (the watcher's read: which runs were cancelled or lost).
+    fn run_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState, Option<i64>)>>;
     /// Extends the leases `owner` holds on these jobs and outbox rows.
     fn renew_leases(&self, owner: &str, jobs: &[i64], effects: &[i64], until: Millis)
         -> Result<()>;

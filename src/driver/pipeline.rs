@@ -38,6 +38,24 @@ pub(crate) struct RuntimeConfig {
     pub(crate) claim_ahead: usize,
     /// `claim_ahead` was set: on PostgreSQL it is then the batch size too.
     pub(crate) claim_ahead_set: bool,
+    /// How long a run may take when neither its job nor its kind says
+    /// (none by default).
+    pub(crate) job_timeout: Option<Duration>,
+    /// How long a run of a kind may take when its job does not say.
+    pub(crate) kind_timeouts: HashMap<String, Duration>,
+}
+
+impl RuntimeConfig {
+    /// How long a run of `kind` may take: its job's own timeout
+    /// (`jobs.timeout_ms`), else its kind's, else the runtime's; none when
+    /// none is set.
+    pub(crate) fn timeout_for(&self, kind: &str, job_ms: Option<i64>) -> Option<Duration> {
+        crate::core::cancel::run_timeout(
+            job_ms,
+            self.kind_timeouts.get(kind).copied(),
+            self.job_timeout,
+        )
+    }
 }
 
 /// What every thread of a runtime shares.
@@ -59,6 +77,9 @@ pub(crate) struct Shared<E: Engine> {
     pub(crate) max_output: usize,
     /// Where the runs' steps are recorded: the store.
     pub(crate) steps: Arc<dyn crate::core::steps::StepLog>,
+    /// The runner threads the workers' prepare steps with a timeout run
+    /// on, and those left behind.
+    pub(crate) runners: Arc<crate::driver::runner::Runners>,
     /// Set first by a stop: no thread starts new work after it.
     pub(crate) stopping: AtomicBool,
     /// Ready (disconnected) once the runtime stops: every thread selects on

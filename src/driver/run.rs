@@ -1,10 +1,16 @@
 //! What both engines' pipelines do around a run, written once: the
-//! context a handler gets, when a failed run is tried again, the prepare
-//! step run guarded against panics (decoding the payload runs user code
-//! too), and the run's log lines. Writes no table.
+//! context a handler gets (its timeout resolved), when a failed run is
+//! tried again, the prepare step run guarded against panics (decoding the
+//! payload runs user code too) and held to its deadline (on a runner
+//! thread, see [`crate::driver::runner`]), and the run's log lines.
+//! Writes no table.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::cancel::{RunSignal, Stop};
+use crate::driver::runner::{Ran, Runner};
 
 use crate::core::backoff::Backoff;
 use crate::core::handler::{panic_message, JobContext, PrepareStop, Prepared};
@@ -26,10 +32,14 @@ pub(crate) struct RunStart<'a> {
     pub max_attempts: i64,
     /// The run's `attempts.id`, which its steps' records are fenced on.
     pub run_id: i64,
+    /// How long its code may run, resolved ([`RuntimeConfig::timeout_for`]).
+    ///
+    /// [`RuntimeConfig::timeout_for`]: crate::driver::pipeline::RuntimeConfig::timeout_for
+    pub timeout: Option<Duration>,
 }
 
 /// The context a handler receives; its steps go to `steps`, each result
-/// at most `max_step` bytes.
+/// at most `max_step` bytes. Its deadline starts now.
 pub(crate) fn context(s: RunStart<'_>, steps: &Arc<dyn StepLog>, max_step: usize) -> JobContext {
     JobContext {
         id: s.id,
@@ -39,6 +49,7 @@ pub(crate) fn context(s: RunStart<'_>, steps: &Arc<dyn StepLog>, max_step: usize
         attempt: s.attempt,
         max_attempts: s.max_attempts,
         steps: Steps::new(steps.clone(), s.run_id, max_step),
+        signal: Arc::new(RunSignal::new(s.timeout)),
     }
 }
 
@@ -76,8 +87,11 @@ pub(crate) fn backoff_at(backoff: &Backoff, ctx: &JobContext, unit: f64, now: Mi
 }
 
 /// Decodes the payload and runs the prepare step, a panic in either caught
-/// and said as a [`PrepareStop::Panicked`]. Steps may be called only
-/// while it runs.
+/// and said as a [`PrepareStop::Panicked`], in this thread. Steps may be
+/// called only while it runs. A run stopped meanwhile (its job
+/// cancelled, its lease lost) or past its deadline when it returns is
+/// said so, whatever it returned; otherwise its deadline pauses until its
+/// apply step starts.
 pub(crate) fn prepare<E: Engine>(
     handler: &dyn ErasedHandler<E>,
     ctx: &JobContext,
@@ -87,7 +101,57 @@ pub(crate) fn prepare<E: Engine>(
     let prepared = catch_unwind(AssertUnwindSafe(|| handler.prepare(ctx, payload)))
         .unwrap_or_else(|p| Err(PrepareStop::Panicked(panic_message(p.as_ref()))));
     ctx.steps.close(ctx.id, ctx.attempt);
+    if let Some(stop) = stopped(ctx) {
+        return Err(stop);
+    }
+    ctx.signal.pause();
     prepared
+}
+
+/// Why a run must stop here, if it must: stopped from outside, or past its
+/// deadline (said "timed out after …").
+pub(crate) fn stopped(ctx: &JobContext) -> Option<PrepareStop> {
+    match ctx.signal.stopped() {
+        Some(why @ (Stop::Cancelled | Stop::Lost)) => Some(PrepareStop::Stopped {
+            why,
+            job_id: ctx.id,
+        }),
+        Some(Stop::TimedOut) => Some(timed_out(ctx)),
+        None if ctx.signal.overran() => Some(timed_out(ctx)),
+        None => None,
+    }
+}
+
+/// The stop of a run whose timeout ran out.
+fn timed_out(ctx: &JobContext) -> PrepareStop {
+    PrepareStop::TimedOut(ctx.signal.timed_out())
+}
+
+/// [`prepare`] as a worker runs it: a run with a timeout and a prepare
+/// step of the user's runs it on the worker's runner thread, and the
+/// worker waits for its answer until the deadline or the run's stop; then
+/// it abandons the thread (see [`Runner`]) and the run is said timed out
+/// or stopped, its step log closed. Any other run prepares in this
+/// thread, as [`prepare`] does, at no cost.
+pub(crate) fn prepare_on<E: Engine>(
+    runner: &mut Runner,
+    handler: &Arc<dyn ErasedHandler<E>>,
+    ctx: &JobContext,
+    payload: &str,
+) -> Result<Prepared, PrepareStop> {
+    if ctx.signal.timeout().is_none() || !handler.has_prepare() || !runner.threaded() {
+        return prepare(handler.as_ref(), ctx, payload);
+    }
+    let (h, c, p) = (handler.clone(), ctx.clone(), payload.to_string());
+    match runner.run(ctx, Box::new(move || prepare(h.as_ref(), &c, &p))) {
+        Ran::Answered(prepared) => prepared,
+        Ran::Abandoned => {
+            // Its later steps must not be recorded: the log closes here
+            // (their records are fenced on the run's attempt too).
+            ctx.steps.close(ctx.id, ctx.attempt);
+            Err(stopped(ctx).unwrap_or_else(|| timed_out(ctx)))
+        }
+    }
 }
 
 /// `N/M`: the run's attempt of its budget, as the log lines show it.

@@ -1,10 +1,11 @@
-//! The operator's repairs on PostgreSQL: requeue dead jobs, cancel a queued
-//! one, requeue a dead outbox row, prune finished history in bounded
+//! The operator's repairs on PostgreSQL: requeue dead jobs, cancel a job
+//! (a running one too, its run's attempt ended), requeue a dead outbox row, prune finished history in bounded
 //! batches. Writes `jobs`, `outbox`, `attempts` and `processed_jobs`
 //! (prune, only when asked).
 
 use super::conn::{one, write_err, Col, PgConn};
 use crate::core::job::JobState;
+use crate::core::lifecycle::CANCELLED_WHILE_RUNNING;
 use crate::core::time::Millis;
 use crate::driver::PruneWhat;
 use crate::error::{Action, Error, Result, RowId};
@@ -18,8 +19,18 @@ const RETRY_DEAD: &str = "UPDATE jobs SET state = 'queued', attempts = 0, abando
      WHERE id IN (SELECT id FROM jobs WHERE state = 'dead' AND ($1::text IS NULL OR kind = $1) \
                   AND id > $2 ORDER BY id LIMIT $4 FOR UPDATE) \
      RETURNING id";
-const CANCEL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = $2 \
-     WHERE id = $1 AND state IN ('queued', 'waiting') RETURNING idempotency_key";
+/// The job to cancel, locked: a run's batch that ended it first makes the
+/// cancel wait for its commit and then see it ended.
+const CANCEL_READ: &str =
+    "SELECT state, current_attempt, idempotency_key FROM jobs WHERE id = $1 FOR UPDATE";
+const CANCEL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = $2, \
+     last_error = CASE WHEN state = 'running' THEN $3 ELSE last_error END, \
+     lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+     WHERE id = $1 AND state IN ('queued', 'waiting', 'running')";
+/// A cancelled job's run under way ends `cancelled`; its own end, fenced
+/// on the attempt, then finds the job gone from it.
+const CANCEL_RUN: &str = "UPDATE attempts SET outcome = 'cancelled', error = $3, \
+     finished_at = $2 WHERE id = $1 AND outcome = 'running'";
 const JOB_STATE: &str = "SELECT state FROM jobs WHERE id = $1";
 const RETRY_OUTBOX: &str = "UPDATE outbox SET state = 'pending', attempts = 0, \
      next_attempt_at = $2 WHERE id = $1 AND state = 'dead'";
@@ -98,28 +109,37 @@ pub(crate) fn retry_dead_batch(
         .collect()
 }
 
-/// Cancels job `id` if it is queued or waiting, and every waiting job
-/// that depends on it, in one transaction.
-pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {
+/// Cancels job `id` if it is queued, waiting or running, and every
+/// waiting job that depends on it, in one transaction; returns the state
+/// it was in. A running job's lease is let go of and its run's attempt
+/// ended `cancelled`: that run's end, fenced on its attempt, can no
+/// longer commit (a batch holding it rolls back; its process learns of
+/// the cancel at its watcher's next look).
+pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<JobState> {
     let mut tx = c.begin().map_err(write_err)?;
-    let key: Option<String> = tx
-        .query_opt(CANCEL, &[&id, &now])
+    let Some(row) = tx.query_opt(CANCEL_READ, &[&id]).map_err(write_err)? else {
+        return Err(Error::NotFound(RowId::Job(id)));
+    };
+    let (state, attempt, key): (String, Option<i64>, String) =
+        (row.col(0)?, row.col(1)?, row.col(2)?);
+    let state: JobState = state.parse()?;
+    if tx
+        .execute(CANCEL, &[&id, &now, &CANCELLED_WHILE_RUNNING])
         .map_err(write_err)?
-        .map(|r| r.col(0))
-        .transpose()?;
-    if let Some(key) = key {
-        super::workflow::ended(&mut tx, &[(id, &key, JobState::Cancelled)], now)?;
-        tx.commit().map_err(write_err)?;
-        return Ok(());
+        != 1
+    {
+        return Err(Error::WrongState {
+            action: Action::CancelJob(id),
+            state: state.as_str().into(),
+        });
     }
-    drop(tx);
-    Err(refusal(
-        c,
-        JOB_STATE,
-        id,
-        Action::CancelJob(id),
-        RowId::Job(id),
-    )?)
+    if let Some(attempt) = attempt {
+        tx.execute(CANCEL_RUN, &[&attempt, &now, &CANCELLED_WHILE_RUNNING])
+            .map_err(write_err)?;
+    }
+    super::workflow::ended(&mut tx, &[(id, &key, JobState::Cancelled)], now)?;
+    tx.commit().map_err(write_err)?;
+    Ok(state)
 }
 
 pub(crate) fn retry_outbox(c: &mut PgConn, id: i64, now: Millis) -> Result<()> {

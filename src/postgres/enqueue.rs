@@ -26,8 +26,8 @@ WITH done AS (SELECT job_id FROM processed_jobs WHERE key = $3),
 existing AS (SELECT id FROM jobs WHERE idempotency_key = $3),
 ins AS (
     INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at,
-                      partition_key)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+                      partition_key, timeout_ms)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
     WHERE NOT EXISTS (SELECT 1 FROM done) AND NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (idempotency_key) DO UPDATE SET deliveries = jobs.deliveries + 1
     RETURNING id, (xmax = 0) AS new
@@ -47,15 +47,17 @@ UNION ALL SELECT coalesce(job_id, 0), false FROM done
 pub(crate) const INSERT_MANY: &str = "\
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                         $6::bigint[], $7::bigint[], $9::text[]) WITH ORDINALITY
-        AS t(queue, kind, key, payload, priority, run_at, max_attempts, partition_key, ord)
+                         $6::bigint[], $7::bigint[], $9::text[], $10::bigint[]) WITH ORDINALITY
+        AS t(queue, kind, key, payload, priority, run_at, max_attempts, partition_key, timeout_ms,
+             ord)
 ),
 done AS (SELECT p.key, p.job_id FROM processed_jobs p JOIN input i ON p.key = i.key),
 existing AS (SELECT j.idempotency_key AS key, j.id FROM jobs j JOIN input i ON j.idempotency_key = i.key),
 ins AS (
     INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at,
-                      partition_key)
-    SELECT i.queue, i.kind, i.key, i.payload, i.priority, i.run_at, i.max_attempts, $8, i.partition_key
+                      partition_key, timeout_ms)
+    SELECT i.queue, i.kind, i.key, i.payload, i.priority, i.run_at, i.max_attempts, $8, i.partition_key,
+        i.timeout_ms
     FROM input i
     WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.key = i.key)
       AND NOT EXISTS (SELECT 1 FROM existing e WHERE e.key = i.key)
@@ -105,6 +107,7 @@ pub(crate) fn insert<C: GenericClient>(
                 &job.max_attempts,
                 &now,
                 &job.partition,
+                &job.timeout_ms,
             ],
         )
         .map_err(write_err)?;
@@ -152,6 +155,7 @@ pub(crate) fn insert_many(
     let run_ats: Vec<i64> = jobs.iter().map(|j| j.run_at).collect();
     let max_attempts: Vec<i64> = jobs.iter().map(|j| j.max_attempts).collect();
     let partitions: Vec<Option<&str>> = jobs.iter().map(|j| j.partition.as_deref()).collect();
+    let timeouts: Vec<Option<i64>> = jobs.iter().map(|j| j.timeout_ms).collect();
     let rows = conn.write(
         INSERT_MANY,
         &[
@@ -164,6 +168,7 @@ pub(crate) fn insert_many(
             &max_attempts,
             &now,
             &partitions,
+            &timeouts,
         ],
     )?;
     let by_key: HashMap<String, Enqueued> = rows

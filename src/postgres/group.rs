@@ -228,6 +228,7 @@ mod tests {
             max_attempts: 2,
             depends_on: Vec::new(),
             partition: None,
+            timeout_ms: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use crate::core::attempt::Attempt;
 use crate::core::controls::{QueueControl, QueueLimits};
-use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::job::{Enqueued, Job, JobFilter, JobState};
 use crate::core::options::EngineKind;
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::reports::failures::Failures;
@@ -236,7 +236,7 @@ impl Store for PgStore {
         Ok(ids)
     }
 
-    fn cancel_job(&self, id: i64, now: Millis) -> Result<()> {
+    fn cancel_job(&self, id: i64, now: Millis) -> Result<JobState> {
         self.writable()?;
         self.with_conn(false, |c| admin::cancel_job(c, id, now))
     }
@@ -260,6 +260,10 @@ impl Store for PgStore {
         now: Millis,
     ) -> Result<bool> {
         self.with_conn(true, |c| run::any_due(c, kinds, queues, now))
+    }
+
+    fn run_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState, Option<i64>)>> {
+        self.with_conn(true, |c| reads::run_states(c, ids))
     }
 
     fn renew_leases(

@@ -14,15 +14,15 @@ use crate::error::{Error, Result};
 
 const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output, partition_key FROM jobs WHERE id = $1";
+     lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms FROM jobs WHERE id = $1";
 const JOB_BY_KEY: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output, partition_key FROM jobs WHERE idempotency_key = $1";
+     lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms FROM jobs WHERE idempotency_key = $1";
 /// A page of jobs below a cursor (ids under `$6`), newest first: a walk
 /// down the primary key that stops at the limit, filtered on the way.
 const JOBS_BEFORE: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output, partition_key FROM jobs \
+     lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms FROM jobs \
      WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
      AND ($3::text IS NULL OR queue = $3) \
      AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id < $6 \
@@ -31,7 +31,7 @@ const JOBS_BEFORE: &str = "SELECT id, queue, kind, idempotency_key, payload, sta
 /// first.
 const JOBS_AFTER: &str = "SELECT * FROM (SELECT id, queue, kind, idempotency_key, payload, \
      state, priority, run_at, attempts, max_attempts, abandoned, deliveries, last_error, \
-     created_at, finished_at, lease_owner, lease_expires_at, current_attempt, output, partition_key FROM jobs \
+     created_at, finished_at, lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms FROM jobs \
      WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR kind = $2) \
      AND ($3::text IS NULL OR queue = $3) \
      AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id > $6 \
@@ -85,6 +85,7 @@ pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
             current_attempt: r.col(17)?,
             output: r.col(18)?,
             partition: r.col(19)?,
+            timeout_ms: r.col(20)?,
         })
     })
 }
@@ -363,4 +364,19 @@ pub(crate) fn workflow(
         };
         crate::postgres::workflow::graph(tx, job.id, limit).map(Some)
     })
+}
+
+/// Each job of `ids` that still exists: its state and the attempt it runs.
+pub(crate) fn run_states(
+    c: &mut PgConn,
+    ids: &[i64],
+) -> Result<Vec<(i64, crate::core::job::JobState, Option<i64>)>> {
+    const SQL: &str = "SELECT id, state, current_attempt FROM jobs WHERE id = ANY($1)";
+    c.query(SQL, &[&ids])?
+        .iter()
+        .map(|r| {
+            let state: String = r.col(1)?;
+            Ok((r.col(0)?, state.parse()?, r.col(2)?))
+        })
+        .collect()
 }

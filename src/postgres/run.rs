@@ -43,13 +43,14 @@ taken AS (
         attempts = j.attempts + 1, current_attempt = p.attempt_id
     FROM picked p WHERE j.id = p.id
     RETURNING j.id, j.kind, j.idempotency_key, j.queue, j.payload, j.attempts, j.max_attempts,
-        p.attempt_id, j.abandoned, j.priority, j.run_at, j.partition_key
+        p.attempt_id, j.abandoned, j.priority, j.run_at, j.partition_key, j.timeout_ms
 ),
 att AS (
     INSERT INTO attempts (id, job_id, attempt, key, worker, started_at)
     SELECT attempt_id, id, attempts, idempotency_key, $7, $2 FROM taken
 )
-SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id, partition_key
+SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id, partition_key,
+    timeout_ms
 FROM taken ORDER BY priority, run_at, id";
 
 /// [`CLAIM`] for one queue with partition limits (`$3`, a list of one),
@@ -92,13 +93,14 @@ taken AS (
         attempts = j.attempts + 1, current_attempt = p.attempt_id
     FROM picked p WHERE j.id = p.id
     RETURNING j.id, j.kind, j.idempotency_key, j.queue, j.payload, j.attempts, j.max_attempts,
-        p.attempt_id, j.abandoned, j.priority, j.run_at, j.partition_key
+        p.attempt_id, j.abandoned, j.priority, j.run_at, j.partition_key, j.timeout_ms
 ),
 att AS (
     INSERT INTO attempts (id, job_id, attempt, key, worker, started_at)
     SELECT attempt_id, id, attempts, idempotency_key, $7, $2 FROM taken
 )
-SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id, partition_key
+SELECT id, kind, idempotency_key, queue, payload, attempts, max_attempts, attempt_id, partition_key,
+    timeout_ms
 FROM taken ORDER BY priority, run_at, id";
 
 /// Why these statements never say `state = 'running'`: a job's
@@ -175,6 +177,8 @@ pub(crate) struct Started {
     pub attempt_id: i64,
     /// Its partition of the queue, if it has one.
     pub partition: Option<String>,
+    /// Its own timeout (`jobs.timeout_ms`), if it has one.
+    pub timeout_ms: Option<i64>,
 }
 
 /// The prepared statements of a worker's connection.
@@ -315,6 +319,7 @@ fn started(rows: &[postgres::Row]) -> Result<Vec<Started>> {
                     max_attempts: r.col(6)?,
                     attempt_id: r.col(7)?,
                     partition: r.col(8)?,
+                    timeout_ms: r.col(9)?,
                 })
             })
         })

@@ -32,7 +32,32 @@ const MIGRATIONS: &[&[&str]] = &[
     &[STEPS_SQL],
     // 6 → 7: a run may be recorded `snoozed`.
     &[ATTEMPTS_V7_SQL],
+    // 7 → 8: `jobs.timeout_ms`, a run may be recorded `cancelled`, and
+    // the recent failures' view lists those runs.
+    &[TIMEOUTS_V8_SQL, RECENT_FAILURES_SQL],
 ];
+
+/// The column and the outcome version 8 adds.
+const TIMEOUTS_V8_SQL: &str = "-- version 8: timeouts and cancelled runs.
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS timeout_ms bigint
+    CHECK (timeout_ms IS NULL OR timeout_ms > 0);
+ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_outcome_check;
+ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check
+    CHECK (outcome IN ('running', 'succeeded', 'failed', 'panicked', 'duplicate',
+                       'abandoned', 'released', 'snoozed', 'cancelled'));
+";
+
+/// The recent failures' view, as `postgres.sql` has it from version 8.
+const RECENT_FAILURES_SQL: &str = "CREATE OR REPLACE VIEW recent_failures AS
+SELECT a.id AS attempt_id, coalesce('job ' || a.job_id, 'outbox ' || a.outbox_id) AS run_of,
+       a.key, a.attempt, a.outcome, a.worker,
+       litejob_time(a.started_at) AS started_at,
+       a.error
+FROM attempts a
+WHERE a.outcome IN ('failed', 'panicked', 'abandoned', 'cancelled')
+ORDER BY a.id DESC
+LIMIT 100;
+";
 
 /// `attempts.outcome` as `postgres.sql` checks it from version 7.
 const ATTEMPTS_V7_SQL: &str = "-- version 7: the snoozed outcome.
@@ -312,21 +337,7 @@ mod tests {
         for step in MIGRATIONS {
             let last = step.last().unwrap();
             if *last == ATTEMPTS_V7_SQL {
-                // Only a CHECK changes: it reads as postgres.sql's.
-                let check = last
-                    .split("ADD CONSTRAINT attempts_outcome_check")
-                    .nth(1)
-                    .unwrap()
-                    .trim()
-                    .trim_end_matches(';');
-                let table = squash(SCHEMA_SQL);
-                assert!(
-                    table.contains(&format!(
-                        "CONSTRAINT attempts_outcome_check {}",
-                        squash(check)
-                    )),
-                    "the outcome's CHECK differs from postgres.sql:\n{check}"
-                );
+                // Only a CHECK changes, and version 8 changes it again.
                 continue;
             }
             assert!(
@@ -334,6 +345,25 @@ mod tests {
                 "a step differs from postgres.sql:\n{last}"
             );
         }
+        // Version 8's CHECK and column read as postgres.sql's.
+        let table = squash(SCHEMA_SQL);
+        let check = TIMEOUTS_V8_SQL
+            .split("ADD CONSTRAINT attempts_outcome_check")
+            .nth(1)
+            .unwrap()
+            .trim()
+            .trim_end_matches(';');
+        assert!(
+            table.contains(&format!(
+                "CONSTRAINT attempts_outcome_check {}",
+                squash(check)
+            )),
+            "the outcome's CHECK differs from postgres.sql:\n{check}"
+        );
+        assert!(
+            table.contains("timeout_ms bigint CHECK (timeout_ms IS NULL OR timeout_ms > 0)"),
+            "jobs.timeout_ms differs from postgres.sql"
+        );
         assert!(SCHEMA_SQL.ends_with(STEPS_SQL));
         assert!(SCHEMA_SQL.contains(DEPENDENCIES_SQL));
     }

@@ -94,8 +94,8 @@ pub(crate) fn insert<C: GenericClient>(
         .collect::<Result<Vec<(String, i64, JobState)>>>()?;
     let (state, finished_at, last_error) = workflow::start(&deps).columns(now);
     const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, \
-         run_at, max_attempts, created_at, state, finished_at, last_error, partition_key) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         run_at, max_attempts, created_at, state, finished_at, last_error, partition_key, \
+         timeout_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
          ON CONFLICT (idempotency_key) DO UPDATE SET deliveries = jobs.deliveries + 1 \
          RETURNING id, (xmax = 0)";
     let row = client
@@ -114,6 +114,7 @@ pub(crate) fn insert<C: GenericClient>(
                 &finished_at,
                 &last_error,
                 &job.partition,
+                &job.timeout_ms,
             ],
         )
         .map_err(write_err)?;

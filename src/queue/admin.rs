@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::attempt::Attempt;
+use crate::core::job::JobState;
 use crate::core::outbox::{OutboxRow, OutboxState};
 use crate::core::time::Millis;
 use crate::driver::wake::{Waiters, Wakers};
@@ -253,18 +254,27 @@ impl Admin {
         }
     }
 
-    /// Cancels a queued or waiting job: it will not run, nor will any job
-    /// that depends on it, directly or through others (each cancelled with
-    /// `last_error` naming this one), in the same transaction.
+    /// Cancels a job that has not finished: it will not run (again), nor
+    /// will any job that depends on it, directly or through others (each
+    /// cancelled with `last_error` naming this one), in the same
+    /// transaction. Returns the state it was cancelled from.
+    ///
+    /// A running job is `cancelled` at once in the database too: its run's
+    /// attempt ends `cancelled`, and that run can no longer commit (its
+    /// end is fenced on its attempt, as for a lost lease). The process
+    /// running it learns of the cancel within its poll interval: the
+    /// handler's `ctx.is_cancelled()` turns true, and a prepare step with
+    /// a timeout is let go of (its worker freed); other user code finishes
+    /// on its own, its result dropped.
+    ///
     /// [`crate::error::Error::NotFound`] when there is no such job;
-    /// [`crate::error::Error::WrongState`] when it is neither (a running
-    /// job's transaction is already under way; a finished one has nothing
+    /// [`crate::error::Error::WrongState`] when it finished (nothing is
     /// left to cancel).
-    pub fn cancel_job(&self, id: i64) -> Result<()> {
+    pub fn cancel_job(&self, id: i64) -> Result<JobState> {
         let now = self.now();
-        self.store.cancel_job(id, now)?;
+        let was = self.store.cancel_job(id, now)?;
         self.done_wake.wake();
-        Ok(())
+        Ok(was)
     }
 
     /// Requeues a dead outbox row with a fresh attempt budget, due now.

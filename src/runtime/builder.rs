@@ -63,6 +63,8 @@ impl<E: Engine> RuntimeBuilder<E> {
                 outbox_max_retries: 1,
                 claim_ahead: 64,
                 claim_ahead_set: false,
+                job_timeout: None,
+                kind_timeouts: HashMap::new(),
             },
         }
     }
@@ -195,6 +197,34 @@ impl<E: Engine> RuntimeBuilder<E> {
         self
     }
 
+    /// How long one run of a job may take, for the jobs whose kind
+    /// ([`Self::kind_timeout`]) and job ([`NewJob::with_timeout`]) say
+    /// nothing: none by default. At the deadline `ctx.is_cancelled()`
+    /// turns true and the run fails "timed out after …", a charged attempt
+    /// retried by the job's rules, its work rolled back; a worker stuck in
+    /// a prepare step past it is freed for its next job (the step goes on
+    /// in the background, its result dropped). An apply step cannot be
+    /// abandoned (it runs inside the transaction): one that returns past
+    /// the deadline is rolled back. Slow work belongs in a prepare step.
+    /// The time a run waits for its turn between its two steps does not
+    /// count. `Duration::ZERO` is none.
+    ///
+    /// [`NewJob::with_timeout`]: crate::NewJob::with_timeout
+    pub fn job_timeout(mut self, d: Duration) -> Self {
+        self.cfg.job_timeout = (!d.is_zero()).then_some(d);
+        self
+    }
+
+    /// How long one run of a job of `kind` may take, when the job does
+    /// not say ([`NewJob::with_timeout`]); it beats [`Self::job_timeout`].
+    /// `Duration::ZERO`: no timeout for this kind, whatever the default.
+    ///
+    /// [`NewJob::with_timeout`]: crate::NewJob::with_timeout
+    pub fn kind_timeout(mut self, kind: impl Into<String>, d: Duration) -> Self {
+        self.cfg.kind_timeouts.insert(kind.into(), d);
+        self
+    }
+
     /// Backoff between a job's failed runs.
     pub fn backoff(mut self, b: Backoff) -> Self {
         self.cfg.backoff = b;
@@ -271,9 +301,12 @@ macro_rules! handler_methods {
 
             /// Registers a two-step handler: `prepare` runs on a worker
             /// thread, outside any transaction (slow parsing, computing,
-            /// reading files: in parallel across workers); `apply` runs
-            /// inside the job's transaction with what `prepare` returned, and
-            /// should be short (on a file it holds the write lock).
+            /// reading files, calls to other services: in parallel across
+            /// workers); `apply` runs inside the job's transaction with what
+            /// `prepare` returned, and should be short (on a file it holds
+            /// the write lock). With a timeout ([`Self::job_timeout`]),
+            /// `prepare` runs on a runner thread its worker waits on, so
+            /// that a step that hangs past it frees the worker.
             pub fn handler_with_prepare<T, P, Prep, App>(
                 self,
                 kind: impl Into<String>,

@@ -4,8 +4,12 @@
 //! (`sqlite/pipeline/`, `postgres/pipeline/`), started through the driver
 //! boundary; the runtime starts what both share: the effect threads
 //! (`litejob-effect-N`: claim one outbox row, call its effect outside any
-//! transaction, acknowledge), with schedules `litejob-scheduler`, and with
-//! a retention `litejob-retention`. Writes `jobs`, `attempts`, `outbox`,
+//! transaction, acknowledge), with schedules `litejob-scheduler`, with
+//! a retention `litejob-retention`, and with a handler that has a prepare
+//! step `litejob-watcher` (which stops the runs whose job was cancelled:
+//! see [`crate::driver::watch`]). The workers' runner threads
+//! (`litejob-runner-N`, see [`crate::driver::runner`]) are theirs to join;
+//! one left behind by a timeout or a cancel is counted at the stop. Writes `jobs`, `attempts`, `outbox`,
 //! `schedules` and (retention) `processed_jobs` only through the engine's
 //! store.
 //!
@@ -108,6 +112,12 @@ impl Runtime {
                 })?);
             }
         }
+        if shared.handlers.values().any(|h| h.has_prepare()) {
+            let s = shared.clone();
+            threads.push(spawn("litejob-watcher".into(), move || {
+                crate::driver::watch::watch_loop(s)
+            })?);
+        }
         let started = E::start(shared.clone())?;
         threads.extend(started.threads);
         log::info!(target: "litejob", "runtime started on {}: {} workers for kinds {}, {} effect threads for {}, owner {}",
@@ -190,6 +200,7 @@ fn shared<E: Engine>(b: RuntimeBuilder<E>, stop: crossbeam_channel::Receiver<()>
         Rng::from_entropy().next_u64() as u32
     );
     let inner = &b.queue.inner;
+    let workers = b.cfg.workers;
     Shared {
         store: inner.store.clone(),
         owner,
@@ -205,6 +216,7 @@ fn shared<E: Engine>(b: RuntimeBuilder<E>, stop: crossbeam_channel::Receiver<()>
         cfg: b.cfg,
         max_output: inner.rules.max_payload_bytes,
         steps: Arc::new(crate::driver::run::StoreSteps(inner.store.clone())),
+        runners: Arc::new(crate::driver::runner::Runners::new(workers)),
         stopping: AtomicBool::new(false),
         stop,
         in_flight: InFlight::default(),
@@ -237,6 +249,9 @@ impl<E: Engine> Stoppable for Running<E> {
         report.released_jobs += self.release_running_jobs(jobs, now);
         report.released_effects += self.release_running_effects(effects, now);
         report.detached_threads += self.join_threads();
+        // Runner threads a timeout or a cancel left behind, their code
+        // still running: not joined (they cannot be), their results fenced.
+        report.detached_threads += self.shared.runners.left_behind();
         report
     }
 }

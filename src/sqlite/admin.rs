@@ -1,15 +1,19 @@
-//! Operator repairs on a file: requeue dead jobs, cancel a queued job,
-//! prune finished history in bounded batches. Writes `jobs` (retry,
-//! cancel, prune), `attempts` and `outbox` (prune of finished rows) and
+//! Operator repairs on a file: requeue dead jobs, cancel a job (a running
+//! one too), prune finished history in bounded batches. Writes `jobs`
+//! (retry, cancel, prune), `attempts` (a cancelled run, through the
+//! history module; prune of finished rows) and `outbox` (prune) and
 //! `processed_jobs` (prune, through the ledger module, only when asked).
 //! Each runs on the file's one writer, so it works while another process
 //! runs workers on the same file.
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::core::attempt::AttemptOutcome;
 use crate::core::job::JobState;
+use crate::core::lifecycle::CANCELLED_WHILE_RUNNING;
 use crate::core::time::Millis;
 use crate::error::{Action, Error, Result, RowId};
+use crate::sqlite::history;
 
 // The SQLite statements behind the repairs, each run in one write
 // transaction of the writer.
@@ -46,16 +50,48 @@ pub(crate) fn retry_dead_batch(
     Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
 }
 
-/// Cancels job `id` if it is queued or waiting, and every waiting job
-/// that depends on it, directly or through others.
-pub(crate) fn cancel_job(conn: &Connection, id: i64, now: Millis) -> Result<()> {
-    const SQL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = ?2 \
-                       WHERE id = ?1 AND (state = 'queued' OR state = 'waiting')";
-    if conn.prepare_cached(SQL)?.execute((id, now))? == 1 {
-        crate::sqlite::workflow::cancel_dependents(conn, id, JobState::Cancelled, now)?;
-        return Ok(());
+/// Cancels job `id` if it is queued, waiting or running, and every
+/// waiting job that depends on it, directly or through others; returns
+/// the state it was in. A running job's lease is let go of and its run's
+/// attempt ended `cancelled`: that run's end, fenced on its attempt, can
+/// no longer commit (its process learns of the cancel at its watcher's
+/// next look). On the writer, so no run of the job commits between the
+/// read and the update.
+pub(crate) fn cancel_job(conn: &Connection, id: i64, now: Millis) -> Result<JobState> {
+    const READ: &str = "SELECT state, current_attempt FROM jobs WHERE id = ?1";
+    const SQL: &str = "UPDATE jobs SET state = 'cancelled', finished_at = ?2, \
+         last_error = CASE WHEN state = 'running' THEN ?3 ELSE last_error END, \
+         lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL \
+         WHERE id = ?1 AND (state = 'queued' OR state = 'waiting' OR state = 'running')";
+    let found: Option<(String, Option<i64>)> = conn
+        .prepare_cached(READ)?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((state, attempt)) = found else {
+        return Err(Error::NotFound(RowId::Job(id)));
+    };
+    let state: JobState = state.parse()?;
+    if conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![id, now, CANCELLED_WHILE_RUNNING])?
+        != 1
+    {
+        return Err(Error::WrongState {
+            action: Action::CancelJob(id),
+            state: state.as_str().into(),
+        });
     }
-    Err(refusal(conn, id, Action::CancelJob(id))?)
+    if let Some(attempt) = attempt {
+        history::finish(
+            conn,
+            attempt,
+            AttemptOutcome::Cancelled,
+            Some(CANCELLED_WHILE_RUNNING),
+            now,
+        )?;
+    }
+    crate::sqlite::workflow::cancel_dependents(conn, id, JobState::Cancelled, now)?;
+    Ok(state)
 }
 
 /// Deletes up to `limit` jobs finished before `before` (dead and cancelled

@@ -256,7 +256,8 @@ impl<'c> Starter<'c> {
         // `Take::Later`) may have been run, failed and requeued meanwhile
         // by another process.
         const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload, \
-             partition_key FROM jobs WHERE id = ?1 AND state = 'queued' AND run_at <= ?2 AND abandoned = ?3";
+             partition_key, timeout_ms FROM jobs \
+             WHERE id = ?1 AND state = 'queued' AND run_at <= ?2 AND abandoned = ?3";
         const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
              lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
              WHERE id = ?1 AND state = 'queued'";
@@ -359,7 +360,7 @@ fn begin_run(
                 text(r, 2)?,
                 text(r, 3)?,
                 text(r, 4)?,
-                r.get(5)?,
+                (r.get(5)?, r.get(6)?),
                 match paused_col {
                     Some(i) => r.get(i)?,
                     None => false,
@@ -368,7 +369,8 @@ fn begin_run(
             None => None,
         }
     };
-    let Some((charged, max_attempts, key, queue, payload, partition, paused)) = row else {
+    let Some((charged, max_attempts, key, queue, payload, (partition, timeout_ms), paused)) = row
+    else {
         return Ok(Begun::Missing);
     };
     if paused {
@@ -392,12 +394,14 @@ fn begin_run(
         queue,
         payload,
         partition,
+        timeout_ms,
     }))
 }
 
 /// What a start reads of its job: attempts charged, max_attempts, key,
-/// queue, payload, partition, and whether its queue is paused.
-type StartRow = (i64, i64, String, String, String, Option<String>, bool);
+/// queue, payload, (partition, timeout), and whether its queue is paused.
+type StartRow = (i64, i64, String, String, String, Limits, bool);
+type Limits = (Option<String>, Option<i64>);
 
 /// A run that started: its attempt row is written and the job is fenced on it.
 #[derive(Debug, Clone)]
@@ -410,6 +414,8 @@ pub(crate) struct Started {
     pub payload: String,
     /// Its partition of the queue, if it has one.
     pub partition: Option<String>,
+    /// Its own timeout (`jobs.timeout_ms`), if it has one.
+    pub timeout_ms: Option<i64>,
 }
 
 /// Starts the run of a claimed job: charges an attempt, writes the attempt
@@ -435,7 +441,7 @@ pub(crate) fn start(
     // Its queue's pause read in the same statement: one key lookup in a
     // table that holds only the controlled queues.
     const READ: &str = "SELECT attempts, max_attempts, idempotency_key, queue, payload, \
-         partition_key, \
+         partition_key, timeout_ms, \
          EXISTS (SELECT 1 FROM queues q WHERE q.name = jobs.queue AND q.paused = 1) FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
@@ -444,7 +450,7 @@ pub(crate) fn start(
         &mut history::start_statement(conn)?,
         conn,
         rusqlite::params![job_id, owner],
-        Some(6),
+        Some(7),
         job_id,
         worker,
         now,

@@ -24,8 +24,8 @@ pub(crate) fn insert(conn: &Connection, job: &ValidJob, now: Millis) -> Result<E
     if !conn.is_autocommit() {
         return insert_in_tx(conn, job, now);
     }
-    const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at, partition_key) \
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 \
+    const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at, partition_key, timeout_ms) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 \
          WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = ?3) \
          AND NOT EXISTS (SELECT 1 FROM processed_jobs WHERE key = ?3) \
          RETURNING id";
@@ -58,8 +58,8 @@ pub(crate) fn ledger_duplicate(conn: &Connection, key: &str) -> Result<Enqueued>
     Ok(Enqueued::Duplicate(ledger_job.unwrap_or(0)))
 }
 
-/// The `?1`…`?9` of the INSERTs, in their column order.
-fn job_params<'a>(job: &'a ValidJob, now: &'a Millis) -> [&'a dyn rusqlite::ToSql; 9] {
+/// The `?1`…`?10` of the INSERTs, in their column order.
+fn job_params<'a>(job: &'a ValidJob, now: &'a Millis) -> [&'a dyn rusqlite::ToSql; 10] {
     [
         &job.queue,
         &job.kind,
@@ -70,6 +70,7 @@ fn job_params<'a>(job: &'a ValidJob, now: &'a Millis) -> [&'a dyn rusqlite::ToSq
         &job.max_attempts,
         now,
         &job.partition,
+        &job.timeout_ms,
     ]
 }
 
@@ -138,7 +139,7 @@ pub(crate) fn insert_many(
 
 /// One row's values in a multi-row INSERT: one placeholder per column of
 /// [`job_params`].
-pub(crate) const ROW_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+pub(crate) const ROW_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// The sizes of the multi-row INSERTs of a batch, largest first: a fixed
 /// few, so a batch of any length needs at most three prepared statements
@@ -173,7 +174,7 @@ fn insert_new(
             .iter()
             .map(|&n| {
                 format!(
-                    "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at, partition_key) \
+                    "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at, partition_key, timeout_ms) \
                      VALUES {} RETURNING idempotency_key, id",
                     vec![ROW_VALUES; n].join(", ")
                 )
@@ -220,8 +221,8 @@ struct Statements<'c> {
 impl<'c> Statements<'c> {
     fn new(conn: &'c Connection) -> Result<Self> {
         const IN_LEDGER: &str = "SELECT EXISTS (SELECT 1 FROM processed_jobs WHERE key = ?1)";
-        const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at, partition_key) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+        const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at, partition_key, timeout_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
         Ok(Statements {
             in_ledger: conn.prepare_cached(IN_LEDGER)?,
             insert: conn.prepare_cached(INSERT)?,

@@ -9,7 +9,7 @@ use crate::error::Result;
 /// The column list every `Job` read uses, in `Job::from_row` order.
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
-     lease_owner, lease_expires_at, current_attempt, output, partition_key";
+     lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms";
 
 /// A `Job` from a row read with [`JOB_COLUMNS`].
 pub(crate) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
@@ -41,6 +41,7 @@ pub(crate) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         current_attempt: r.get(17)?,
         output: r.get(18)?,
         partition: r.get(19)?,
+        timeout_ms: r.get(20)?,
     })
 }
 
@@ -101,4 +102,23 @@ pub(crate) fn list_jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
         job_from_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Each job of `ids_json` (a JSON list) that still exists: its state and
+/// the attempt it runs.
+pub(crate) fn run_states(
+    conn: &Connection,
+    ids_json: &str,
+) -> Result<Vec<(i64, crate::core::job::JobState, Option<i64>)>> {
+    const SQL: &str = "SELECT id, state, current_attempt FROM jobs \
+         WHERE id IN (SELECT value FROM json_each(?1))";
+    let mut st = conn.prepare_cached(SQL)?;
+    let rows = st.query_map([ids_json], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get(2)?))
+    })?;
+    rows.map(|r| {
+        let (id, state, attempt) = r?;
+        Ok((id, state.parse()?, attempt))
+    })
+    .collect()
 }

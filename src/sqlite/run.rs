@@ -252,6 +252,23 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
     if !holds(conn, ctx.id, attempt_id)? {
         return Err(lease_lost(ctx.id, attempt_id));
     }
+    if !ctx.signal.resume() {
+        // Its timeout ran out before its apply step could start: the step
+        // does not run (it could not be abandoned once started).
+        let error = ctx.signal.timed_out();
+        let next = Next::RetryAt(backoff_at);
+        let (id, outcome) = (ctx.id, AttemptOutcome::Failed);
+        return fail(
+            conn,
+            id,
+            attempt_id,
+            outcome,
+            &error,
+            next,
+            now,
+            Within::SelfIsolated,
+        );
+    }
     if !ledger::record(conn, &ctx.key, ctx.id, now).map_err(|e| abort(conn, e))? {
         // Someone already did this key's work: do nothing, finish the job.
         return finish_duplicate(conn, ctx.id, attempt_id, Charged::of(&ctx), now);
@@ -287,7 +304,15 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             )),
         ));
     }
-    let (outcome, error, next) = match judge(result, now, backoff_at, max_output) {
+    // An apply step that returned past its deadline is rolled back,
+    // whatever it said: a run never completes after its timeout.
+    let verdict = if ctx.signal.overran() {
+        let error = ctx.signal.timed_out();
+        Verdict::Failed(AttemptOutcome::Failed, error, Next::RetryAt(backoff_at))
+    } else {
+        judge(result, now, backoff_at, max_output)
+    };
+    let (outcome, error, next) = match verdict {
         Verdict::Done(output) => {
             return finish_done(
                 conn,

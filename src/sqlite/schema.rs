@@ -62,6 +62,10 @@ FROM schedules;
     // 6 → 7: `attempts.outcome` may be 'snoozed' (a CHECK SQLite cannot
     // alter): the table is rebuilt by `rebuild_table` before this.
     "-- snoozed: see rebuild_table",
+    // 7 → 8: timeouts and cancelled runs: `jobs` gains `timeout_ms` and
+    // `attempts.outcome` may be 'cancelled' (a CHECK): both tables are
+    // rebuilt by `rebuild_table` before this, ids and counters kept.
+    "-- timeouts, cancelled runs: see rebuild_table",
 ];
 
 /// The durable steps' table, the end of `schema.sql` (a test checks the
@@ -122,7 +126,10 @@ const JOBS_V3_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state,
 /// The columns of `jobs` in version 4.
 const JOBS_V4_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt, output";
 
-/// The columns of `attempts`, copied into the table of version 7.
+/// The columns of `jobs` from version 5 to 7.
+const JOBS_V7_COLUMNS: &str = "id, queue, kind, idempotency_key, payload, state, priority,      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at,      finished_at, lease_owner, lease_expires_at, current_attempt, output, partition_key";
+
+/// The columns of `attempts`, copied into the table of versions 7 and 8.
 const ATTEMPTS_COLUMNS: &str =
     "id, job_id, outbox_id, attempt, key, worker, started_at, finished_at, outcome, error";
 
@@ -326,6 +333,10 @@ fn migrate_in_tx(conn: &mut Connection) -> Result<i64> {
                 rebuild_controls(&tx)?;
             }
             if to == 7 {
+                rebuild_table(&tx, "attempts", ATTEMPTS_COLUMNS)?;
+            }
+            if to == 8 {
+                rebuild_jobs(&tx, JOBS_V7_COLUMNS)?;
                 rebuild_table(&tx, "attempts", ATTEMPTS_COLUMNS)?;
             }
             tx.execute_batch(step)?;

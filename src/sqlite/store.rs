@@ -11,7 +11,7 @@ use rusqlite::Connection;
 
 use crate::core::attempt::Attempt;
 use crate::core::controls::{QueueControl, QueueLimits};
-use crate::core::job::{Enqueued, Job, JobFilter};
+use crate::core::job::{Enqueued, Job, JobFilter, JobState};
 use crate::core::options::{EngineKind, QueueOptions, Synchronous};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::reports::failures::Failures;
@@ -374,7 +374,7 @@ impl Store for SqliteStore {
             .run(move |conn| admin::retry_dead_batch(conn, kind.as_deref(), after, limit, now))
     }
 
-    fn cancel_job(&self, id: i64, now: Millis) -> Result<()> {
+    fn cancel_job(&self, id: i64, now: Millis) -> Result<JobState> {
         self.writer()?
             .run(move |conn| admin::cancel_job(conn, id, now))
     }
@@ -402,6 +402,11 @@ impl Store for SqliteStore {
     ) -> Result<bool> {
         let (kinds, queues) = (json_list(kinds), queues.map(json_list));
         self.read(|c| claim::any_due(c, &kinds, queues.as_deref(), now))
+    }
+
+    fn run_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState, Option<i64>)>> {
+        let ids = serde_json::to_string(ids).unwrap_or_default();
+        self.read(|c| crate::sqlite::reads::run_states(c, &ids))
     }
 
     fn renew_leases(

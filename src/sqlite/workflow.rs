@@ -79,8 +79,8 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
     let deps = dependencies(conn, job)?;
     let (state, finished_at, last_error) = workflow::start(&deps).columns(now);
     const INSERT: &str = "INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, \
-         run_at, max_attempts, created_at, state, finished_at, last_error, partition_key) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+         run_at, max_attempts, created_at, state, finished_at, last_error, partition_key, \
+         timeout_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
     conn.prepare_cached(INSERT)?
         .execute(rusqlite::params![
             job.queue,
@@ -95,6 +95,7 @@ fn insert_in_tx(conn: &Connection, job: &ValidJob, now: Millis) -> Result<Enqueu
             finished_at,
             last_error,
             job.partition,
+            job.timeout_ms,
         ])
         .map_err(constraint)?;
     let id = conn.last_insert_rowid();

@@ -15,6 +15,7 @@
 //! test is reported ignored, with why (under `CI` it fails).
 
 mod admin;
+mod cancel;
 pub(crate) mod child;
 mod controls;
 mod faults;
@@ -22,6 +23,7 @@ mod migrations;
 mod partitions;
 mod processes;
 mod schedules;
+mod timeouts;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -407,6 +409,12 @@ impl TestBuilder {
     }
     pub fn claim_ahead(self, n: usize) -> Self {
         each!(self, b => b.claim_ahead(n))
+    }
+    pub fn job_timeout(self, d: std::time::Duration) -> Self {
+        each!(self, b => b.job_timeout(d))
+    }
+    pub fn kind_timeout(self, kind: &str, d: std::time::Duration) -> Self {
+        each!(self, b => b.kind_timeout(kind, d))
     }
     pub fn queues<I: IntoIterator<Item = S>, S: Into<String>>(self, queues: I) -> Self {
         each!(self, b => b.queues(queues))

@@ -77,7 +77,7 @@ pub fn route(app: &App, req: &Req) -> Resp {
         (Method::Post, ["jobs", id, action]) => {
             act(app, req, parse_id(id), |q, id| match *action {
                 "retry" => Some(q.admin().retry_job(id).map(|()| "retried")),
-                "cancel" => Some(q.admin().cancel_job(id).map(|()| "cancelled")),
+                "cancel" => Some(q.admin().cancel_job(id).map(|_| "cancelled")),
                 _ => None,
             })
         }

@@ -117,7 +117,7 @@ pub(crate) enum Runs {
 }
 
 /// Every attempt outcome, in the order the metrics list them.
-pub(crate) const OUTCOMES: [AttemptOutcome; 8] = [
+pub(crate) const OUTCOMES: [AttemptOutcome; 9] = [
     AttemptOutcome::Running,
     AttemptOutcome::Succeeded,
     AttemptOutcome::Failed,
@@ -126,4 +126,5 @@ pub(crate) const OUTCOMES: [AttemptOutcome; 8] = [
     AttemptOutcome::Abandoned,
     AttemptOutcome::Released,
     AttemptOutcome::Snoozed,
+    AttemptOutcome::Cancelled,
 ];

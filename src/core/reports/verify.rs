@@ -74,11 +74,14 @@ pub enum Invariant {
     /// Every durable step's row belongs to a job that exists (its rows go
     /// with the job, in the same transaction).
     StepOfMissingJob,
+    /// A run ended `cancelled` belongs to a cancelled job (the cancel ends
+    /// both in one commit).
+    CancelledRunOfUncancelledJob,
 }
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 18] = [
+    pub const ALL: [Invariant; 19] = [
         Invariant::IntegrityCheck,
         Invariant::ForeignKeys,
         Invariant::SchemaVersion,
@@ -97,6 +100,7 @@ impl Invariant {
         Invariant::WaitingJobNotCancelled,
         Invariant::PartitionOverCap,
         Invariant::StepOfMissingJob,
+        Invariant::CancelledRunOfUncancelledJob,
     ];
 
     /// Its name in reports and `--json`: what is wrong when it breaks.
@@ -120,6 +124,7 @@ impl Invariant {
             Invariant::WaitingJobNotCancelled => "waiting_job_not_cancelled",
             Invariant::PartitionOverCap => "partition_over_cap",
             Invariant::StepOfMissingJob => "step_of_missing_job",
+            Invariant::CancelledRunOfUncancelledJob => "cancelled_run_of_uncancelled_job",
         }
     }
 
@@ -202,6 +207,11 @@ impl Invariant {
                  the sqlite3 shell's by default), and a new job given that id would get \
                  another job's results back"
             }
+            Invariant::CancelledRunOfUncancelledJob => {
+                "a run ended cancelled but its job is not cancelled: the cancel of a running \
+                 job ends its run and the job in one commit, and a cancelled job never runs \
+                 again"
+            }
         }
     }
 
@@ -224,7 +234,9 @@ impl Invariant {
             Invariant::OutboxRowOfUnsucceededJob
             | Invariant::SendingRowOnEndedAttempt
             | Invariant::SentRowWithoutSuccessfulSend => "outbox",
-            Invariant::RunningRunNotCurrent | Invariant::RunningEffectNotCurrent => "attempts",
+            Invariant::RunningRunNotCurrent
+            | Invariant::RunningEffectNotCurrent
+            | Invariant::CancelledRunOfUncancelledJob => "attempts",
             Invariant::StepOfMissingJob => "job_steps",
         }
     }

@@ -36,6 +36,7 @@ pub(crate) const TABLES: &[Table] = &[
             col("current_attempt", OptInt),
             col("output", OptText),
             col("partition_key", OptText),
+            col("timeout_ms", OptInt),
         ],
     },
     Table {

@@ -18,7 +18,7 @@ use crate::core::time::Millis;
 use crate::driver::handler::ErasedHandler;
 use crate::driver::run::Savepoint;
 use crate::driver::run::{
-    backoff_at, context as run_context, log_finished, log_not_recorded, log_started, prepare,
+    backoff_at, context as run_context, log_finished, log_not_recorded, log_started, prepare_on,
     RunStart,
 };
 use crate::error::{Error, Result};
@@ -29,7 +29,7 @@ use crate::postgres::Postgres;
 use postgres::types::Type;
 
 use crate::core::lifecycle::{
-    failure, released_after_failed_write, DUPLICATE_RUN, RELEASED_AT_SHUTDOWN,
+    failure, released_after_failed_write, Failure, DUPLICATE_RUN, RELEASED_AT_SHUTDOWN,
 };
 use crate::driver::Store;
 
@@ -106,10 +106,16 @@ impl Worker {
                 attempt: j.attempt,
                 max_attempts: j.max_attempts,
                 run_id: j.attempt_id,
+                timeout: self.s.cfg.timeout_for(&j.kind, j.timeout_ms),
             },
             &self.s.steps,
             self.s.max_output,
         );
+        if handler.has_prepare() {
+            // Its user code runs outside any transaction: the watcher
+            // stops it if its job is cancelled meanwhile.
+            self.s.in_flight.watch(j.id, j.attempt_id, &ctx.signal);
+        }
         log_started(&ctx, &self.name);
         fault::point("after-start-commit");
         let backoff_at = backoff_at(
@@ -120,7 +126,7 @@ impl Worker {
         );
         let t0 = Instant::now();
         fault::point("in-handler");
-        let prepared = prepare(handler.as_ref(), &ctx, &j.payload);
+        let prepared = prepare_on(&mut self.runner, &handler, &ctx, &j.payload);
         Some(Run {
             started: j,
             ctx,
@@ -225,6 +231,13 @@ fn run_handlers(
     let mut ends = Vec::with_capacity(runs.len());
     let mut failed_keys = Vec::new();
     for r in runs.iter_mut() {
+        if let Some(Err(PrepareStop::Stopped { why, job_id })) = &r.prepared {
+            // Stopped from outside (its job cancelled, or taken back):
+            // this run records nothing, and the fence left it out.
+            r.end = lifecycle::stopped_end(*why, *job_id).ok();
+            r.prepared = None;
+            continue;
+        }
         let Some(&ledger_new) = held.get(&r.started.id) else {
             // The lease was lost (it expired, another process took the
             // job over): nothing of this run is recorded.
@@ -239,10 +252,14 @@ fn run_handlers(
         let mut output = None;
         let run = Charged::of(&r.ctx);
         let (end, job) = match prepared {
-            Err(stop) => {
-                let (outcome, msg, next) = failure(stop, r.backoff_at);
-                failed(outcome, msg, next, run, now)
-            }
+            Err(stop) => match failure(stop, r.backoff_at) {
+                Failure::Record(outcome, msg, next) => failed(outcome, msg, next, run, now),
+                // Taken care of above.
+                Failure::Stopped(end) => {
+                    r.end = end.ok();
+                    continue;
+                }
+            },
             Ok(_) if !ledger_new => {
                 let end = RunEnd {
                     outcome: AttemptOutcome::Duplicate,
@@ -288,6 +305,14 @@ fn apply_one(
     now: Millis,
     limits: Limits,
 ) -> Result<(RunEnd, JobEnd, Option<String>)> {
+    if !r.ctx.signal.resume() {
+        // Its timeout ran out before its apply step could start: the step
+        // does not run (it could not be abandoned once started).
+        let error = r.ctx.signal.timed_out();
+        let next = Next::RetryAt(r.backoff_at);
+        let (end, job) = failed(AttemptOutcome::Failed, error, next, Charged::of(&r.ctx), now);
+        return Ok((end, job, None));
+    }
     let mut jtx = PgJobTx {
         tx,
         job: &r.ctx,
@@ -307,7 +332,14 @@ fn apply_one(
         )));
     }
     let opened = savepoint == Savepoint::Open;
-    let verdict = judge(result, now, r.backoff_at, limits.max_output);
+    // An apply step that returned past its deadline is rolled back,
+    // whatever it said: a run never completes after its timeout.
+    let verdict = if r.ctx.signal.overran() {
+        let error = r.ctx.signal.timed_out();
+        Verdict::Failed(AttemptOutcome::Failed, error, Next::RetryAt(r.backoff_at))
+    } else {
+        judge(result, now, r.backoff_at, limits.max_output)
+    };
     if let Verdict::Done(output) = &verdict {
         if !opened || tx.batch_execute(RELEASE_RUN).is_ok() {
             let end = RunEnd {

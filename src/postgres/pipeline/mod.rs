@@ -25,6 +25,7 @@ use crate::postgres::Postgres;
 
 use crate::driver::leases::{heartbeat, reap};
 use crate::driver::pipeline::{spawn, worker_name, Launched, Pipeline, Shared};
+use crate::driver::runner::Runner;
 use crate::driver::Store;
 
 mod batch;
@@ -61,6 +62,7 @@ pub(crate) fn start(s: Arc<Shared<Postgres>>) -> Result<Launched> {
             let (s, alone) = (s.clone(), alone.clone());
             let session = worker_session(&store, &s);
             threads.push(spawn(format!("litejob-worker-{}", i + 1), move || {
+                let runner = Runner::new(s.runners.clone());
                 Worker {
                     name: worker_name(),
                     stop: s.stop.clone(),
@@ -72,6 +74,7 @@ pub(crate) fn start(s: Arc<Shared<Postgres>>) -> Result<Launched> {
                     unsure: false,
                     rng: Rng::from_entropy(),
                     frees_at: None,
+                    runner,
                 }
                 .run()
             })?);
@@ -115,6 +118,7 @@ pub(crate) fn drain(s: Arc<Shared<Postgres>>) -> Worker {
         unsure: false,
         rng: Rng::from_entropy(),
         frees_at: None,
+        runner: Runner::inline(),
         s,
     }
 }

@@ -19,6 +19,7 @@ use crate::postgres::run::{self, ClaimAsk, Started, Statements};
 use crate::postgres::Postgres;
 
 use crate::driver::pipeline::{sleep_or_stop, Shared};
+use crate::driver::runner::Runner;
 use crate::driver::Store;
 
 use super::Run;
@@ -38,6 +39,8 @@ pub(crate) struct Worker {
     pub(super) rng: Rng,
     /// When a full rate frees a start, as the last claim found.
     pub(super) frees_at: Option<Millis>,
+    /// Where its runs' prepare steps with a timeout run (see [`Runner`]).
+    pub(super) runner: Runner,
 }
 
 impl Worker {
@@ -116,6 +119,9 @@ impl Worker {
         if !batch.is_empty() {
             // A batch not recorded was logged and given back.
             let _ = self.run_batch(batch);
+            // Past the cap of runner threads left behind, a run given up
+            // on holds its worker until its code returns.
+            self.runner.settle();
             return Ok(true);
         }
         drop(shared);
@@ -134,6 +140,7 @@ impl Worker {
             return Ok(false);
         }
         let _ = self.run_batch(suspect);
+        self.runner.settle();
         Ok(true)
     }
 
@@ -228,7 +235,7 @@ impl Worker {
         }
         self.frees_at = frees_at;
         for j in &started {
-            s.in_flight.started(j.id, j.attempt_id);
+            s.in_flight.started(j.id, j.attempt_id, None);
         }
         if !started.is_empty() {
             fault::point("after-claim-commit");

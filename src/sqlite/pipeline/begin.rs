@@ -21,22 +21,26 @@ use crate::sqlite::Sqlite;
 use super::finish::submit_fail;
 use super::pending::{context, Pending, Running};
 use super::Pipe;
-use crate::core::lifecycle::failure;
+use crate::core::lifecycle::{failure, Failure};
 use crate::driver::run as lifecycle_run;
+use crate::driver::runner::Runner;
 
 /// Once a run's start committed, before any of its user code: counts it in
-/// flight under its attempt (its lease is renewed, a stop gives it back)
-/// and logs "job started". Returns its context.
+/// flight under its attempt (its lease is renewed, a stop gives it back;
+/// `watched`: the watcher stops it if its job is cancelled) and logs "job
+/// started". Returns its context.
 fn announce_start(
     s: &Arc<Pipe>,
     id: i64,
     kind: &str,
     st: &claim::Started,
     worker: &str,
+    watched: bool,
 ) -> JobContext {
     fault::point("after-start-commit");
-    s.in_flight.started(id, st.attempt_id);
     let ctx = context(s, id, kind, st);
+    s.in_flight
+        .started(id, st.attempt_id, watched.then_some(&ctx.signal));
     lifecycle_run::log_started(&ctx, worker);
     ctx
 }
@@ -108,7 +112,7 @@ pub(crate) fn apply_started(
     st: claim::Started,
     backoff_unit: f64,
 ) -> Result<RunEnd> {
-    let ctx = announce_start(sh, id, kind, &st, worker);
+    let ctx = announce_start(sh, id, kind, &st, worker, false);
     let now = sh.now();
     let backoff_at = lifecycle_run::backoff_at(&sh.cfg.backoff, &ctx, backoff_unit, now);
     fault::point("in-handler");
@@ -132,9 +136,8 @@ pub(crate) fn apply_started(
             fault::point("before-complete-commit");
             r
         }
-        Err(stop) => {
-            let (outcome, msg, next) = failure(stop, backoff_at);
-            run::fail(
+        Err(stop) => match failure(stop, backoff_at) {
+            Failure::Record(outcome, msg, next) => run::fail(
                 conn,
                 id,
                 st.attempt_id,
@@ -143,8 +146,9 @@ pub(crate) fn apply_started(
                 next,
                 now,
                 Within::SelfIsolated,
-            )
-        }
+            ),
+            Failure::Stopped(end) => end,
+        },
     }
 }
 
@@ -156,6 +160,7 @@ pub(crate) fn begin_job(
     claimed: &Claimed,
     worker: &str,
     rng: &mut Rng,
+    runner: &mut Runner,
 ) -> Option<Pending> {
     let handler = s.handlers.get(&claimed.kind).cloned()?;
     if !handler.has_prepare() {
@@ -163,20 +168,22 @@ pub(crate) fn begin_job(
     }
     let id = claimed.id;
     let started = start_run(s, id, worker, claimed.rated)?;
-    let ctx = announce_start(s, id, &claimed.kind, &started, worker);
+    let ctx = announce_start(s, id, &claimed.kind, &started, worker, true);
     let t0 = Instant::now();
     fault::point("in-handler");
     s.preparing.fetch_add(1, Ordering::SeqCst);
-    let prepared = lifecycle_run::prepare(handler.as_ref(), &ctx, &started.payload);
+    let prepared = lifecycle_run::prepare_on(runner, &handler, &ctx, &started.payload);
     s.preparing.fetch_sub(1, Ordering::SeqCst);
     let attempt_id = started.attempt_id;
     let backoff_at = lifecycle_run::backoff_at(&s.cfg.backoff, &ctx, rng.unit(), s.now());
     let rx = match prepared {
         Ok(prepared) => submit_apply(s, handler, ctx.clone(), attempt_id, prepared, backoff_at),
-        Err(stop) => {
-            let (outcome, msg, next) = failure(stop, backoff_at);
-            submit_fail(s, id, attempt_id, outcome, msg, next)
-        }
+        Err(stop) => match failure(stop, backoff_at) {
+            Failure::Record(outcome, msg, next) => {
+                submit_fail(s, id, attempt_id, outcome, msg, next)
+            }
+            Failure::Stopped(end) => answered(end),
+        },
     };
     Some(Pending::Running(Running {
         rx,
@@ -185,6 +192,13 @@ pub(crate) fn begin_job(
         backoff_at,
         t0,
     }))
+}
+
+/// The answer of a run that records nothing, already there.
+fn answered(end: Result<RunEnd>) -> Receiver<Result<RunEnd>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let _ = tx.send(end);
+    rx
 }
 
 /// The run's start, a light commit of its own. None when the job is no

@@ -12,6 +12,7 @@ use crossbeam_channel::Receiver;
 use crate::core::backoff::Rng;
 use crate::core::lifecycle::RunEnd;
 use crate::driver::pipeline::{worker_name, DrainJobs, Shared};
+use crate::driver::runner::Runner;
 use crate::error::Result;
 use crate::sqlite::claim::{self, Claimed};
 use crate::sqlite::Sqlite;
@@ -33,6 +34,9 @@ pub(crate) struct FileDrain {
     _runs: Receiver<Pending>,
     name: String,
     rng: Rng,
+    /// Runs every prepare step in this thread: a run past its timeout
+    /// is failed as timed out when it returns.
+    runner: Runner,
 }
 
 /// The drain's pipe, on the store's writer.
@@ -55,6 +59,7 @@ pub(crate) fn drain(shared: Arc<Shared<Sqlite>>) -> Result<FileDrain> {
         _runs: runs,
         name: worker_name(),
         rng: Rng::from_entropy(),
+        runner: Runner::inline(),
     })
 }
 
@@ -112,7 +117,7 @@ impl DrainJobs for FileDrain {
                         failed.get_or_insert(e);
                     }
                 }
-                match begin_job(&self.pipe, &c, &self.name, &mut self.rng) {
+                match begin_job(&self.pipe, &c, &self.name, &mut self.rng, &mut self.runner) {
                     Some(p) => pending.push_back(p),
                     None => self.pipe.in_flight.forget_job(c.id),
                 }

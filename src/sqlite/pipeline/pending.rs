@@ -64,6 +64,7 @@ pub(crate) fn context(s: &Pipe, id: i64, kind: &str, st: &claim::Started) -> Job
             attempt: st.attempt,
             max_attempts: st.max_attempts,
             run_id: st.attempt_id,
+            timeout: s.cfg.timeout_for(kind, st.timeout_ms),
         },
         &s.steps,
         s.max_output,

@@ -15,6 +15,7 @@ use super::finish::finish_job;
 use super::pending::Pending;
 use super::Pipe;
 use crate::driver::pipeline::worker_name;
+use crate::driver::runner::Runner;
 
 /// Most runs one worker keeps waiting for their commit while it goes on
 /// with the next job. Bounded so a stalled disk stops the worker instead of
@@ -29,7 +30,9 @@ pub(crate) fn worker_loop(
     space: Sender<()>,
 ) {
     let stop = s.stop.clone();
+    let runner = Runner::new(s.runners.clone());
     Worker {
+        runner,
         s,
         jobs,
         runs,
@@ -60,6 +63,9 @@ struct Worker {
     /// start is a light commit of its own, so completions of many jobs share
     /// one fsync (group commit) even with few workers.
     pending: VecDeque<Pending>,
+    /// Where its runs' prepare steps with a timeout run (see
+    /// [`Runner`]).
+    runner: Runner,
 }
 
 /// What a turn of the worker's loop found to do.
@@ -173,7 +179,16 @@ impl Worker {
             let p = self.pending.pop_front().expect("not empty");
             self.finish(p);
         }
-        match begin_job(&self.s, &claimed, &self.name, &mut self.rng) {
+        // Past the cap of runner threads left behind, a run given up on
+        // holds its worker until its code returns.
+        self.runner.settle();
+        match begin_job(
+            &self.s,
+            &claimed,
+            &self.name,
+            &mut self.rng,
+            &mut self.runner,
+        ) {
             Some(p) if suspect => self.finish(p),
             Some(p) => self.pending.push_back(p),
             None => self.s.in_flight.forget_job(claimed.id),

@@ -16,9 +16,9 @@ use crate::support::{wait_until, LONG};
 
 both! {
     /// One scenario: dead jobs renewed one by one and by kind, a queued one
-    /// cancelled (and, once old, pruned), and every wrong state refused
-    /// with status 1.
-    fn retry_renews_dead_jobs_and_cancel_takes_only_queued_ones(q) {
+    /// cancelled (and, once old, pruned), a running one cancelled too, and
+    /// every wrong state refused with status 1.
+    fn retry_renews_dead_jobs_and_cancel_takes_only_unfinished_ones(q) {
         for (kind, key) in [("a", "d1"), ("a", "d2"), ("b", "d3"), ("a", "q4")] {
             ok(q, &["enqueue", kind, "--key", key], 0);
         }
@@ -51,7 +51,7 @@ both! {
         assert_eq!(out.trim(), "requeued 1 dead job");
         assert_eq!(q.count("SELECT count(*) FROM jobs WHERE state = 'dead'"), 0);
 
-        // cancel: a queued job only.
+        // cancel: a job that has not finished.
         let v = json_of(q, &["cancel", "4"], 0);
         assert_eq!(v, json!({"id": 4, "state": "cancelled", "dependents_cancelled": 0}));
         assert_eq!(state_of(q, 4), "cancelled");
@@ -69,8 +69,13 @@ both! {
         let e = stderr_of(q, &["cancel", "99"], 1);
         assert!(e.contains("99"), "{e}");
         q.exec("UPDATE jobs SET state = 'running', lease_owner = 'x', lease_expires_at = 1 WHERE id = 1");
-        stderr_of(q, &["cancel", "1"], 1);
-        assert_eq!(state_of(q, 1), "running");
+        let out = ok(q, &["cancel", "1"], 0);
+        assert!(out.contains("job 1 cancelled while running"), "{out}");
+        assert_eq!(state_of(q, 1), "cancelled");
+        assert_eq!(
+            q.count("SELECT count(*) FROM jobs WHERE id = 1 AND lease_owner IS NULL"),
+            1
+        );
 
         // A cancelled job is finished: once old, prune takes it.
         q.exec("UPDATE jobs SET finished_at = 1 WHERE id = 4");

@@ -27,21 +27,23 @@ use crate::support::{bin, show, wait_until, LONG};
 /// A file holding every state of every table, with NULLs and values in the
 /// nullable columns, non-ASCII text, and ids given out and deleted since
 /// (jobs 500, outbox 50, attempts 900: `AUTOINCREMENT` remembers them);
-/// job 6 waits on jobs 1 and 3, and job 5 was cancelled by job 4's death.
+/// job 6 waits on jobs 1 and 3, job 5 was cancelled by job 4's death,
+/// job 7 while it ran (its run `cancelled`); jobs 1, 2 and 7 have timeouts.
 /// Jobs 1 and 2 have partitions, queue `fast` limits its partitions as
 /// well as itself and `tenants` only its partitions, and two of `fast`'s
 /// starts are a partition's.
 const FILE_ROWS: &str = r#"
 INSERT INTO jobs (id, queue, kind, idempotency_key, payload, state, priority, run_at, attempts,
     max_attempts, abandoned, deliveries, last_error, created_at, finished_at, lease_owner,
-    lease_expires_at, current_attempt, output, partition_key) VALUES
- (1, 'default', 'mail', 'q-1', '{"a":1}', 'queued', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, 'tenant-é ☃'),
- (2, 'fast', 'mail', 'r-2', '{"b":[1,2]}', 'running', -5, 1000, 1, 3, 1, 4, 'abandoned: the lease expired', 900, NULL, '123-abcd', 99999999999999, 3, NULL, 'acme'),
- (3, 'default', 'mail', 's-3', '{}', 'succeeded', 0, 1000, 1, 2, 0, 2, NULL, 900, 1500, NULL, NULL, NULL, '{"sent":["a","é ☃"],"n":1.5}', NULL),
- (4, 'default', 'sms', 'd-4', '{"x":"é ☃"}', 'dead', 2, 1000, 2, 2, 0, 1, 'smtp 451 «busy»', 900, 1600, NULL, NULL, NULL, NULL, NULL),
- (5, 'default', 'sms', 'c-5', '{}', 'cancelled', 0, 5000, 0, 2, 0, 1, 'cancelled: its dependency "d-4" (job 4) ended dead', 900, 1700, NULL, NULL, NULL, NULL, NULL),
- (6, 'default', 'report', 'w-6', '{}', 'waiting', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, NULL),
- (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL, NULL, NULL);
+    lease_expires_at, current_attempt, output, partition_key, timeout_ms) VALUES
+ (1, 'default', 'mail', 'q-1', '{"a":1}', 'queued', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, 'tenant-é ☃', 30000),
+ (2, 'fast', 'mail', 'r-2', '{"b":[1,2]}', 'running', -5, 1000, 1, 3, 1, 4, 'abandoned: the lease expired', 900, NULL, '123-abcd', 99999999999999, 3, NULL, 'acme', 250),
+ (3, 'default', 'mail', 's-3', '{}', 'succeeded', 0, 1000, 1, 2, 0, 2, NULL, 900, 1500, NULL, NULL, NULL, '{"sent":["a","é ☃"],"n":1.5}', NULL, NULL),
+ (4, 'default', 'sms', 'd-4', '{"x":"é ☃"}', 'dead', 2, 1000, 2, 2, 0, 1, 'smtp 451 «busy»', 900, 1600, NULL, NULL, NULL, NULL, NULL, NULL),
+ (5, 'default', 'sms', 'c-5', '{}', 'cancelled', 0, 5000, 0, 2, 0, 1, 'cancelled: its dependency "d-4" (job 4) ended dead', 900, 1700, NULL, NULL, NULL, NULL, NULL, NULL),
+ (6, 'default', 'report', 'w-6', '{}', 'waiting', 0, 1000, 0, 2, 0, 1, NULL, 900, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+ (7, 'default', 'sms', 'x-7', '{}', 'cancelled', 0, 1000, 1, 2, 0, 1, 'cancelled while running', 900, 1800, NULL, NULL, NULL, NULL, NULL, 60000),
+ (500, 'default', 'mail', 'pruned-500', '{}', 'succeeded', 0, 1, 1, 2, 0, 1, NULL, 1, 2, NULL, NULL, NULL, NULL, NULL, NULL);
 INSERT INTO job_dependencies (job_id, depends_on) VALUES (5, 4), (6, 1), (6, 3);
 INSERT INTO job_steps (job_id, name, attempt, output, started_at, finished_at, reused_in) VALUES
  (2, 'charge', 1, '"ch_1 é ☃"', 1000, 1010, '[2]'),
@@ -67,6 +69,7 @@ INSERT INTO attempts (id, job_id, outbox_id, attempt, key, worker, started_at, f
  (8, NULL, 1, 1, 'mail:s-3', '11/litejob-effect-1', 1500, 1550, 'succeeded', NULL),
  (9, 3, NULL, 1, 's-3', '11/litejob-worker-1', 1300, 1350, 'duplicate', 'duplicate'),
  (10, 1, NULL, 1, 'q-1', '11/litejob-worker-1', 1000, 1001, 'released', 'released at shutdown'),
+ (11, 7, NULL, 1, 'x-7', '11/litejob-worker-1', 1700, 1800, 'cancelled', 'cancelled while running'),
  (900, 500, NULL, 1, 'pruned-500', '11/litejob-worker-1', 1, 2, 'succeeded', NULL);
 INSERT INTO schedules (name, cron, tz, kind, payload, queue, priority, max_retries, catch_up,
     catch_up_window_ms, last_slot_at, next_slot_at, created_at, updated_at) VALUES
@@ -113,6 +116,7 @@ pub(crate) const TABLES: &[Table] = &[
             ("current_attempt", 'i'),
             ("output", 't'),
             ("partition_key", 't'),
+            ("timeout_ms", 'i'),
         ],
     ),
     (
@@ -313,7 +317,7 @@ it! {
                 report.attempts,
                 report.schedules
             ),
-            (6, 3, 4, 9, 2)
+            (7, 3, 4, 10, 2)
         );
         assert_eq!(
             (
@@ -410,7 +414,7 @@ it! {
                 &v["attempts"],
                 &v["schedules"]
             ),
-            (&json!(6), &json!(3), &json!(4), &json!(9), &json!(2)),
+            (&json!(7), &json!(3), &json!(4), &json!(10), &json!(2)),
             "{v}"
         );
         assert_eq!(

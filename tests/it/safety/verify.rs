@@ -412,3 +412,33 @@ it! {
         assert!(text.contains("step_of_missing_job"), "{text}");
     }
 }
+
+both! {
+    /// A job cancelled while it ran verifies clean, its run `cancelled`;
+    /// the job set to another state by SQL leaves a cancelled run of a job
+    /// that is not cancelled, reported with the run's id, and exit 1.
+    fn verify_finds_a_cancelled_run_of_a_job_that_is_not_cancelled(q) {
+        let queue = q.open();
+        let id = queue.enqueue(NewJob::new("k", "k-1", &0)).unwrap().id();
+        q.exec(&format!(
+            "INSERT INTO attempts (id, job_id, attempt, key, worker, started_at) \
+             VALUES (77, {id}, 1, 'k-1', 'w', 1); \
+             UPDATE jobs SET state = 'running', attempts = 1, lease_owner = 'x', \
+             lease_expires_at = 99999999999999, current_attempt = 77 WHERE id = {id}"
+        ));
+        assert_eq!(queue.admin().cancel_job(id).unwrap(), litejob::JobState::Running);
+        let db = Path::new(&q.location);
+        let v = json(db, &["verify"], 0);
+        let checked: Vec<&str> =
+            v["checked"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+        assert!(checked.contains(&"cancelled_run_of_uncancelled_job"), "{v}");
+        q.exec(&format!("UPDATE jobs SET state = 'dead' WHERE id = {id}"));
+        let v = json(db, &["verify"], 1);
+        assert_eq!(
+            broken(&v),
+            [("cancelled_run_of_uncancelled_job".to_string(), 1, "77".to_string())],
+            "{v}"
+        );
+        assert_eq!(v["broken"][0]["table"], "attempts", "{v}");
+    }
+}

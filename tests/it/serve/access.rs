@@ -158,7 +158,7 @@ both! {
         let r = s.request("POST", &format!("/jobs/{queued}/cancel"), &[], &form("/"));
         assert_eq!(r.status, 409);
         assert!(
-            r.body.contains("only a queued or waiting job can be cancelled"),
+            r.body.contains("only a job that has not finished (waiting, queued or running) can be cancelled"),
             "{}",
             r.body
         );
@@ -667,7 +667,7 @@ it! {
             ro.enqueue_many(vec![NewJob::new("k", "y", &1)]).map(drop),
         );
         refused("retry_job", ro.admin().retry_job(dead));
-        refused("cancel_job", ro.admin().cancel_job(dead + 1));
+        refused("cancel_job", ro.admin().cancel_job(dead + 1).map(drop));
         refused("retry_outbox", ro.admin().retry_outbox(outbox));
         refused(
             "prune",

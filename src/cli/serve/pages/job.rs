@@ -7,6 +7,7 @@
 use litejob::admin::{LedgerEntry, Linked, OutboxEntry};
 use litejob::{Attempt, Job, JobState, JobStep, OutboxState};
 
+use super::super::super::time::exact_duration;
 use super::super::html::{human_span, pct, url, Html};
 use super::super::http::{Req, Resp};
 use super::super::routes::App;
@@ -108,6 +109,11 @@ fn facts(h: &mut Html, app: &App, j: &Job, now: i64, back: &str) {
             h.text(p);
         });
     }
+    if let Some(ms) = j.timeout_ms {
+        fact(h, "timeout", |h| {
+            h.text(&exact_duration(ms));
+        });
+    }
     fact(h, "state", |h| badge(h, j.state.as_str()));
     fact(h, "attempts", |h| {
         h.text(&format!(
@@ -145,7 +151,7 @@ fn facts(h: &mut Html, app: &App, j: &Job, now: i64, back: &str) {
     let path = format!("/jobs/{id}");
     match j.state {
         JobState::Dead => action(h, app, &format!("{path}/retry"), back, "Retry", false),
-        JobState::Queued | JobState::Waiting => {
+        JobState::Queued | JobState::Waiting | JobState::Running => {
             action(h, app, &format!("{path}/cancel"), back, "Cancel", true)
         }
         _ => {}

@@ -6,7 +6,7 @@
 use super::Invariant;
 
 /// Every invariant a query checks, in report order.
-pub(crate) const CHECKS: [(Invariant, &str); 15] = [
+pub(crate) const CHECKS: [(Invariant, &str); 16] = [
     (
         Invariant::SucceededJobWithoutLedgerRow,
         // A ledger prune deletes the oldest rows first, and a run's ledger
@@ -106,6 +106,12 @@ pub(crate) const CHECKS: [(Invariant, &str); 15] = [
         PARTITIONS_OVER_CAP,
     ),
     (Invariant::StepOfMissingJob, STEPS_OF_MISSING_JOBS),
+    (
+        Invariant::CancelledRunOfUncancelledJob,
+        // The example is the run's attempt id.
+        "SELECT count(*), CAST(min(a.id) AS TEXT) FROM attempts a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.outcome = 'cancelled' AND j.state <> 'cancelled'",
+    ),
 ];
 
 /// The example is `job J, step S`: a step's row has no id of its own.
