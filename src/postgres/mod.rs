@@ -16,7 +16,7 @@
 // Inside: `conn` (connections, the pool, errors), `schema` (versions and
 // migration), `enqueue` and `group` (concurrent enqueues in one commit),
 // `reads`, `failures` and `tally` (the operator's reads), `admin`,
-// `leases`, `outbox`, `run` (a worker's claim and its batch's
+// `leases`, `outbox`, `claim` (a worker's claim), `run` (its batch's
 // transaction), `tx` (the transactions user code gets), `notify`
 // (wake-ups and the server's clock), `controls` (queue controls: the
 // cache claims consult, the claim of a limited queue under its row's
@@ -25,6 +25,7 @@
 // Every queue table is written only through these.
 
 pub(crate) mod admin;
+pub(crate) mod claim;
 pub(crate) mod conn;
 pub(crate) mod controls;
 pub(crate) mod copy;

@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::postgres::conn::{autocommit, read_err};
 
 use super::{
-    admin, controls, enqueue, failures, leases, outbox, reads, run, schedules, schema, tally,
+    admin, claim, controls, enqueue, failures, leases, outbox, reads, schedules, schema, tally,
 };
 
 use super::store::PgStore;
@@ -259,7 +259,7 @@ impl Store for PgStore {
         queues: Option<&[String]>,
         now: Millis,
     ) -> Result<bool> {
-        self.with_conn(true, |c| run::any_due(c, kinds, queues, now))
+        self.with_conn(true, |c| claim::any_due(c, kinds, queues, now))
     }
 
     fn run_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState, Option<i64>)>> {

@@ -23,7 +23,8 @@ use crate::driver::run::{
 };
 use crate::error::{Error, Result};
 use crate::fault;
-use crate::postgres::run::{self, End, Started, Statements};
+use crate::postgres::claim::Started;
+use crate::postgres::run::{self, End, Statements};
 use crate::postgres::tx::{PgJobTx, RELEASE_RUN, ROLLBACK_RUN};
 use crate::postgres::Postgres;
 use postgres::types::Type;
@@ -310,7 +311,13 @@ fn apply_one(
         // does not run (it could not be abandoned once started).
         let error = r.ctx.signal.timed_out();
         let next = Next::RetryAt(r.backoff_at);
-        let (end, job) = failed(AttemptOutcome::Failed, error, next, Charged::of(&r.ctx), now);
+        let (end, job) = failed(
+            AttemptOutcome::Failed,
+            error,
+            next,
+            Charged::of(&r.ctx),
+            now,
+        );
         return Ok((end, job, None));
     }
     let mut jtx = PgJobTx {
