@@ -274,12 +274,25 @@ impl Store for PgStore {
         until: Millis,
     ) -> Result<()> {
         self.writable()?;
-        self.with_conn(true, |c| leases::renew(c, owner, jobs, effects, until))
+        self.with_conn(true, |c| {
+            if !jobs.is_empty() {
+                leases::renew_leases(c, owner, jobs, until)?;
+            }
+            if !effects.is_empty() {
+                outbox::renew_leases(c, owner, effects, until)?;
+            }
+            Ok(())
+        })
     }
 
     fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
         self.writable()?;
-        let r = self.with_conn(false, |c| leases::reap(c, now, max_abandoned))?;
+        let r = self.with_conn(false, |c| {
+            if !leases::any_expired(c, now)? {
+                return Ok((0, 0));
+            }
+            Ok((leases::reap(c, now, max_abandoned)?, outbox::reap(c, now)?))
+        })?;
         if r.0 > 0 {
             self.notifier.jobs();
         }

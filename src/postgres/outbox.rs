@@ -1,14 +1,14 @@
 //! The outbox on PostgreSQL: rows added inside a job's transaction, claimed
 //! one at a time under a lease (`FOR UPDATE SKIP LOCKED`), acknowledged
-//! fenced on their attempt, given back at shutdown. Writes `outbox` and
-//! `attempts`.
+//! fenced on their attempt, their leases renewed and the expired ones
+//! reaped, given back at shutdown. Writes `outbox` and `attempts`.
 
 use postgres::GenericClient;
 
 use super::conn::{one, write_err, Col, PgConn, Stmt};
 use super::reads::outbox_from_row;
 use crate::core::attempt::cap_error;
-use crate::core::lifecycle::{EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
+use crate::core::lifecycle::{ABANDONED_EFFECT, EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxState};
 use crate::core::time::Millis;
 use crate::error::Result;
@@ -107,6 +107,32 @@ the effect was not called'
 )
 SELECT count(*) FROM back";
 
+/// Renews the leases `$1` holds on rows being sent; a row a transaction
+/// holds locked is skipped, as the jobs' renewal does (`leases.rs`).
+const RENEW: &str = "UPDATE outbox SET lease_expires_at = $3 WHERE id IN \
+     (SELECT id FROM outbox WHERE id = ANY($2) AND state = 'sending' AND lease_owner = $1 \
+      FOR UPDATE SKIP LOCKED)";
+/// An effect's abandoned attempt counts (the effect may have reached the
+/// world): the row goes back to pending, or dead when out of attempts.
+const REAP: &str = "\
+WITH expired AS (
+    SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < $1
+    ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED
+),
+ended AS (
+    UPDATE attempts SET outcome = 'abandoned', finished_at = $1::bigint, error = $2::text
+    WHERE id IN (SELECT current_attempt FROM expired) AND outcome = 'running'
+),
+back AS (
+    UPDATE outbox o SET
+        state = CASE WHEN o.attempts >= o.max_attempts THEN 'dead' ELSE 'pending' END,
+        next_attempt_at = $1::bigint, last_error = $2::text,
+        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    FROM expired e WHERE o.id = e.id
+    RETURNING o.id
+)
+SELECT count(*) FROM back";
+
 /// [`RELEASE_LOST_CLAIMS`]: how many rows went back.
 pub(crate) fn release_lost_claims(
     c: &mut PgConn,
@@ -186,6 +212,20 @@ pub(crate) fn ack(
                 .transpose()
         }
     }
+}
+
+/// Extends the leases `owner` holds on the rows `ids`, being sent.
+pub(crate) fn renew_leases(c: &mut PgConn, owner: &str, ids: &[i64], until: Millis) -> Result<()> {
+    c.execute(RENEW, &[&owner, &ids, &until])?;
+    Ok(())
+}
+
+/// Rows whose sender died (lease expired): the attempt is `abandoned` and
+/// counts; the row goes back to `pending`, or `dead` when out of attempts.
+/// Returns how many were reaped.
+pub(crate) fn reap(c: &mut PgConn, now: Millis) -> Result<usize> {
+    let n: i64 = one(c.write(REAP, &[&now, &ABANDONED_EFFECT])?)?.col(0)?;
+    Ok(n as usize)
 }
 
 pub(crate) fn release(

@@ -164,7 +164,7 @@ pub(crate) fn ack(
 }
 
 /// Extends the leases this process holds on rows being sent.
-pub(crate) fn heartbeat(
+pub(crate) fn renew_leases(
     conn: &Connection,
     owner: &str,
     ids_json: &str,
@@ -181,7 +181,7 @@ pub(crate) fn heartbeat(
 /// Rows whose sender died (lease expired): the attempt is `abandoned` and
 /// counts (the effect may have reached the world); the row goes back to
 /// `pending`, or `dead` when out of attempts. Returns how many were reaped.
-pub(crate) fn reap_expired(conn: &Connection, now: Millis) -> Result<usize> {
+pub(crate) fn reap(conn: &Connection, now: Millis) -> Result<usize> {
     let expired: Vec<(i64, Option<i64>)> = conn
         .prepare_cached(
             "SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < ?1 LIMIT 500",

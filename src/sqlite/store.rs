@@ -422,10 +422,10 @@ impl Store for SqliteStore {
             (!effects.is_empty()).then(|| serde_json::to_string(effects).unwrap_or_default());
         self.writer()?.run_light(move |conn| {
             if let Some(ids) = &jobs {
-                leases::heartbeat(conn, &owner, ids, until)?;
+                leases::renew_leases(conn, &owner, ids, until)?;
             }
             if let Some(ids) = &effects {
-                outbox::heartbeat(conn, &owner, ids, until)?;
+                outbox::renew_leases(conn, &owner, ids, until)?;
             }
             Ok(())
         })
@@ -437,8 +437,8 @@ impl Store for SqliteStore {
         }
         self.writer()?.run_light(move |conn| {
             Ok((
-                leases::reap_expired(conn, now, max_abandoned)?,
-                outbox::reap_expired(conn, now)?,
+                leases::reap(conn, now, max_abandoned)?,
+                outbox::reap(conn, now)?,
             ))
         })
     }
