@@ -16,7 +16,7 @@
 // Inside: `conn` (connections, the pool, errors), `schema` (versions and
 // migration), `enqueue` and `group` (concurrent enqueues in one commit),
 // `reads`, `failures` and `tally` (the operator's reads), `admin`,
-// `leases`, `outbox`, `claim` (a worker's claim), `run` (its batch's
+// `leases`, `ledger`, `outbox`, `claim` (a worker's claim), `run` (its batch's
 // transaction), `tx` (the transactions user code gets), `notify`
 // (wake-ups and the server's clock), `controls` (queue controls: the
 // cache claims consult, the claim of a limited queue under its row's
@@ -34,6 +34,7 @@ pub(crate) mod errors;
 pub(crate) mod failures;
 pub(crate) mod group;
 pub(crate) mod leases;
+pub(crate) mod ledger;
 pub(crate) mod notify;
 pub(crate) mod operations;
 pub(crate) mod outbox;

@@ -54,7 +54,6 @@ const OUTBOX_BEFORE: &str = "SELECT id, key, kind, payload, state, attempts, max
 const OUTBOX_AFTER: &str = "SELECT * FROM (SELECT id, key, kind, payload, state, attempts, \
      max_attempts, job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
      WHERE ($1::text IS NULL OR state = $1) AND id > $3 ORDER BY id LIMIT $2) p ORDER BY id DESC";
-const LEDGER: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = $1";
 
 fn bad(what: &str, v: &str) -> Error {
     Error::Internal(format!("bad {what} {v:?} in the database"))
@@ -283,13 +282,14 @@ fn outbox_entries<C: GenericClient>(tx: &mut C, job_id: i64) -> Result<Vec<Outbo
         .collect()
 }
 
-/// A row of [`LEDGER`], whose key is asked for rather than read.
-fn ledger_entry(r: &Row, key: String) -> Result<LedgerEntry> {
-    Ok(LedgerEntry {
-        completed_at: r.col(0)?,
-        job_id: r.col(1)?,
-        key,
-    })
+fn ledger_entry<C: GenericClient>(tx: &mut C, key: &str) -> Result<Option<LedgerEntry>> {
+    Ok(
+        super::ledger::lookup(tx, key)?.map(|(completed_at, job_id)| LedgerEntry {
+            key: key.to_string(),
+            completed_at,
+            job_id,
+        }),
+    )
 }
 
 pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
@@ -303,11 +303,7 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
         };
         let attempts = all(q(tx, ATTEMPTS_OF_JOB, &[&id])?, attempt_from_row)?;
         let outbox = outbox_entries(tx, id)?;
-        let key = job.idempotency_key.clone();
-        let ledger = q(tx, LEDGER, &[&key])?
-            .first()
-            .map(|r| ledger_entry(r, key))
-            .transpose()?;
+        let ledger = ledger_entry(tx, &job.idempotency_key)?;
         let links = crate::postgres::workflow::links(tx, id)?;
         let mut detail =
             crate::core::reports::stats::job_detail_of(job, attempts, outbox, ledger, links);
@@ -322,10 +318,7 @@ pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
             .first()
             .map(job_from_row)
             .transpose()?;
-        let ledger = q(tx, LEDGER, &[&key])?
-            .first()
-            .map(|r| ledger_entry(r, key.to_string()))
-            .transpose()?;
+        let ledger = ledger_entry(tx, key)?;
         let (attempts, outbox, links) = match &job {
             Some(j) => (
                 all(q(tx, ATTEMPTS_OF_JOB, &[&j.id])?, attempt_from_row)?,

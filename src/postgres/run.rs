@@ -1,8 +1,9 @@
 //! A PostgreSQL batch's transaction, after its claim (`claim.rs`): every
 //! run fenced on its attempt and its ledger row inserted first, the
 //! handlers' writes each inside a savepoint, every run's end recorded in
-//! one statement, one commit. Writes `jobs`, `attempts` and
-//! `processed_jobs`.
+//! one statement, one commit. The ledger's insert is here, one statement
+//! with the fence; its other statements are `ledger.rs`'s. Writes `jobs`,
+//! `attempts` and `processed_jobs`.
 
 use postgres::Transaction;
 
@@ -39,9 +40,6 @@ led AS (
 )
 SELECT h.id, EXISTS (SELECT 1 FROM led WHERE led.key = h.idempotency_key) FROM held h";
 
-/// Takes back the ledger rows of runs that failed in this transaction.
-const UNLEDGER: &str = "DELETE FROM processed_jobs WHERE key = ANY($1)";
-
 /// Every run's end in one statement: each job's row takes the columns the
 /// core decided for it ([`JobEnd`]: succeeded, requeued at its retry or
 /// snooze time, or dead) and its output, its lease let go; its attempt row
@@ -76,7 +74,7 @@ SELECT id, state, has_dependents FROM j, durable";
 pub(crate) struct Statements {
     pub claim: Stmt,
     pub fence: Stmt,
-    pub unledger: Stmt,
+    pub unrecord: Stmt,
     pub end: Stmt,
     pub outbox_add: Stmt,
 }
@@ -86,7 +84,7 @@ impl Statements {
         Ok(Statements {
             claim: c.stmt(super::claim::CLAIM)?,
             fence: c.stmt(FENCE_AND_LEDGER)?,
-            unledger: c.stmt(UNLEDGER)?,
+            unrecord: c.stmt(super::ledger::UNRECORD)?,
             end: c.stmt(END)?,
             outbox_add: c.stmt(super::outbox::ADD)?,
         })
@@ -111,14 +109,6 @@ pub(crate) fn fence_and_ledger(
         .iter()
         .map(|r| Ok((r.col(0)?, r.col(1)?)))
         .collect()
-}
-
-/// Deletes the ledger rows of `keys` (their runs failed).
-pub(crate) fn unledger(tx: &mut Transaction<'_>, st: &Statements, keys: &[String]) -> Result<()> {
-    if !keys.is_empty() {
-        st.unledger.execute(tx, &[&keys]).map_err(read_err)?;
-    }
-    Ok(())
 }
 
 /// One run's end, as [`END`] records it.
