@@ -33,6 +33,7 @@ pub(crate) mod enqueue;
 pub(crate) mod errors;
 pub(crate) mod failures;
 pub(crate) mod group;
+pub(crate) mod history;
 pub(crate) mod leases;
 pub(crate) mod ledger;
 pub(crate) mod notify;

@@ -22,7 +22,8 @@ use crate::error::Result;
 use crate::postgres::conn::{autocommit, read_err};
 
 use super::{
-    admin, claim, controls, enqueue, failures, leases, outbox, reads, schedules, schema, tally,
+    admin, claim, controls, enqueue, failures, history, leases, outbox, reads, schedules, schema,
+    tally,
 };
 
 use super::store::PgStore;
@@ -103,7 +104,7 @@ impl Store for PgStore {
     }
 
     fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
-        self.with_conn(true, |c| reads::attempts(c, job_id))
+        self.with_conn(true, |c| history::for_job(c, job_id))
     }
 
     fn steps(&self, job_id: i64) -> Result<Vec<crate::core::steps::JobStep>> {
@@ -123,15 +124,15 @@ impl Store for PgStore {
     }
 
     fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
-        self.with_conn(true, |c| reads::outbox_attempts(c, outbox_id))
+        self.with_conn(true, |c| history::for_outbox(c, outbox_id))
     }
 
     fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
-        self.with_conn(true, |c| reads::outbox_for_job(c, job_id))
+        self.with_conn(true, |c| outbox::for_job(c, job_id))
     }
 
     fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
-        self.with_conn(true, |c| reads::outbox(c, state, limit))
+        self.with_conn(true, |c| outbox::list(c, state, limit))
     }
 
     fn outbox_page(
@@ -141,7 +142,7 @@ impl Store for PgStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<OutboxRow>> {
-        self.with_conn(true, |c| reads::outbox_page(c, state, before, after, limit))
+        self.with_conn(true, |c| outbox::list_page(c, state, before, after, limit))
     }
 
     fn stats(&self, now: Millis) -> Result<Stats> {

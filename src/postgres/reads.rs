@@ -1,16 +1,15 @@
-//! Reads on PostgreSQL: jobs, attempts and outbox rows as the library's
-//! types, and the operator's reports (stats, one job, one key), each of
-//! those in one snapshot. Writes no table.
+//! Reads on PostgreSQL: jobs as the library's types (attempts are read in
+//! `history.rs`, outbox rows in `outbox.rs`), and the operator's reports
+//! (stats, one job, one key), each of those in one snapshot. Writes no
+//! table.
 
 use postgres::{GenericClient, Row};
 
-use super::conn::{in_row, one, read_err, Col, PgConn};
-use crate::core::attempt::{Attempt, AttemptOutcome};
+use super::conn::{all, bad, in_row, one, read_err, Col, PgConn};
 use crate::core::job::{Job, JobFilter};
-use crate::core::outbox::{OutboxRow, OutboxState};
 use crate::core::reports::stats::{Explanation, JobDetail, LedgerEntry, OutboxEntry, Stats};
 use crate::core::time::Millis;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
@@ -36,29 +35,6 @@ const JOBS_AFTER: &str = "SELECT * FROM (SELECT id, queue, kind, idempotency_key
      AND ($3::text IS NULL OR queue = $3) \
      AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id > $6 \
      ORDER BY id LIMIT $4) p ORDER BY id DESC";
-const ATTEMPTS_OF_JOB: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
-     finished_at, outcome, error FROM attempts WHERE job_id = $1 ORDER BY id";
-const ATTEMPTS_OF_OUTBOX: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, \
-     started_at, finished_at, outcome, error FROM attempts WHERE outbox_id = $1 ORDER BY id";
-const OUTBOX_OF_JOB: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
-     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox WHERE job_id = $1 \
-     ORDER BY id";
-const OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
-     next_attempt_at, last_error, created_at, sent_at FROM outbox \
-     WHERE ($1::text IS NULL OR state = $1) ORDER BY id DESC LIMIT $2";
-/// A page below a cursor (ids under `$3`), newest first.
-const OUTBOX_BEFORE: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
-     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
-     WHERE ($1::text IS NULL OR state = $1) AND id < $3 ORDER BY id DESC LIMIT $2";
-/// The page above a cursor (the `$2` ids just over `$3`), newest first.
-const OUTBOX_AFTER: &str = "SELECT * FROM (SELECT id, key, kind, payload, state, attempts, \
-     max_attempts, job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
-     WHERE ($1::text IS NULL OR state = $1) AND id > $3 ORDER BY id LIMIT $2) p ORDER BY id DESC";
-
-fn bad(what: &str, v: &str) -> Error {
-    Error::Internal(format!("bad {what} {v:?} in the database"))
-}
-
 /// A `jobs` row, in the column order of the reads above.
 pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
     in_row("jobs", r, |r| {
@@ -89,49 +65,6 @@ pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
     })
 }
 
-fn attempt_from_row(r: &Row) -> Result<Attempt> {
-    in_row("attempts", r, |r| {
-        let outcome: String = r.col(8)?;
-        Ok(Attempt {
-            id: r.col(0)?,
-            job_id: r.col(1)?,
-            outbox_id: r.col(2)?,
-            attempt: r.col(3)?,
-            key: r.col(4)?,
-            worker: r.col(5)?,
-            started_at: r.col(6)?,
-            finished_at: r.col(7)?,
-            outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| bad("outcome", &outcome))?,
-            error: r.col(9)?,
-        })
-    })
-}
-
-/// An `outbox` row, in the column order of the reads above.
-pub(crate) fn outbox_from_row(r: &Row) -> Result<OutboxRow> {
-    in_row("outbox", r, |r| {
-        let state: String = r.col(4)?;
-        Ok(OutboxRow {
-            id: r.col(0)?,
-            key: r.col(1)?,
-            kind: r.col(2)?,
-            payload: r.col(3)?,
-            state: state.parse().map_err(|_| bad("outbox state", &state))?,
-            attempts: r.col(5)?,
-            max_attempts: r.col(6)?,
-            job_id: r.col(7)?,
-            next_attempt_at: r.col(8)?,
-            last_error: r.col(9)?,
-            created_at: r.col(10)?,
-            sent_at: r.col(11)?,
-        })
-    })
-}
-
-fn all<T>(rows: Vec<Row>, f: fn(&Row) -> Result<T>) -> Result<Vec<T>> {
-    rows.iter().map(f).collect()
-}
-
 pub(crate) fn job(c: &mut PgConn, id: i64) -> Result<Option<Job>> {
     c.query_opt(JOB_BY_ID, &[&id])?
         .as_ref()
@@ -159,51 +92,6 @@ pub(crate) fn jobs(c: &mut PgConn, f: &JobFilter) -> Result<Vec<Job>> {
             &[&state, &f.kind, &f.queue, &limit, &f.key_prefix, &cursor],
         )?,
         job_from_row,
-    )
-}
-
-pub(crate) fn attempts(c: &mut PgConn, job_id: i64) -> Result<Vec<Attempt>> {
-    all(c.query(ATTEMPTS_OF_JOB, &[&job_id])?, attempt_from_row)
-}
-
-pub(crate) fn outbox_attempts(c: &mut PgConn, outbox_id: i64) -> Result<Vec<Attempt>> {
-    all(
-        c.query(ATTEMPTS_OF_OUTBOX, &[&outbox_id])?,
-        attempt_from_row,
-    )
-}
-
-pub(crate) fn outbox_for_job(c: &mut PgConn, job_id: i64) -> Result<Vec<OutboxRow>> {
-    all(c.query(OUTBOX_OF_JOB, &[&job_id])?, outbox_from_row)
-}
-
-pub(crate) fn outbox(
-    c: &mut PgConn,
-    state: Option<OutboxState>,
-    limit: u32,
-) -> Result<Vec<OutboxRow>> {
-    let state = state.map(|s| s.as_str());
-    all(
-        c.query(OUTBOX, &[&state, &i64::from(limit)])?,
-        outbox_from_row,
-    )
-}
-
-pub(crate) fn outbox_page(
-    c: &mut PgConn,
-    state: Option<OutboxState>,
-    before: Option<i64>,
-    after: Option<i64>,
-    limit: u32,
-) -> Result<Vec<OutboxRow>> {
-    let state = state.map(|s| s.as_str());
-    let (sql, cursor) = match (before, after) {
-        (None, Some(after)) => (OUTBOX_AFTER, after),
-        (before, _) => (OUTBOX_BEFORE, before.unwrap_or(i64::MAX)),
-    };
-    all(
-        c.query(sql, &[&state, &i64::from(limit), &cursor])?,
-        outbox_from_row,
     )
 }
 
@@ -271,11 +159,17 @@ pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<
 }
 
 fn outbox_entries<C: GenericClient>(tx: &mut C, job_id: i64) -> Result<Vec<OutboxEntry>> {
-    let rows = all(q(tx, OUTBOX_OF_JOB, &[&job_id])?, outbox_from_row)?;
+    let rows = all(
+        q(tx, super::outbox::OF_JOB, &[&job_id])?,
+        super::outbox::from_row,
+    )?;
     rows.into_iter()
         .map(|row| {
             Ok(OutboxEntry {
-                attempts: all(q(tx, ATTEMPTS_OF_OUTBOX, &[&row.id])?, attempt_from_row)?,
+                attempts: all(
+                    q(tx, super::history::OF_OUTBOX, &[&row.id])?,
+                    super::history::from_row,
+                )?,
                 row,
             })
         })
@@ -301,7 +195,10 @@ pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
         else {
             return Ok(None);
         };
-        let attempts = all(q(tx, ATTEMPTS_OF_JOB, &[&id])?, attempt_from_row)?;
+        let attempts = all(
+            q(tx, super::history::OF_JOB, &[&id])?,
+            super::history::from_row,
+        )?;
         let outbox = outbox_entries(tx, id)?;
         let ledger = ledger_entry(tx, &job.idempotency_key)?;
         let links = crate::postgres::workflow::links(tx, id)?;
@@ -321,7 +218,10 @@ pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
         let ledger = ledger_entry(tx, key)?;
         let (attempts, outbox, links) = match &job {
             Some(j) => (
-                all(q(tx, ATTEMPTS_OF_JOB, &[&j.id])?, attempt_from_row)?,
+                all(
+                    q(tx, super::history::OF_JOB, &[&j.id])?,
+                    super::history::from_row,
+                )?,
                 outbox_entries(tx, j.id)?,
                 crate::postgres::workflow::links(tx, j.id)?,
             ),
