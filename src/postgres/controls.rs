@@ -228,7 +228,7 @@ pub(crate) fn change(
 
 /// Every queue with jobs or controls, by name, with its load at `now`.
 pub(crate) fn list(c: &mut PgConn, now: Millis) -> Result<Vec<QueueControl>> {
-    super::reads::in_snapshot(c, |tx| {
+    super::reports::in_snapshot(c, |tx| {
         let counts = tx
             .query(JOB_COUNTS, &[])
             .map_err(read_err)?
@@ -273,7 +273,7 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
 
 /// One queue's controls and load; None when it has no control.
 pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
-    super::reads::in_snapshot(c, |tx| {
+    super::reports::in_snapshot(c, |tx| {
         let Some((name, l, updated_at)) = tx
             .query_opt(ROW, &[&queue])
             .map_err(read_err)?

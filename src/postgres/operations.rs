@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::postgres::conn::{autocommit, read_err};
 
 use super::{
-    admin, claim, controls, enqueue, failures, history, leases, outbox, reads, schedules, schema,
+    admin, claim, controls, enqueue, history, leases, outbox, reads, reports, schedules, schema,
     tally,
 };
 
@@ -147,7 +147,7 @@ impl Store for PgStore {
 
     fn stats(&self, now: Millis) -> Result<Stats> {
         let version = self.schema_version()?;
-        let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;
+        let mut s = self.with_conn(true, |c| reports::stats(c, now, version))?;
         s.schedules =
             self.with_conn(true, |c| autocommit!(c, read_err, |c| schedules::count(c)))?;
         s.path = self.location.clone().into();
@@ -155,15 +155,15 @@ impl Store for PgStore {
     }
 
     fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
-        self.with_conn(true, |c| reads::job_detail(c, id))
+        self.with_conn(true, |c| reports::job_detail(c, id))
     }
 
     fn explain(&self, key: &str) -> Result<Explanation> {
-        self.with_conn(true, |c| reads::explain(c, key))
+        self.with_conn(true, |c| reports::explain(c, key))
     }
 
     fn workflow(&self, key: &str, limit: usize) -> Result<Option<Workflow>> {
-        self.with_conn(true, |c| reads::workflow(c, key, limit))
+        self.with_conn(true, |c| reports::workflow(c, key, limit))
     }
 
     fn schedules(&self) -> Result<Vec<ScheduleRow>> {
@@ -210,7 +210,7 @@ impl Store for PgStore {
     }
 
     fn failures(&self, limit: u32) -> Result<Failures> {
-        self.with_conn(true, |c| failures::read(c, limit))
+        self.with_conn(true, |c| reports::failures(c, limit))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {

@@ -37,12 +37,12 @@ use crate::sqlite::history::{self};
 use crate::sqlite::leases;
 use crate::sqlite::ledger;
 use crate::sqlite::outbox::{self};
+use crate::sqlite::reads;
 use crate::sqlite::reports::{self};
 use crate::sqlite::schema;
 use crate::sqlite::steps;
 use crate::sqlite::tally::{self};
 use crate::sqlite::writer::{Writer, WriterConfig};
-use crate::sqlite::{reads, workflow};
 
 /// A queue file: the write connection (inside its [`Writer`]) and the
 /// reader pool.
@@ -217,15 +217,15 @@ impl Store for SqliteStore {
     }
 
     fn job(&self, id: i64) -> Result<Option<Job>> {
-        self.read(|c| crate::sqlite::reads::get_job(c, id))
+        self.read(|c| reads::job(c, id))
     }
 
     fn job_by_key(&self, key: &str) -> Result<Option<Job>> {
-        self.read(|c| crate::sqlite::reads::get_job_by_key(c, key))
+        self.read(|c| reads::job_by_key(c, key))
     }
 
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.read(|c| crate::sqlite::reads::list_jobs(c, filter))
+        self.read(|c| reads::jobs(c, filter))
     }
 
     fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
@@ -299,12 +299,7 @@ impl Store for SqliteStore {
     }
 
     fn workflow(&self, key: &str, limit: usize) -> Result<Option<Workflow>> {
-        self.read(|c| {
-            reports::in_snapshot(c, |c| match reads::get_job_by_key(c, key)? {
-                Some(j) => workflow::graph(c, j.id, limit).map(Some),
-                None => Ok(None),
-            })
-        })
+        self.read(|c| reports::in_snapshot(c, |c| reports::workflow(c, key, limit)))
     }
 
     fn schedules(&self) -> Result<Vec<ScheduleRow>> {
@@ -406,7 +401,7 @@ impl Store for SqliteStore {
 
     fn run_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState, Option<i64>)>> {
         let ids = serde_json::to_string(ids).unwrap_or_default();
-        self.read(|c| crate::sqlite::reads::run_states(c, &ids))
+        self.read(|c| reads::run_states(c, &ids))
     }
 
     fn renew_leases(
