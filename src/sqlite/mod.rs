@@ -35,6 +35,7 @@ pub(crate) mod enqueue;
 pub(crate) mod history;
 pub(crate) mod leases;
 pub(crate) mod ledger;
+pub(crate) mod operations;
 pub(crate) mod outbox;
 pub(crate) mod pipeline;
 pub(crate) mod reads;
