@@ -269,7 +269,7 @@ impl Store for SqliteStore {
 
     fn retry_outbox(&self, outbox_id: i64, now: Millis) -> Result<()> {
         self.writer()?
-            .run(move |conn| outbox::retry_dead(conn, outbox_id, now))
+            .run(move |conn| admin::retry_outbox(conn, outbox_id, now))
     }
 
     fn prune_batch(&self, what: PruneWhat, before: Millis, limit: i64) -> Result<(usize, usize)> {
