@@ -3,7 +3,7 @@
 //! controls in force that a process's claims consult, and the claim of a
 //! capped or rate-limited queue under a lock on its row. Writes `queues`,
 //! `queue_starts`, and (the limited claim) `jobs` and `attempts` through
-//! the claim statement of the run module.
+//! the claim module's statements.
 //!
 //! Exact across machines: a limited queue is claimed only in a transaction
 //! that first locks its `queues` row (`FOR UPDATE`), then counts its load
