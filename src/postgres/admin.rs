@@ -1,7 +1,7 @@
 //! The operator's repairs on PostgreSQL: requeue dead jobs, cancel a job
 //! (a running one too, its run's attempt ended), requeue a dead outbox row, prune finished history in bounded
 //! batches. Writes `jobs`, `outbox`, `attempts` and `processed_jobs`
-//! (prune, only when asked).
+//! (prune, through the ledger module, only when asked).
 
 use super::conn::{one, write_err, Col, PgConn};
 use crate::core::job::JobState;
@@ -58,13 +58,6 @@ WITH picked AS (
 gone_attempts AS (DELETE FROM attempts WHERE outbox_id IN (SELECT id FROM picked) RETURNING 1),
 gone AS (DELETE FROM outbox WHERE id IN (SELECT id FROM picked) RETURNING 1)
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_attempts)";
-const PRUNE_LEDGER: &str = "\
-WITH gone AS (
-    DELETE FROM processed_jobs WHERE key IN
-        (SELECT key FROM processed_jobs WHERE completed_at < $1 ORDER BY completed_at LIMIT $2)
-    RETURNING 1
-)
-SELECT count(*), 0::bigint FROM gone";
 
 /// Why a job action changed nothing.
 fn refusal(
@@ -166,7 +159,7 @@ pub(crate) fn prune_batch(
             one(c.write(PRUNE_JOBS, &[&before, &limit, &failed_before])?)?
         }
         PruneWhat::Outbox => one(c.write(PRUNE_OUTBOX, &[&before, &limit])?)?,
-        PruneWhat::Ledger => one(c.write(PRUNE_LEDGER, &[&before, &limit])?)?,
+        PruneWhat::Ledger => return Ok((super::ledger::prune(c, before, limit)?, 0)),
     };
     Ok((r.col::<i64>(0)? as usize, r.col::<i64>(1)? as usize))
 }

@@ -320,3 +320,13 @@ pub(crate) fn one(rows: Vec<Row>) -> Result<Row> {
         Error::Internal("a statement that always answers one row answered none".into())
     })
 }
+
+/// Every row of `rows`, read by `f`.
+pub(crate) fn all<T>(rows: Vec<Row>, f: fn(&Row) -> Result<T>) -> Result<Vec<T>> {
+    rows.iter().map(f).collect()
+}
+
+/// A value in a row that litejob does not know (a state, an outcome).
+pub(crate) fn bad(what: &str, v: &str) -> Error {
+    Error::Internal(format!("bad {what} {v:?} in the database"))
+}

@@ -3,7 +3,7 @@
 //! controls in force that a process's claims consult, and the claim of a
 //! capped or rate-limited queue under a lock on its row. Writes `queues`,
 //! `queue_starts`, and (the limited claim) `jobs` and `attempts` through
-//! the claim statement of the run module.
+//! the claim module's statements.
 //!
 //! Exact across machines: a limited queue is claimed only in a transaction
 //! that first locks its `queues` row (`FOR UPDATE`), then counts its load
@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use postgres::{GenericClient, Row};
 
+use super::claim::{self, ClaimAsk, Started};
 use super::conn::{in_row, read_err, write_err, Col, PgConn, Stmt};
-use super::run::{self, ClaimAsk, Started};
 use crate::core::controls::{listing, Changed, Columns};
 use crate::core::controls::{Limits, Load, QueueControl, QueueLimits, PARTITIONS_LISTED};
 use crate::core::time::Millis;
@@ -165,8 +165,8 @@ fn partitions_of(
 }
 
 /// The room of each partition a claim may take from, from their loads.
-fn partition_room(limits: &Limits, loads: HashMap<String, Load>) -> run::PartitionRoom {
-    let mut room = run::PartitionRoom {
+fn partition_room(limits: &Limits, loads: HashMap<String, Load>) -> claim::PartitionRoom {
+    let mut room = claim::PartitionRoom {
         full: Vec::new(),
         keys: Vec::with_capacity(loads.len()),
         rooms: Vec::with_capacity(loads.len()),
@@ -228,7 +228,7 @@ pub(crate) fn change(
 
 /// Every queue with jobs or controls, by name, with its load at `now`.
 pub(crate) fn list(c: &mut PgConn, now: Millis) -> Result<Vec<QueueControl>> {
-    super::reads::in_snapshot(c, |tx| {
+    super::reports::in_snapshot(c, |tx| {
         let counts = tx
             .query(JOB_COUNTS, &[])
             .map_err(read_err)?
@@ -273,7 +273,7 @@ pub(crate) fn controlled(tx: &mut impl GenericClient, now: Millis) -> Result<Vec
 
 /// One queue's controls and load; None when it has no control.
 pub(crate) fn of_queue(c: &mut PgConn, queue: &str, now: Millis) -> Result<Option<QueueControl>> {
-    super::reads::in_snapshot(c, |tx| {
+    super::reports::in_snapshot(c, |tx| {
         let Some((name, l, updated_at)) = tx
             .query_opt(ROW, &[&queue])
             .map_err(read_err)?
@@ -373,7 +373,7 @@ pub(crate) fn claim_limited(
     let partitioned = (
         c.stmt(PARTITIONS_RUNNING)?,
         c.stmt(PARTITIONS_STARTED)?,
-        c.stmt(run::CLAIM_PARTITIONED)?,
+        c.stmt(claim::CLAIM_PARTITIONED)?,
     );
     let mut tx = c.begin().map_err(read_err)?;
     let limits = lock
@@ -421,9 +421,9 @@ pub(crate) fn claim_limited(
         // Enough candidates that a batch finds partitions with room past
         // the head of one with many jobs waiting.
         let scan = (take as i64 * 32).max(256);
-        run::claim_partitioned(&mut tx, &partitioned.2, &ask, &room, scan)?
+        claim::claim_partitioned(&mut tx, &partitioned.2, &ask, &room, scan)?
     } else {
-        run::claim_with(&mut tx, claim, &ask)?
+        claim::claim_with(&mut tx, claim, &ask)?
     };
     if limits.rated() && !started.is_empty() {
         let partitions: Vec<Option<&str>> =

@@ -1,10 +1,12 @@
-//! Leases on PostgreSQL: renewing this process's, taking back expired ones,
-//! and giving a job back uncharged. Every lease time is on the server's
-//! clock. Writes `jobs`, `outbox` (lease columns) and `attempts`.
+//! Leases on jobs on PostgreSQL: renewing this process's, taking back
+//! expired ones as the core decides, and giving a job back uncharged (an
+//! effect's lease is the outbox's, in `outbox.rs`). Every lease time is on
+//! the server's clock. Writes `jobs` (state and lease columns) and
+//! `attempts`.
 
 use super::conn::{one, read_err, write_err, Col, PgConn};
 use crate::core::job::JobState;
-use crate::core::lifecycle::{self, Expiry, ABANDONED_EFFECT, ABANDONED_RUN};
+use crate::core::lifecycle::{self, Expiry, ABANDONED_RUN};
 use crate::core::time::Millis;
 use crate::error::Result;
 
@@ -19,9 +21,6 @@ use crate::error::Result;
 /// probing the primary key.
 const RENEW_JOBS: &str = "UPDATE jobs SET lease_expires_at = $3 WHERE id IN \
      (SELECT id FROM jobs WHERE id = ANY($2) AND lease_owner = $1 \
-      FOR UPDATE SKIP LOCKED)";
-const RENEW_OUTBOX: &str = "UPDATE outbox SET lease_expires_at = $3 WHERE id IN \
-     (SELECT id FROM outbox WHERE id = ANY($2) AND state = 'sending' AND lease_owner = $1 \
       FOR UPDATE SKIP LOCKED)";
 const ANY_EXPIRED: &str =
     "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires_at < $1) \
@@ -40,26 +39,6 @@ const UNCLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
 const ABANDON: &str = "UPDATE jobs SET state = $2, abandoned = $3, attempts = $4, \
      run_at = coalesce($5, run_at), last_error = $6, finished_at = $7, \
      lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL WHERE id = $1";
-/// An effect's abandoned attempt counts (the effect may have reached the
-/// world): the row goes back to pending, or dead when out of attempts.
-const REAP_OUTBOX: &str = "\
-WITH expired AS (
-    SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < $1
-    ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED
-),
-ended AS (
-    UPDATE attempts SET outcome = 'abandoned', finished_at = $1::bigint, error = $2::text
-    WHERE id IN (SELECT current_attempt FROM expired) AND outcome = 'running'
-),
-back AS (
-    UPDATE outbox o SET
-        state = CASE WHEN o.attempts >= o.max_attempts THEN 'dead' ELSE 'pending' END,
-        next_attempt_at = $1::bigint, last_error = $2::text,
-        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
-    FROM expired e WHERE o.id = e.id
-    RETURNING o.id
-)
-SELECT count(*) FROM back";
 const RELEASE_CLAIM: &str = "UPDATE jobs SET state = 'queued', lease_owner = NULL, \
      lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2 AND current_attempt IS NULL";
 const RELEASE_RUN: &str = "\
@@ -103,36 +82,23 @@ SELECT count(*) FROM back";
 const LOST_CLAIM: &str = "released uncharged: the connection broke before the claim's answer \
      arrived; the run never started";
 
-pub(crate) fn renew(
-    c: &mut PgConn,
-    owner: &str,
-    jobs: &[i64],
-    effects: &[i64],
-    until: Millis,
-) -> Result<()> {
-    if !jobs.is_empty() {
-        c.execute(RENEW_JOBS, &[&owner, &jobs, &until])?;
-    }
-    if !effects.is_empty() {
-        c.execute(RENEW_OUTBOX, &[&owner, &effects, &until])?;
-    }
-    Ok(())
+/// Whether any job or outbox row's lease expired before `now`: a look
+/// before reaping.
+pub(crate) fn any_expired(c: &mut PgConn, now: Millis) -> Result<bool> {
+    c.query_one(ANY_EXPIRED, &[&now])?.col(0)
 }
 
-pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
-    let any: bool = c.query_one(ANY_EXPIRED, &[&now])?.col(0)?;
-    if !any {
-        return Ok((0, 0));
-    }
-    let jobs = reap_jobs(c, now, max_abandoned)?;
-    let outbox: i64 = one(c.write(REAP_OUTBOX, &[&now, &ABANDONED_EFFECT])?)?.col(0)?;
-    Ok((jobs, outbox as usize))
+/// Extends the leases `owner` holds on the jobs `ids`.
+pub(crate) fn renew_leases(c: &mut PgConn, owner: &str, ids: &[i64], until: Millis) -> Result<()> {
+    c.execute(RENEW_JOBS, &[&owner, &ids, &until])?;
+    Ok(())
 }
 
 /// Takes back the jobs whose lease expired, in one transaction, as
 /// [`lifecycle::on_expiry`] decides for each. Rare (a process died, or a
-/// run hung past its lease), so a statement per job.
-fn reap_jobs(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
+/// run hung past its lease), so a statement per job. Returns how many jobs
+/// were taken back.
+pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<usize> {
     let mut tx = c.begin().map_err(read_err)?;
     let expired = tx.query(EXPIRED_JOBS, &[&now]).map_err(read_err)?;
     for row in &expired {

@@ -13,26 +13,32 @@
 //! # Ok::<(), litejob::Error>(())
 //! ```
 
-// Inside: `conn` (connections, the pool, errors), `schema` (versions and
-// migration), `enqueue` and `group` (concurrent enqueues in one commit),
-// `reads`, `failures` and `tally` (the operator's reads), `admin`,
-// `leases`, `outbox`, `run` (a worker's claim and its batch's
-// transaction), `tx` (the transactions user code gets), `notify`
-// (wake-ups and the server's clock), `controls` (queue controls: the
-// cache claims consult, the claim of a limited queue under its row's
-// lock), `copy` (a file's rows moved in), `store` (the pool and the
-// notifier thread), `pipeline` (the workers, which claim for themselves).
-// Every queue table is written only through these.
+// Inside, the files the file's engine has for the same concerns: the
+// store (`store`: the pool and the notifier thread; `operations`: the
+// driver's `Store` on it), the schema and its migrations, a module per
+// table or concern with its named statements (`enqueue`, `claim`, `run`,
+// `leases`, `ledger`, `history`, `outbox`, `controls` (also the claim of
+// a limited queue under its row's lock), `admin`, `reads`, `reports`,
+// `tally`, `schedules`, `steps`, `workflow`, `copy`, `verify`), the
+// transactions user code gets (`tx`), and the workers (`pipeline/`, which
+// claim for themselves). PostgreSQL's own: `session` (how connections
+// open), `conn` (a connection), `stmt` (its statements), `pool`,
+// `errors`, `reach` (one thread tries while the server is away),
+// `pooler`, `tls`, `group` (concurrent enqueues in one statement),
+// `notify` (wake-ups and the server's clock). Every queue table is
+// written only through these.
 
 pub(crate) mod admin;
+pub(crate) mod claim;
 pub(crate) mod conn;
 pub(crate) mod controls;
 pub(crate) mod copy;
 pub(crate) mod enqueue;
 pub(crate) mod errors;
-pub(crate) mod failures;
 pub(crate) mod group;
+pub(crate) mod history;
 pub(crate) mod leases;
+pub(crate) mod ledger;
 pub(crate) mod notify;
 pub(crate) mod operations;
 pub(crate) mod outbox;
@@ -41,6 +47,7 @@ pub(crate) mod pool;
 pub(crate) mod pooler;
 pub(crate) mod reach;
 pub(crate) mod reads;
+pub(crate) mod reports;
 pub(crate) mod run;
 pub(crate) mod schedules;
 pub(crate) mod schema;

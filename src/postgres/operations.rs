@@ -22,7 +22,8 @@ use crate::error::Result;
 use crate::postgres::conn::{autocommit, read_err};
 
 use super::{
-    admin, controls, enqueue, failures, leases, outbox, reads, run, schedules, schema, tally,
+    admin, claim, controls, enqueue, history, leases, outbox, reads, reports, schedules, schema,
+    tally,
 };
 
 use super::store::PgStore;
@@ -103,7 +104,7 @@ impl Store for PgStore {
     }
 
     fn attempts(&self, job_id: i64) -> Result<Vec<Attempt>> {
-        self.with_conn(true, |c| reads::attempts(c, job_id))
+        self.with_conn(true, |c| history::for_job(c, job_id))
     }
 
     fn steps(&self, job_id: i64) -> Result<Vec<crate::core::steps::JobStep>> {
@@ -123,15 +124,15 @@ impl Store for PgStore {
     }
 
     fn outbox_attempts(&self, outbox_id: i64) -> Result<Vec<Attempt>> {
-        self.with_conn(true, |c| reads::outbox_attempts(c, outbox_id))
+        self.with_conn(true, |c| history::for_outbox(c, outbox_id))
     }
 
     fn outbox_for_job(&self, job_id: i64) -> Result<Vec<OutboxRow>> {
-        self.with_conn(true, |c| reads::outbox_for_job(c, job_id))
+        self.with_conn(true, |c| outbox::for_job(c, job_id))
     }
 
     fn outbox(&self, state: Option<OutboxState>, limit: u32) -> Result<Vec<OutboxRow>> {
-        self.with_conn(true, |c| reads::outbox(c, state, limit))
+        self.with_conn(true, |c| outbox::list(c, state, limit))
     }
 
     fn outbox_page(
@@ -141,12 +142,12 @@ impl Store for PgStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<OutboxRow>> {
-        self.with_conn(true, |c| reads::outbox_page(c, state, before, after, limit))
+        self.with_conn(true, |c| outbox::list_page(c, state, before, after, limit))
     }
 
     fn stats(&self, now: Millis) -> Result<Stats> {
         let version = self.schema_version()?;
-        let mut s = self.with_conn(true, |c| reads::stats(c, now, version))?;
+        let mut s = self.with_conn(true, |c| reports::stats(c, now, version))?;
         s.schedules =
             self.with_conn(true, |c| autocommit!(c, read_err, |c| schedules::count(c)))?;
         s.path = self.location.clone().into();
@@ -154,15 +155,15 @@ impl Store for PgStore {
     }
 
     fn job_detail(&self, id: i64) -> Result<Option<JobDetail>> {
-        self.with_conn(true, |c| reads::job_detail(c, id))
+        self.with_conn(true, |c| reports::job_detail(c, id))
     }
 
     fn explain(&self, key: &str) -> Result<Explanation> {
-        self.with_conn(true, |c| reads::explain(c, key))
+        self.with_conn(true, |c| reports::explain(c, key))
     }
 
     fn workflow(&self, key: &str, limit: usize) -> Result<Option<Workflow>> {
-        self.with_conn(true, |c| reads::workflow(c, key, limit))
+        self.with_conn(true, |c| reports::workflow(c, key, limit))
     }
 
     fn schedules(&self) -> Result<Vec<ScheduleRow>> {
@@ -209,7 +210,7 @@ impl Store for PgStore {
     }
 
     fn failures(&self, limit: u32) -> Result<Failures> {
-        self.with_conn(true, |c| failures::read(c, limit))
+        self.with_conn(true, |c| reports::failures(c, limit))
     }
 
     fn retry_job(&self, id: i64, now: Millis) -> Result<()> {
@@ -259,7 +260,7 @@ impl Store for PgStore {
         queues: Option<&[String]>,
         now: Millis,
     ) -> Result<bool> {
-        self.with_conn(true, |c| run::any_due(c, kinds, queues, now))
+        self.with_conn(true, |c| claim::any_due(c, kinds, queues, now))
     }
 
     fn run_states(&self, ids: &[i64]) -> Result<Vec<(i64, JobState, Option<i64>)>> {
@@ -274,12 +275,25 @@ impl Store for PgStore {
         until: Millis,
     ) -> Result<()> {
         self.writable()?;
-        self.with_conn(true, |c| leases::renew(c, owner, jobs, effects, until))
+        self.with_conn(true, |c| {
+            if !jobs.is_empty() {
+                leases::renew_leases(c, owner, jobs, until)?;
+            }
+            if !effects.is_empty() {
+                outbox::renew_leases(c, owner, effects, until)?;
+            }
+            Ok(())
+        })
     }
 
     fn reap(&self, now: Millis, max_abandoned: i64) -> Result<(usize, usize)> {
         self.writable()?;
-        let r = self.with_conn(false, |c| leases::reap(c, now, max_abandoned))?;
+        let r = self.with_conn(false, |c| {
+            if !leases::any_expired(c, now)? {
+                return Ok((0, 0));
+            }
+            Ok((leases::reap(c, now, max_abandoned)?, outbox::reap(c, now)?))
+        })?;
         if r.0 > 0 {
             self.notifier.jobs();
         }

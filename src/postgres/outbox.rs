@@ -1,17 +1,18 @@
 //! The outbox on PostgreSQL: rows added inside a job's transaction, claimed
 //! one at a time under a lease (`FOR UPDATE SKIP LOCKED`), acknowledged
-//! fenced on their attempt, given back at shutdown. Writes `outbox` and
-//! `attempts`.
+//! fenced on their attempt, their leases renewed and the expired ones
+//! reaped, given back at shutdown; and its rows' reads. Writes `outbox`
+//! and `attempts`.
 
 use postgres::GenericClient;
 
-use super::conn::{one, write_err, Col, PgConn, Stmt};
-use super::reads::outbox_from_row;
+use super::conn::{all, bad, in_row, one, write_err, Col, PgConn, Stmt};
 use crate::core::attempt::cap_error;
-use crate::core::lifecycle::{EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
-use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxState};
+use crate::core::lifecycle::{ABANDONED_EFFECT, EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
+use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::time::Millis;
 use crate::error::Result;
+use postgres::Row;
 
 /// A key that exists already is left alone; either way the row's id.
 pub(crate) const ADD: &str = "\
@@ -107,6 +108,70 @@ the effect was not called'
 )
 SELECT count(*) FROM back";
 
+/// Renews the leases `$1` holds on rows being sent; a row a transaction
+/// holds locked is skipped, as the jobs' renewal does (`leases.rs`).
+const RENEW: &str = "UPDATE outbox SET lease_expires_at = $3 WHERE id IN \
+     (SELECT id FROM outbox WHERE id = ANY($2) AND state = 'sending' AND lease_owner = $1 \
+      FOR UPDATE SKIP LOCKED)";
+/// An effect's abandoned attempt counts (the effect may have reached the
+/// world): the row goes back to pending, or dead when out of attempts.
+const REAP: &str = "\
+WITH expired AS (
+    SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < $1
+    ORDER BY lease_expires_at LIMIT 500 FOR UPDATE SKIP LOCKED
+),
+ended AS (
+    UPDATE attempts SET outcome = 'abandoned', finished_at = $1::bigint, error = $2::text
+    WHERE id IN (SELECT current_attempt FROM expired) AND outcome = 'running'
+),
+back AS (
+    UPDATE outbox o SET
+        state = CASE WHEN o.attempts >= o.max_attempts THEN 'dead' ELSE 'pending' END,
+        next_attempt_at = $1::bigint, last_error = $2::text,
+        lease_owner = NULL, lease_expires_at = NULL, current_attempt = NULL
+    FROM expired e WHERE o.id = e.id
+    RETURNING o.id
+)
+SELECT count(*) FROM back";
+
+/// Every row of a job, oldest first.
+pub(crate) const OF_JOB: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
+     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox WHERE job_id = $1 \
+     ORDER BY id";
+/// The newest rows (`$2` of them), in a state if `$1`.
+const LIST: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
+     next_attempt_at, last_error, created_at, sent_at FROM outbox \
+     WHERE ($1::text IS NULL OR state = $1) ORDER BY id DESC LIMIT $2";
+/// A page below a cursor (ids under `$3`), newest first.
+const LIST_BEFORE: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
+     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
+     WHERE ($1::text IS NULL OR state = $1) AND id < $3 ORDER BY id DESC LIMIT $2";
+/// The page above a cursor (the `$2` ids just over `$3`), newest first.
+const LIST_AFTER: &str = "SELECT * FROM (SELECT id, key, kind, payload, state, attempts, \
+     max_attempts, job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
+     WHERE ($1::text IS NULL OR state = $1) AND id > $3 ORDER BY id LIMIT $2) p ORDER BY id DESC";
+
+/// An `outbox` row, in the column order of the reads above.
+pub(crate) fn from_row(r: &Row) -> Result<OutboxRow> {
+    in_row("outbox", r, |r| {
+        let state: String = r.col(4)?;
+        Ok(OutboxRow {
+            id: r.col(0)?,
+            key: r.col(1)?,
+            kind: r.col(2)?,
+            payload: r.col(3)?,
+            state: state.parse().map_err(|_| bad("outbox state", &state))?,
+            attempts: r.col(5)?,
+            max_attempts: r.col(6)?,
+            job_id: r.col(7)?,
+            next_attempt_at: r.col(8)?,
+            last_error: r.col(9)?,
+            created_at: r.col(10)?,
+            sent_at: r.col(11)?,
+        })
+    })
+}
+
 /// [`RELEASE_LOST_CLAIMS`]: how many rows went back.
 pub(crate) fn release_lost_claims(
     c: &mut PgConn,
@@ -153,7 +218,7 @@ pub(crate) fn claim(
         return Ok(None);
     };
     Ok(Some(ClaimedEffect {
-        row: outbox_from_row(&r)?,
+        row: from_row(&r)?,
         attempt_id: r.col(12)?,
     }))
 }
@@ -188,6 +253,20 @@ pub(crate) fn ack(
     }
 }
 
+/// Extends the leases `owner` holds on the rows `ids`, being sent.
+pub(crate) fn renew_leases(c: &mut PgConn, owner: &str, ids: &[i64], until: Millis) -> Result<()> {
+    c.execute(RENEW, &[&owner, &ids, &until])?;
+    Ok(())
+}
+
+/// Rows whose sender died (lease expired): the attempt is `abandoned` and
+/// counts; the row goes back to `pending`, or `dead` when out of attempts.
+/// Returns how many were reaped.
+pub(crate) fn reap(c: &mut PgConn, now: Millis) -> Result<usize> {
+    let n: i64 = one(c.write(REAP, &[&now, &ABANDONED_EFFECT])?)?.col(0)?;
+    Ok(n as usize)
+}
+
 pub(crate) fn release(
     c: &mut PgConn,
     outbox_id: i64,
@@ -196,4 +275,38 @@ pub(crate) fn release(
 ) -> Result<bool> {
     let (row, run) = (EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN);
     Ok(one(c.write(RELEASE, &[&outbox_id, &attempt_id, &now, &row, &run])?)?.col::<i64>(0)? == 1)
+}
+
+/// Every row of a job, oldest first.
+pub(crate) fn for_job(c: &mut PgConn, job_id: i64) -> Result<Vec<OutboxRow>> {
+    all(c.query(OF_JOB, &[&job_id])?, from_row)
+}
+
+/// The newest rows, in `state` if given.
+pub(crate) fn list(
+    c: &mut PgConn,
+    state: Option<OutboxState>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let state = state.map(|s| s.as_str());
+    all(c.query(LIST, &[&state, &i64::from(limit)])?, from_row)
+}
+
+/// A page of rows from a cursor, newest first.
+pub(crate) fn list_page(
+    c: &mut PgConn,
+    state: Option<OutboxState>,
+    before: Option<i64>,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let state = state.map(|s| s.as_str());
+    let (sql, cursor) = match (before, after) {
+        (None, Some(after)) => (LIST_AFTER, after),
+        (before, _) => (LIST_BEFORE, before.unwrap_or(i64::MAX)),
+    };
+    all(
+        c.query(sql, &[&state, &i64::from(limit), &cursor])?,
+        from_row,
+    )
 }

@@ -1,21 +1,20 @@
-//! Reads on PostgreSQL: jobs, attempts and outbox rows as the library's
-//! types, and the operator's reports (stats, one job, one key), each of
-//! those in one snapshot. Writes no table.
+//! Reads of rows on PostgreSQL: jobs as the library's types, one by id or
+//! by key, and pages of them (attempts are read in `history.rs`, outbox
+//! rows in `outbox.rs`, the operator's reports in `reports.rs`). Writes
+//! no table.
 
-use postgres::{GenericClient, Row};
+use postgres::Row;
 
-use super::conn::{in_row, one, read_err, Col, PgConn};
-use crate::core::attempt::{Attempt, AttemptOutcome};
+use super::conn::{all, bad, in_row, Col, PgConn};
 use crate::core::job::{Job, JobFilter};
-use crate::core::outbox::{OutboxRow, OutboxState};
-use crate::core::reports::stats::{Explanation, JobDetail, LedgerEntry, OutboxEntry, Stats};
-use crate::core::time::Millis;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+/// One job by id.
+pub(crate) const JOB_BY_ID: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
      lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms FROM jobs WHERE id = $1";
-const JOB_BY_KEY: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
+/// One job by idempotency key.
+pub(crate) const JOB_BY_KEY: &str = "SELECT id, queue, kind, idempotency_key, payload, state, priority, \
      run_at, attempts, max_attempts, abandoned, deliveries, last_error, created_at, finished_at, \
      lease_owner, lease_expires_at, current_attempt, output, partition_key, timeout_ms FROM jobs WHERE idempotency_key = $1";
 /// A page of jobs below a cursor (ids under `$6`), newest first: a walk
@@ -36,30 +35,6 @@ const JOBS_AFTER: &str = "SELECT * FROM (SELECT id, queue, kind, idempotency_key
      AND ($3::text IS NULL OR queue = $3) \
      AND ($5::text IS NULL OR left(idempotency_key, length($5)) = $5) AND id > $6 \
      ORDER BY id LIMIT $4) p ORDER BY id DESC";
-const ATTEMPTS_OF_JOB: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, started_at, \
-     finished_at, outcome, error FROM attempts WHERE job_id = $1 ORDER BY id";
-const ATTEMPTS_OF_OUTBOX: &str = "SELECT id, job_id, outbox_id, attempt, key, worker, \
-     started_at, finished_at, outcome, error FROM attempts WHERE outbox_id = $1 ORDER BY id";
-const OUTBOX_OF_JOB: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
-     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox WHERE job_id = $1 \
-     ORDER BY id";
-const OUTBOX: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, job_id, \
-     next_attempt_at, last_error, created_at, sent_at FROM outbox \
-     WHERE ($1::text IS NULL OR state = $1) ORDER BY id DESC LIMIT $2";
-/// A page below a cursor (ids under `$3`), newest first.
-const OUTBOX_BEFORE: &str = "SELECT id, key, kind, payload, state, attempts, max_attempts, \
-     job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
-     WHERE ($1::text IS NULL OR state = $1) AND id < $3 ORDER BY id DESC LIMIT $2";
-/// The page above a cursor (the `$2` ids just over `$3`), newest first.
-const OUTBOX_AFTER: &str = "SELECT * FROM (SELECT id, key, kind, payload, state, attempts, \
-     max_attempts, job_id, next_attempt_at, last_error, created_at, sent_at FROM outbox \
-     WHERE ($1::text IS NULL OR state = $1) AND id > $3 ORDER BY id LIMIT $2) p ORDER BY id DESC";
-const LEDGER: &str = "SELECT completed_at, job_id FROM processed_jobs WHERE key = $1";
-
-fn bad(what: &str, v: &str) -> Error {
-    Error::Internal(format!("bad {what} {v:?} in the database"))
-}
-
 /// A `jobs` row, in the column order of the reads above.
 pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
     in_row("jobs", r, |r| {
@@ -90,49 +65,6 @@ pub(crate) fn job_from_row(r: &Row) -> Result<Job> {
     })
 }
 
-fn attempt_from_row(r: &Row) -> Result<Attempt> {
-    in_row("attempts", r, |r| {
-        let outcome: String = r.col(8)?;
-        Ok(Attempt {
-            id: r.col(0)?,
-            job_id: r.col(1)?,
-            outbox_id: r.col(2)?,
-            attempt: r.col(3)?,
-            key: r.col(4)?,
-            worker: r.col(5)?,
-            started_at: r.col(6)?,
-            finished_at: r.col(7)?,
-            outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| bad("outcome", &outcome))?,
-            error: r.col(9)?,
-        })
-    })
-}
-
-/// An `outbox` row, in the column order of the reads above.
-pub(crate) fn outbox_from_row(r: &Row) -> Result<OutboxRow> {
-    in_row("outbox", r, |r| {
-        let state: String = r.col(4)?;
-        Ok(OutboxRow {
-            id: r.col(0)?,
-            key: r.col(1)?,
-            kind: r.col(2)?,
-            payload: r.col(3)?,
-            state: state.parse().map_err(|_| bad("outbox state", &state))?,
-            attempts: r.col(5)?,
-            max_attempts: r.col(6)?,
-            job_id: r.col(7)?,
-            next_attempt_at: r.col(8)?,
-            last_error: r.col(9)?,
-            created_at: r.col(10)?,
-            sent_at: r.col(11)?,
-        })
-    })
-}
-
-fn all<T>(rows: Vec<Row>, f: fn(&Row) -> Result<T>) -> Result<Vec<T>> {
-    rows.iter().map(f).collect()
-}
-
 pub(crate) fn job(c: &mut PgConn, id: i64) -> Result<Option<Job>> {
     c.query_opt(JOB_BY_ID, &[&id])?
         .as_ref()
@@ -161,209 +93,6 @@ pub(crate) fn jobs(c: &mut PgConn, f: &JobFilter) -> Result<Vec<Job>> {
         )?,
         job_from_row,
     )
-}
-
-pub(crate) fn attempts(c: &mut PgConn, job_id: i64) -> Result<Vec<Attempt>> {
-    all(c.query(ATTEMPTS_OF_JOB, &[&job_id])?, attempt_from_row)
-}
-
-pub(crate) fn outbox_attempts(c: &mut PgConn, outbox_id: i64) -> Result<Vec<Attempt>> {
-    all(
-        c.query(ATTEMPTS_OF_OUTBOX, &[&outbox_id])?,
-        attempt_from_row,
-    )
-}
-
-pub(crate) fn outbox_for_job(c: &mut PgConn, job_id: i64) -> Result<Vec<OutboxRow>> {
-    all(c.query(OUTBOX_OF_JOB, &[&job_id])?, outbox_from_row)
-}
-
-pub(crate) fn outbox(
-    c: &mut PgConn,
-    state: Option<OutboxState>,
-    limit: u32,
-) -> Result<Vec<OutboxRow>> {
-    let state = state.map(|s| s.as_str());
-    all(
-        c.query(OUTBOX, &[&state, &i64::from(limit)])?,
-        outbox_from_row,
-    )
-}
-
-pub(crate) fn outbox_page(
-    c: &mut PgConn,
-    state: Option<OutboxState>,
-    before: Option<i64>,
-    after: Option<i64>,
-    limit: u32,
-) -> Result<Vec<OutboxRow>> {
-    let state = state.map(|s| s.as_str());
-    let (sql, cursor) = match (before, after) {
-        (None, Some(after)) => (OUTBOX_AFTER, after),
-        (before, _) => (OUTBOX_BEFORE, before.unwrap_or(i64::MAX)),
-    };
-    all(
-        c.query(sql, &[&state, &i64::from(limit), &cursor])?,
-        outbox_from_row,
-    )
-}
-
-/// Runs `f` in one read-only snapshot (REPEATABLE READ), so several
-/// queries agree with each other while workers write.
-pub(crate) fn in_snapshot<R>(
-    c: &mut PgConn,
-    f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R>,
-) -> Result<R> {
-    let mut tx = c.begin_snapshot().map_err(read_err)?;
-    let r = f(&mut tx)?;
-    tx.commit().map_err(read_err)?;
-    Ok(r)
-}
-
-fn q<C: GenericClient>(c: &mut C, sql: &str, params: super::conn::Params<'_>) -> Result<Vec<Row>> {
-    c.query(sql, params).map_err(read_err)
-}
-
-pub(crate) fn stats(c: &mut PgConn, now: Millis, schema_version: i64) -> Result<Stats> {
-    in_snapshot(c, |tx| {
-        let mut s = crate::core::reports::stats::empty_stats(schema_version);
-        for r in q(
-            tx,
-            "SELECT kind, queue, state, count(*) FROM jobs GROUP BY kind, queue, state",
-            &[],
-        )? {
-            let (kind, queue, state, n): (String, String, String, i64) =
-                (r.col(0)?, r.col(1)?, r.col(2)?, r.col(3)?);
-            s.jobs.add(&state, n);
-            s.by_kind.entry(kind).or_default().add(&state, n);
-            s.by_queue.entry(queue).or_default().add(&state, n);
-        }
-        for r in q(
-            tx,
-            "SELECT kind, state, count(*) FROM outbox GROUP BY kind, state",
-            &[],
-        )? {
-            let (kind, state, n): (String, String, i64) = (r.col(0)?, r.col(1)?, r.col(2)?);
-            s.outbox.add(&state, n);
-            s.outbox_by_kind.entry(kind).or_default().add(&state, n);
-        }
-        let r = one(q(
-            tx,
-            "SELECT min(created_at), min(CASE WHEN run_at <= $1 THEN run_at END), \
-                    count(*) FILTER (WHERE run_at <= $1) \
-             FROM jobs WHERE state = 'queued'",
-            &[&now],
-        )?)?;
-        let (oldest_created, oldest_due, due): (Option<i64>, Option<i64>, i64) =
-            (r.col(0)?, r.col(1)?, r.col(2)?);
-        // Saturating: a time set by hand far in the past must not overflow.
-        s.oldest_queued_age_ms = oldest_created.map(|t| now.saturating_sub(t).max(0));
-        s.oldest_due_wait_ms = oldest_due.map(|t| now.saturating_sub(t).max(0));
-        s.queued_due = due;
-        s.ledger_rows = one(q(tx, "SELECT count(*) FROM processed_jobs", &[])?)?.col(0)?;
-        s.queue_controls = super::controls::controlled(tx, now)?;
-        crate::core::reports::stats::fill_job_counts(&mut s);
-        // The tables' size on disk stands for the file's.
-        s.file_bytes = one(q(tx, super::tally::TABLE_BYTES, &[])?)?
-            .col::<i64>(0)?
-            .max(0) as u64;
-        Ok(s)
-    })
-}
-
-fn outbox_entries<C: GenericClient>(tx: &mut C, job_id: i64) -> Result<Vec<OutboxEntry>> {
-    let rows = all(q(tx, OUTBOX_OF_JOB, &[&job_id])?, outbox_from_row)?;
-    rows.into_iter()
-        .map(|row| {
-            Ok(OutboxEntry {
-                attempts: all(q(tx, ATTEMPTS_OF_OUTBOX, &[&row.id])?, attempt_from_row)?,
-                row,
-            })
-        })
-        .collect()
-}
-
-/// A row of [`LEDGER`], whose key is asked for rather than read.
-fn ledger_entry(r: &Row, key: String) -> Result<LedgerEntry> {
-    Ok(LedgerEntry {
-        completed_at: r.col(0)?,
-        job_id: r.col(1)?,
-        key,
-    })
-}
-
-pub(crate) fn job_detail(c: &mut PgConn, id: i64) -> Result<Option<JobDetail>> {
-    in_snapshot(c, |tx| {
-        let Some(job) = q(tx, JOB_BY_ID, &[&id])?
-            .first()
-            .map(job_from_row)
-            .transpose()?
-        else {
-            return Ok(None);
-        };
-        let attempts = all(q(tx, ATTEMPTS_OF_JOB, &[&id])?, attempt_from_row)?;
-        let outbox = outbox_entries(tx, id)?;
-        let key = job.idempotency_key.clone();
-        let ledger = q(tx, LEDGER, &[&key])?
-            .first()
-            .map(|r| ledger_entry(r, key))
-            .transpose()?;
-        let links = crate::postgres::workflow::links(tx, id)?;
-        let mut detail =
-            crate::core::reports::stats::job_detail_of(job, attempts, outbox, ledger, links);
-        detail.steps = all(q(tx, super::steps::OF_JOB, &[&id])?, super::steps::from_row)?;
-        Ok(Some(detail))
-    })
-}
-
-pub(crate) fn explain(c: &mut PgConn, key: &str) -> Result<Explanation> {
-    in_snapshot(c, |tx| {
-        let job = q(tx, JOB_BY_KEY, &[&key])?
-            .first()
-            .map(job_from_row)
-            .transpose()?;
-        let ledger = q(tx, LEDGER, &[&key])?
-            .first()
-            .map(|r| ledger_entry(r, key.to_string()))
-            .transpose()?;
-        let (attempts, outbox, links) = match &job {
-            Some(j) => (
-                all(q(tx, ATTEMPTS_OF_JOB, &[&j.id])?, attempt_from_row)?,
-                outbox_entries(tx, j.id)?,
-                crate::postgres::workflow::links(tx, j.id)?,
-            ),
-            None => (Vec::new(), Vec::new(), (Vec::new(), Vec::new())),
-        };
-        let steps = match &job {
-            Some(j) => all(
-                q(tx, super::steps::OF_JOB, &[&j.id])?,
-                super::steps::from_row,
-            )?,
-            None => Vec::new(),
-        };
-        let mut e =
-            crate::core::reports::stats::explanation_of(key, job, attempts, ledger, outbox, links);
-        e.steps = steps;
-        Ok(e)
-    })
-}
-
-/// The workflow around the job of `key`, in one snapshot.
-pub(crate) fn workflow(
-    c: &mut PgConn,
-    key: &str,
-    limit: usize,
-) -> Result<Option<crate::core::reports::workflow::Workflow>> {
-    in_snapshot(c, |tx| {
-        let Some(job) = q(tx, JOB_BY_KEY, &[&key])?
-            .first()
-            .map(job_from_row)
-            .transpose()?
-        else {
-            return Ok(None);
-        };
-        crate::postgres::workflow::graph(tx, job.id, limit).map(Some)
-    })
 }
 
 /// Each job of `ids` that still exists: its state and the attempt it runs.

@@ -10,7 +10,7 @@ use postgres::{Row, Transaction};
 use super::conn::Stmt;
 
 use super::conn::{one, read_err, Col, PgConn};
-use super::reads::in_snapshot;
+use super::reports::in_snapshot;
 use crate::core::attempt::AttemptOutcome;
 use crate::core::job::JobState;
 use crate::core::outbox::OutboxState;

@@ -13,7 +13,7 @@ use postgres::error::SqlState;
 use postgres::Transaction;
 
 use super::conn::{read_err, Col, PgConn};
-use super::reads::in_snapshot;
+use super::reports::in_snapshot;
 use super::store::PgStore;
 use crate::core::options::EngineKind;
 use crate::core::reports::verify::{self, Findings, Invariant, VerifyReport};

@@ -351,7 +351,7 @@ fn every_postgres_statement_in_the_sources_prepares_against_a_fresh_schema() {
     let _ = admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     let has = |s: &str| found.iter().any(|(_, f)| f == s);
-    assert!(has(crate::postgres::run::CLAIM));
+    assert!(has(crate::postgres::claim::CLAIM));
     assert!(has(crate::postgres::enqueue::INSERT_MANY));
     // The copy's statements, built from its tables' description.
     for t in crate::driver::copy::TABLES {

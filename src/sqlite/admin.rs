@@ -1,8 +1,9 @@
 //! Operator repairs on a file: requeue dead jobs, cancel a job (a running
-//! one too), prune finished history in bounded batches. Writes `jobs`
-//! (retry, cancel, prune), `attempts` (a cancelled run, through the
-//! history module; prune of finished rows) and `outbox` (prune) and
-//! `processed_jobs` (prune, through the ledger module, only when asked).
+//! one too), requeue a dead outbox row, prune finished history in bounded
+//! batches. Writes `jobs` (retry, cancel, prune), `attempts` (a cancelled
+//! run, through the history module; prune of finished rows) and `outbox`
+//! (retry, prune) and `processed_jobs` (prune, through the ledger module,
+//! only when asked).
 //! Each runs on the file's one writer, so it works while another process
 //! runs workers on the same file.
 
@@ -178,4 +179,30 @@ fn delete_picked(
     let a = conn.prepare_cached(attempts)?.execute([&ids])?;
     let r = conn.prepare_cached(rows)?.execute([&ids])?;
     Ok((r, a))
+}
+
+/// Requeues a dead outbox row with a fresh attempt budget, due at `now`:
+/// the one implementation behind
+/// [`Admin::retry_outbox`](crate::admin::Admin::retry_outbox). `NotFound`
+/// when there is no such row, `WrongState` when it is not dead.
+pub(crate) fn retry_outbox(conn: &Connection, outbox_id: i64, now: Millis) -> Result<()> {
+    const SQL: &str = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?2                        WHERE id = ?1 AND state = 'dead'";
+    if conn
+        .prepare_cached(SQL)?
+        .execute(rusqlite::params![outbox_id, now])?
+        == 1
+    {
+        return Ok(());
+    }
+    let state: Option<String> = conn
+        .prepare_cached("SELECT state FROM outbox WHERE id = ?1")?
+        .query_row([outbox_id], |r| r.get(0))
+        .optional()?;
+    Err(match state {
+        None => Error::NotFound(RowId::OutboxRow(outbox_id)),
+        Some(state) => Error::WrongState {
+            action: Action::RetryOutbox(outbox_id),
+            state,
+        },
+    })
 }

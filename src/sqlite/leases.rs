@@ -22,7 +22,7 @@ pub(crate) fn any_expired(conn: &Connection, now: Millis) -> Result<bool> {
 }
 
 /// Extends the leases `owner` holds on the given jobs.
-pub(crate) fn heartbeat(
+pub(crate) fn renew_leases(
     conn: &Connection,
     owner: &str,
     ids_json: &str,
@@ -42,7 +42,7 @@ pub(crate) fn heartbeat(
 /// is recorded `abandoned` and the job goes back uncharged, or dies as a
 /// poison pill, its row as [`Expiry::job_end`] says. Returns how many jobs
 /// were taken back.
-pub(crate) fn reap_expired(conn: &Connection, now: Millis, max_abandoned: i64) -> Result<usize> {
+pub(crate) fn reap(conn: &Connection, now: Millis, max_abandoned: i64) -> Result<usize> {
     const EXPIRED: &str = "SELECT id, current_attempt, abandoned, attempts FROM jobs \
          WHERE state = 'running' AND lease_expires_at < ?1 LIMIT 500";
     const UNCLAIM: &str =

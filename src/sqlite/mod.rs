@@ -3,15 +3,18 @@
 //! [`JobTx`], `Queue::write` a [`WriteTx`]; an application's own
 //! connection opens its write transactions with [`immediate`].
 
-// Inside: the file's one writer thread (`writer/`, group commit and the
-// WAL's fsync), the reader pool (`db`), the schema and its migrations,
-// a module per table or concern with its named statements (`enqueue`,
-// `claim`, `leases`, `run`, `ledger`, `history`, `outbox`, `controls`,
-// `admin`, `reads`, `reports`, `tally`, `schedules`, `copy`, `verify`),
-// a consistent copy of the file (`backup`), the transactions user code
-// gets (`tx`), the store (`store`), and the job pipeline on the writer
-// (`pipeline/`). Every queue table is written only through these, on the
-// writer (a copy into a new file, on a connection of its own).
+// Inside, the files PostgreSQL's engine has for the same concerns: the
+// store (`store`: the file's writer and its reader pool; `operations`:
+// the driver's `Store` on it), the schema and its migrations, a module
+// per table or concern with its named statements (`enqueue`, `claim`,
+// `run`, `leases`, `ledger`, `history`, `outbox`, `controls`, `admin`,
+// `reads`, `reports`, `tally`, `schedules`, `steps`, `workflow`, `copy`,
+// `verify`), the transactions user code gets (`tx`), and the job pipeline
+// on the writer (`pipeline/`). The file's own: its one writer thread
+// (`writer/`, group commit and the WAL's fsync), its connections and
+// reader pool (`db`), checkpoints (`checkpoint`), a consistent copy of
+// the file (`backup`). Every queue table is written only through these,
+// on the writer (a copy into a new file, on a connection of its own).
 
 pub use db::immediate;
 pub use tx::{JobTx, WriteTx};
@@ -35,6 +38,7 @@ pub(crate) mod enqueue;
 pub(crate) mod history;
 pub(crate) mod leases;
 pub(crate) mod ledger;
+pub(crate) mod operations;
 pub(crate) mod outbox;
 pub(crate) mod pipeline;
 pub(crate) mod reads;

@@ -8,7 +8,7 @@ use crate::core::attempt::AttemptOutcome;
 use crate::core::lifecycle::{ABANDONED_EFFECT, EFFECT_RELEASED_AT_SHUTDOWN, RELEASED_AT_SHUTDOWN};
 use crate::core::outbox::{ClaimedEffect, EffectResult, OutboxRow, OutboxState};
 use crate::core::time::Millis;
-use crate::error::{Action, Error, Result, RowId};
+use crate::error::Result;
 use crate::sqlite::history;
 
 const COLUMNS: &str = "id, key, kind, payload, state, attempts, max_attempts, job_id, \
@@ -164,7 +164,7 @@ pub(crate) fn ack(
 }
 
 /// Extends the leases this process holds on rows being sent.
-pub(crate) fn heartbeat(
+pub(crate) fn renew_leases(
     conn: &Connection,
     owner: &str,
     ids_json: &str,
@@ -181,7 +181,7 @@ pub(crate) fn heartbeat(
 /// Rows whose sender died (lease expired): the attempt is `abandoned` and
 /// counts (the effect may have reached the world); the row goes back to
 /// `pending`, or `dead` when out of attempts. Returns how many were reaped.
-pub(crate) fn reap_expired(conn: &Connection, now: Millis) -> Result<usize> {
+pub(crate) fn reap(conn: &Connection, now: Millis) -> Result<usize> {
     let expired: Vec<(i64, Option<i64>)> = conn
         .prepare_cached(
             "SELECT id, current_attempt FROM outbox WHERE state = 'sending' AND lease_expires_at < ?1 LIMIT 500",
@@ -236,31 +236,6 @@ pub(crate) fn release(
         )?;
     }
     Ok(n == 1)
-}
-
-/// Requeues a dead row with a fresh attempt budget, due at `now`: the one
-/// implementation behind [`Admin::retry_outbox`](crate::admin::Admin::retry_outbox). `NotFound` when
-/// there is no such row, `WrongState` when it is not dead.
-pub(crate) fn retry_dead(conn: &Connection, outbox_id: i64, now: Millis) -> Result<()> {
-    const SQL: &str = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?2                        WHERE id = ?1 AND state = 'dead'";
-    if conn
-        .prepare_cached(SQL)?
-        .execute(rusqlite::params![outbox_id, now])?
-        == 1
-    {
-        return Ok(());
-    }
-    let state: Option<String> = conn
-        .prepare_cached("SELECT state FROM outbox WHERE id = ?1")?
-        .query_row([outbox_id], |r| r.get(0))
-        .optional()?;
-    Err(match state {
-        None => Error::NotFound(RowId::OutboxRow(outbox_id)),
-        Some(state) => Error::WrongState {
-            action: Action::RetryOutbox(outbox_id),
-            state,
-        },
-    })
 }
 
 /// The rows a job wrote, oldest first.

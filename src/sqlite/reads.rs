@@ -1,5 +1,7 @@
-//! Reads of rows as the library's types: jobs (one by id or key, a page
-//! of a filtered list), attempts and outbox rows. Writes no table.
+//! Reads of rows on a file: jobs as the library's types, one by id or by
+//! key, and pages of them (attempts are read in `history.rs`, outbox rows
+//! in `outbox.rs`, the operator's reports in `reports.rs`). Writes no
+//! table.
 
 use rusqlite::{Connection, Row};
 
@@ -46,7 +48,7 @@ pub(crate) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
 }
 
 /// Reads one job by id.
-pub(crate) fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
+pub(crate) fn job(conn: &Connection, id: i64) -> Result<Option<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
     let mut st = conn.prepare_cached(&sql)?;
     let mut rows = st.query_map([id], job_from_row)?;
@@ -54,7 +56,7 @@ pub(crate) fn get_job(conn: &Connection, id: i64) -> Result<Option<Job>> {
 }
 
 /// Reads one job by idempotency key.
-pub(crate) fn get_job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
+pub(crate) fn job_by_key(conn: &Connection, key: &str) -> Result<Option<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ?1");
     let mut st = conn.prepare_cached(&sql)?;
     let mut rows = st.query_map([key], job_from_row)?;
@@ -72,7 +74,7 @@ const LIST_FILTER: &str = "(?1 IS NULL OR +state = ?1) AND (?2 IS NULL OR +kind 
      AND (?5 IS NULL OR substr(idempotency_key, 1, length(?5)) = ?5)";
 
 /// Lists jobs, newest first, from a cursor (see [`JobFilter`]).
-pub(crate) fn list_jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
+pub(crate) fn jobs(conn: &Connection, f: &JobFilter) -> Result<Vec<Job>> {
     let (sql, cursor) = match (f.before, f.after) {
         (None, Some(after)) => (
             format!(

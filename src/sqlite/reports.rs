@@ -1,6 +1,7 @@
-//! The operator's reads on a file: counts, one job with its history, and
-//! everything known about one key, each in one read transaction so its
-//! numbers agree with each other while workers write. Writes no table.
+//! The operator's reports on a file: counts, one job with its history,
+//! everything known about one key, a workflow, the failures grouped; each
+//! in one read transaction, so its numbers agree with each other while
+//! workers write. Writes no table.
 
 use std::path::Path;
 
@@ -17,6 +18,7 @@ use crate::core::reports::stats::JobDetail;
 use crate::core::reports::stats::LedgerEntry;
 use crate::core::reports::stats::OutboxEntry;
 use crate::core::reports::stats::Stats;
+use crate::core::reports::workflow::Workflow;
 use crate::core::time::Millis;
 use crate::error::Result;
 use crate::sqlite::controls::{self};
@@ -112,7 +114,7 @@ pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
 }
 
 pub(crate) fn job_detail(conn: &Connection, id: i64) -> Result<Option<JobDetail>> {
-    let Some(job) = crate::sqlite::reads::get_job(conn, id)? else {
+    let Some(job) = crate::sqlite::reads::job(conn, id)? else {
         return Ok(None);
     };
     let attempts = history::for_job(conn, id)?;
@@ -147,7 +149,7 @@ fn outbox_entries(conn: &Connection, job_id: i64) -> Result<Vec<OutboxEntry>> {
 }
 
 pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
-    let job = crate::sqlite::reads::get_job_by_key(conn, key)?;
+    let job = crate::sqlite::reads::job_by_key(conn, key)?;
     let ledger = ledger_entry(conn, key)?;
     let (attempts, outbox, links) = match &job {
         Some(j) => (
@@ -164,6 +166,15 @@ pub(crate) fn explain(conn: &Connection, key: &str) -> Result<Explanation> {
     let mut e = explanation_of(key, job, attempts, ledger, outbox, links);
     e.steps = steps;
     Ok(e)
+}
+
+/// The workflow around the job of `key` (the caller holds one read
+/// transaction).
+pub(crate) fn workflow(conn: &Connection, key: &str, limit: usize) -> Result<Option<Workflow>> {
+    match crate::sqlite::reads::job_by_key(conn, key)? {
+        Some(j) => crate::sqlite::workflow::graph(conn, j.id, limit).map(Some),
+        None => Ok(None),
+    }
 }
 
 // Failures: dead jobs and dead outbox rows by last error and kind.

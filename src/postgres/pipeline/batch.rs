@@ -23,7 +23,9 @@ use crate::driver::run::{
 };
 use crate::error::{Error, Result};
 use crate::fault;
-use crate::postgres::run::{self, End, Started, Statements};
+use crate::postgres::claim::Started;
+use crate::postgres::ledger;
+use crate::postgres::run::{self, End, Statements};
 use crate::postgres::tx::{PgJobTx, RELEASE_RUN, ROLLBACK_RUN};
 use crate::postgres::Postgres;
 use postgres::types::Type;
@@ -160,7 +162,7 @@ impl Worker {
                 .into_iter()
                 .collect();
         let (ends, failed_keys) = run_handlers(&mut tx, st, runs, &held, now, limits)?;
-        run::unledger(&mut tx, st, &failed_keys)?;
+        ledger::unrecord(&mut tx, &st.unrecord, &failed_keys)?;
         fault::point("before-complete-commit");
         let durable = s.store.opts.synchronous == crate::core::options::Synchronous::Full;
         let states = run::end(&mut tx, st, &ends, now, durable)?;
@@ -310,7 +312,13 @@ fn apply_one(
         // does not run (it could not be abandoned once started).
         let error = r.ctx.signal.timed_out();
         let next = Next::RetryAt(r.backoff_at);
-        let (end, job) = failed(AttemptOutcome::Failed, error, next, Charged::of(&r.ctx), now);
+        let (end, job) = failed(
+            AttemptOutcome::Failed,
+            error,
+            next,
+            Charged::of(&r.ctx),
+            now,
+        );
         return Ok((end, job, None));
     }
     let mut jtx = PgJobTx {

@@ -12,10 +12,11 @@ use crate::core::backoff::Rng;
 use crate::core::time::Millis;
 use crate::error::Result;
 use crate::fault;
+use crate::postgres::claim::{self, ClaimAsk, Started};
 use crate::postgres::conn::{PgConn, Session};
 use crate::postgres::controls as pg_controls;
 use crate::postgres::leases;
-use crate::postgres::run::{self, ClaimAsk, Started, Statements};
+use crate::postgres::run::Statements;
 use crate::postgres::Postgres;
 
 use crate::driver::pipeline::{sleep_or_stop, Shared};
@@ -223,7 +224,7 @@ impl Worker {
             }
         }
         if started.len() < limit && !capped_batch {
-            started.extend(run::claim(
+            started.extend(claim::claim(
                 c,
                 st,
                 &ClaimAsk {

@@ -7,7 +7,7 @@ use super::*;
 use crate::core::job::{Enqueued, NewJob};
 use crate::core::lifecycle::poison_message;
 use crate::sql_check::fresh_file as fresh;
-use crate::sqlite::leases::{heartbeat, reap_expired, release};
+use crate::sqlite::leases::{reap, release, renew_leases};
 
 mod controls;
 
@@ -111,10 +111,10 @@ fn a_lease_holds_through_its_last_millisecond_and_is_reaped_after_it() {
     claim(&conn, T0);
     start(&conn, id, OWNER, "w", false, T0).unwrap().unwrap();
     // The lease is `lease_expires_at >= now`: valid at T0 + LEASE.
-    assert_eq!(reap_expired(&conn, T0 + LEASE - 1, 3).unwrap(), 0);
-    assert_eq!(reap_expired(&conn, T0 + LEASE, 3).unwrap(), 0);
+    assert_eq!(reap(&conn, T0 + LEASE - 1, 3).unwrap(), 0);
+    assert_eq!(reap(&conn, T0 + LEASE, 3).unwrap(), 0);
     assert_eq!(job(&conn, id).0, "running");
-    assert_eq!(reap_expired(&conn, T0 + LEASE + 1, 3).unwrap(), 1);
+    assert_eq!(reap(&conn, T0 + LEASE + 1, 3).unwrap(), 1);
     // Abandoned, back to queued, due at once, not charged.
     assert_eq!(job(&conn, id), ("queued".into(), 0, 1, None, None));
     let (run_at, err): (i64, String) = conn
@@ -128,7 +128,7 @@ fn a_lease_holds_through_its_last_millisecond_and_is_reaped_after_it() {
     assert!(err.contains("lease expired"), "{err}");
     assert_eq!(outcomes(&conn, id), ["abandoned"]);
     // Reaping again finds nothing.
-    assert_eq!(reap_expired(&conn, T0 + 10 * LEASE, 3).unwrap(), 0);
+    assert_eq!(reap(&conn, T0 + 10 * LEASE, 3).unwrap(), 0);
 }
 
 #[test]
@@ -137,15 +137,15 @@ fn a_heartbeat_moves_the_expiry_and_a_reaped_run_cannot_start() {
     let (a, b) = (enqueue(&conn, "a", T0), enqueue(&conn, "b", T0));
     claim(&conn, T0);
     let ids = format!("[{a}]");
-    assert_eq!(heartbeat(&conn, OWNER, &ids, T0 + 2 * LEASE).unwrap(), 1);
+    assert_eq!(renew_leases(&conn, OWNER, &ids, T0 + 2 * LEASE).unwrap(), 1);
     assert_eq!(
-        heartbeat(&conn, "2/other", &ids, T0 + 9 * LEASE).unwrap(),
+        renew_leases(&conn, "2/other", &ids, T0 + 9 * LEASE).unwrap(),
         0
     );
     assert_eq!(job(&conn, a).3, Some(T0 + 2 * LEASE));
     // Only b's lease ran out. A claimed job never started goes back
     // without an attempt row.
-    assert_eq!(reap_expired(&conn, T0 + LEASE + 1, 3).unwrap(), 1);
+    assert_eq!(reap(&conn, T0 + LEASE + 1, 3).unwrap(), 1);
     assert_eq!(job(&conn, a).0, "running");
     assert_eq!(job(&conn, b), ("queued".into(), 0, 0, None, None));
     assert!(outcomes(&conn, b).is_empty());
@@ -164,7 +164,7 @@ fn the_max_abandoned_th_abandoned_run_makes_a_poison_pill_dead() {
         assert_eq!(claim(&conn, now), [id], "run {n}");
         start(&conn, id, OWNER, "w", false, now).unwrap().unwrap();
         now += LEASE + 1;
-        assert_eq!(reap_expired(&conn, now, 3).unwrap(), 1);
+        assert_eq!(reap(&conn, now, 3).unwrap(), 1);
         let (state, attempts, abandoned, _, _) = job(&conn, id);
         assert_eq!(abandoned, n);
         // Never charged: a crash is not the job's failure.

@@ -80,25 +80,24 @@ fn an_expired_lease_is_abandoned_and_counted_then_dead_when_out_of_attempts() {
     let (_dir, conn, id) = fresh();
     claim(&conn, T0).unwrap();
     let ids = format!("[{id}]");
-    assert_eq!(heartbeat(&conn, "1/test", &ids, T0 + 2 * LEASE).unwrap(), 1);
     assert_eq!(
-        heartbeat(&conn, "2/other", &ids, T0 + 9 * LEASE).unwrap(),
+        renew_leases(&conn, "1/test", &ids, T0 + 2 * LEASE).unwrap(),
+        1
+    );
+    assert_eq!(
+        renew_leases(&conn, "2/other", &ids, T0 + 9 * LEASE).unwrap(),
         0
     );
     let expiry = T0 + 2 * LEASE;
     assert_eq!(row(&conn, id).3, Some(expiry));
-    assert_eq!(
-        reap_expired(&conn, expiry).unwrap(),
-        0,
-        "valid at its expiry"
-    );
-    assert_eq!(reap_expired(&conn, expiry + 1).unwrap(), 1);
+    assert_eq!(reap(&conn, expiry).unwrap(), 0, "valid at its expiry");
+    assert_eq!(reap(&conn, expiry + 1).unwrap(), 1);
     // The effect may have reached the world: the attempt counts.
     assert_eq!(row(&conn, id), ("pending".into(), 1, expiry + 1, None));
     assert_eq!(outcomes(&conn, id), ["abandoned"]);
     let now = expiry + 1;
     claim(&conn, now).unwrap();
-    assert_eq!(reap_expired(&conn, now + LEASE + 1).unwrap(), 1);
+    assert_eq!(reap(&conn, now + LEASE + 1).unwrap(), 1);
     assert_eq!(row(&conn, id).0, "dead");
     assert_eq!(outcomes(&conn, id), ["abandoned", "abandoned"]);
     assert!(claim(&conn, now + 10 * LEASE).is_none());
@@ -108,7 +107,7 @@ fn an_expired_lease_is_abandoned_and_counted_then_dead_when_out_of_attempts() {
 fn an_ack_is_fenced_on_its_attempt_and_a_failure_of_the_last_attempt_is_dead() {
     let (_dir, conn, id) = fresh();
     let first = claim(&conn, T0).unwrap();
-    reap_expired(&conn, T0 + LEASE + 1).unwrap();
+    reap(&conn, T0 + LEASE + 1).unwrap();
     // The reaped sender acknowledges late: nothing changes.
     assert_eq!(
         ack(
