@@ -18,7 +18,7 @@ use crate::sqlite::leases;
 use crate::sqlite::run::{self, Within};
 use crate::sqlite::writer;
 
-use super::pending::{context, Pending, Running};
+use super::pending::{Pending, Run, Start};
 use super::Pipe;
 
 /// Waits for a run's commit, handles what the writer could not record, logs
@@ -27,36 +27,26 @@ use super::Pipe;
 /// (its claim was lost), an error when its start or its end could not be
 /// recorded (the job went back, uncharged).
 pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) -> Option<Result<RunEnd>> {
-    let running = match p {
-        Pending::Running(r) => r,
-        Pending::Starting {
+    let run = match p {
+        Pending::Run(r) => r,
+        Pending::Start(Start {
             id,
             kind,
-            start_rx,
-            apply_rx,
+            started,
+            applied,
             backoff_unit,
             t0,
-        } => match writer::wait(start_rx) {
+        }) => match writer::wait(started) {
             Ok(Some(st)) => {
-                let ctx = context(s, id, &kind, &st);
-                Running {
-                    rx: apply_rx,
-                    backoff_at: lifecycle_run::backoff_at(
-                        &s.cfg.backoff,
-                        &ctx,
-                        backoff_unit,
-                        s.now(),
-                    ),
-                    ctx,
-                    attempt_id: st.attempt_id,
-                    t0,
-                }
+                let ctx = Run::context(s, id, &kind, &st);
+                let backoff = (backoff_unit, s.now());
+                Run::new(s, applied, ctx, st.attempt_id, backoff, t0)
             }
             other => {
                 // Not started (the claim was lost, or the start was not
                 // committed): nothing ran. Give the claim back if it is
                 // still ours.
-                let _ = writer::wait(apply_rx);
+                let _ = writer::wait(applied);
                 let failed = other.err().inspect(|e| s.start_failed(id, e));
                 s.in_flight.forget_job(id);
                 s.slot_freed();
@@ -64,15 +54,15 @@ pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) -> Option<Result<RunEnd>> {
             }
         },
     };
-    let end = finish_running(s, running);
+    let end = finish_run(s, run);
     s.slot_freed();
     Some(end)
 }
 
 /// Waits for a started run's commit; an interrupted write is recorded as a
 /// failed run, a transient one gives the job back uncharged.
-fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
-    let Running {
+fn finish_run(s: &Arc<Pipe>, r: Run) -> Result<RunEnd> {
+    let Run {
         rx,
         ctx,
         attempt_id,

@@ -15,6 +15,7 @@ use crate::sqlite::writer;
 
 use super::claims::{any_to_claim, count_in_flight, submit_claim, Taken};
 use super::finish::finish_job;
+use super::pending::Pending;
 use super::Pipe;
 use crate::driver::leases::{heartbeat, reap};
 use crate::driver::pipeline::sleep_or_stop;
@@ -336,7 +337,7 @@ fn dispatch(s: &Arc<Pipe>, buffer: &Sender<Claimed>, taken: Taken) {
     for run in taken.runs {
         if let Err(e) = s.runs_tx.send(run) {
             // Nobody to receive it (never while the runtime runs).
-            let _ = finish_job(s, e.0);
+            let _ = finish_job(s, Pending::Run(e.0));
         }
     }
     for c in taken.claimed {
