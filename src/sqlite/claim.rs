@@ -1,6 +1,8 @@
-//! Leases on jobs: claim a batch, start a run, renew, reap expired leases,
-//! release at shutdown. Writes `jobs` (state and lease columns) and
-//! `attempts` (through the history module).
+//! Claims and starts: claim a batch of due jobs (starting some of them in
+//! the same statements), start the run of a job claimed before. Writes
+//! `jobs` (state, lease and fence columns), `attempts` (through the history
+//! module) and `queue_starts` (a rated queue's starts, through the controls
+//! module). Renewing, reaping and releasing leases is the leases module's.
 
 use rusqlite::{CachedStatement, Connection};
 

@@ -1,5 +1,7 @@
 //! A run's end: waiting for its commit, recording what the writer could
-//! not, logging it, letting go of the job.
+//! not, logging it, letting go of the job. Writes `jobs` and `attempts`
+//! (a failed run's record, a release) through the run and leases modules,
+//! on the writer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

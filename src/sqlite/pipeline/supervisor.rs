@@ -1,5 +1,6 @@
 //! The supervisor thread: claims, hands what it took to the workers, and
-//! keeps the leases' timers.
+//! keeps the leases' timers. Writes through the claims module and the
+//! driver's lease keeping (renewals, reaping), on the writer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

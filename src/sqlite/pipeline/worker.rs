@@ -1,5 +1,6 @@
 //! The worker threads: start claimed jobs and see runs through to their end,
-//! keeping several runs' commits in flight.
+//! keeping several runs' commits in flight. Writes through the start and
+//! finish modules, on the writer.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

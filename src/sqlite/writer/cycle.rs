@@ -1,6 +1,7 @@
 //! A writer cycle: the [`Cycle`] value through which a light operation
-//! queues follow-up work, and [`Core::cycle`], which runs a cycle's
-//! transactions and answers them.
+//! queues follow-up work (the apply steps of the runs it started, light
+//! follow-ups), and [`Core::cycle`], which runs a cycle's transactions and
+//! answers them. Writes no table itself.
 
 use crate::core::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};

@@ -1,6 +1,7 @@
 //! The writer thread's loop: it takes what waits in the channel (waiting a
-//! moment for blocked producers), sorts it into a cycle and runs it, and
-//! decides who fsyncs.
+//! moment for blocked producers), sorts it into a cycle (an operation that
+//! must run alone into one of its own) and runs it, and decides who
+//! fsyncs. Writes no table itself.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
