@@ -39,8 +39,10 @@ impl Cycle {
     /// after the light commit, so after the run's start — and only if the
     /// operation committed: otherwise `apply` does not run (no user code of
     /// the run may run while its attempt row is not there to be charged)
-    /// and is answered `Aborted`. The apply step is self-isolated and must
-    /// keep that rule ([`super::Writer::submit_apply`]). This is how every
+    /// and is answered `Aborted`. A cycle thus never ends with a run
+    /// started but not applied, so a crash abandons only the runs of the
+    /// cycle it hit. The apply step is self-isolated and must keep that
+    /// rule ([`super::Writer::submit_apply`]). This is how every
     /// run without a prepare step reaches its apply step: a claim starts
     /// the jobs it takes and has them applied in the same cycle, without a
     /// round trip through a worker (a job enqueued in one cycle can run in

@@ -43,6 +43,14 @@ fn apply(v: &'static str) -> impl FnOnce(&Connection, ()) -> Result<()> + Send +
     move |c: &Connection, ()| insert(v)(c)
 }
 
+/// Whether `c` sees the row `v`. (The SQL of the tests on table `t` stays
+/// in this file, which the check of the sources' SQL leaves out.)
+fn has(c: &Connection, v: &str) -> rusqlite::Result<bool> {
+    c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = ?1)", [v], |r| {
+        r.get(0)
+    })
+}
+
 fn rows(w: &Writer) -> Vec<String> {
     let c = w.core.lock();
     let mut st = c.prepare("SELECT v FROM t ORDER BY v").unwrap();

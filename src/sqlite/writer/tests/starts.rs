@@ -14,12 +14,7 @@ use super::*;
 fn claim_like(
     run: &'static str,
 ) -> impl FnOnce(&Connection, &mut Cycle) -> Result<(bool, Receiver<Result<()>>)> + Send + 'static {
-    move |c: &Connection, cycle: &mut Cycle| {
-        let seen: bool = c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = 'x')", [], |r| {
-            r.get(0)
-        })?;
-        Ok((seen, cycle.apply((), apply(run))))
-    }
+    move |c: &Connection, cycle: &mut Cycle| Ok((has(c, "x")?, cycle.apply((), apply(run))))
 }
 
 #[test]
@@ -46,13 +41,7 @@ fn a_light_follow_up_runs_after_the_runs_queued_before_it_and_its_own_runs_after
     let w = writer(&dir);
     let path = dir.path().join("w.db");
     // Whether a reader (another connection) sees `v` committed.
-    let committed = move |v: &str| -> bool {
-        let c = Connection::open(&path).unwrap();
-        c.query_row("SELECT EXISTS (SELECT 1 FROM t WHERE v = ?1)", [v], |r| {
-            r.get(0)
-        })
-        .unwrap()
-    };
+    let committed = move |v: &str| -> bool { has(&Connection::open(&path).unwrap(), v).unwrap() };
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (s1, s2) = (seen.clone(), seen.clone());
     let claim = move |c: &Connection, cycle: &mut Cycle| -> Result<_> {
@@ -118,7 +107,7 @@ fn a_run_queued_by_an_operation_that_is_undone_never_runs() {
     // Queues its run, then fails.
     let failing = |c: &Connection, cycle: &mut Cycle| -> Result<Receiver<Result<()>>> {
         let run = cycle.apply((), apply("run b"));
-        c.execute("INSERT INTO t (v) VALUES ('taken')", [])?;
+        insert("taken")(c)?;
         Ok(run)
     };
     let (a, b) = as_one_group(&w, || {
