@@ -1,6 +1,8 @@
-//! Leases on jobs: claim a batch, start a run, renew, reap expired leases,
-//! release at shutdown. Writes `jobs` (state and lease columns) and
-//! `attempts` (through the history module).
+//! Claims and starts: claim a batch of due jobs (starting some of them in
+//! the same statements), start the run of a job claimed before. Writes
+//! `jobs` (state, lease and fence columns), `attempts` (through the history
+//! module) and `queue_starts` (a rated queue's starts, through the controls
+//! module). Renewing, reaping and releasing leases is the leases module's.
 
 use rusqlite::{CachedStatement, Connection};
 
@@ -35,16 +37,15 @@ pub(crate) enum Take<W> {
     Claim,
     /// Claim and start it now, for the named worker; `W` is given back.
     Start(W, String),
-    /// Leave it queued for now: the caller starts it with
-    /// [`Starter::take_and_start`] in a moment (a later transaction of the
-    /// cycle).
+    /// Leave it queued for now: the caller starts it with [`Starts::start`]
+    /// in a moment (a later transaction of the cycle).
     Later(W, String),
 }
 
 /// What a claim took.
 pub(crate) struct Batch<W> {
     pub taken: Vec<Taken<W>>,
-    /// Left for [`Starter::take_and_start`], in priority order.
+    /// Left for [`Starts::start`], in priority order.
     pub later: Vec<(Claimed, W, String)>,
     /// Jobs were left queued because their queue's cap or rate was full: a
     /// run of it ending frees a slot worth claiming at once.
@@ -106,7 +107,7 @@ pub(crate) fn claim_batch<W>(
         frees_at: gate.wake_at,
     };
     let mut take = conn.prepare_cached(TAKE)?;
-    let mut starter: Option<Starter<'_>> = None;
+    let mut starts: Option<Starts<'_>> = None;
     let mut for_workers = ask.for_workers;
     for (priority, _, id, k, abandoned, queue, _) in candidates {
         let limits = queue.as_deref().and_then(|q| gate.limits(q));
@@ -123,12 +124,12 @@ pub(crate) fn claim_batch<W>(
         };
         match decided {
             Take::Start(token, worker) => {
-                let starter = match &mut starter {
+                let starts = match &mut starts {
                     Some(s) => s,
-                    None => starter.insert(Starter::new(conn)?),
+                    None => starts.insert(Starts::new(conn)?),
                 };
                 let (owner, until, now) = (ask.owner, ask.lease_until, ask.now);
-                if let Some(st) = starter.take_and_start(&c, owner, until, &worker, now)? {
+                if let Some(st) = starts.start(&c, owner, until, &worker, now)? {
                     batch.taken.push((c, Some((st, token))));
                 }
             }
@@ -236,21 +237,22 @@ fn candidates(
     }
 }
 
-/// Claims queued jobs and starts their runs, each in one go: read it, write
-/// the attempt row, then one update of the job that both claims it and
-/// fences it on the attempt (where a claim then a [`start`] would update
-/// the row twice and read it once more). Its three statements are taken
-/// from the connection's cache once, for a whole batch.
-pub(crate) struct Starter<'c> {
+/// The starts of a claim's batch: each claims a queued job and starts its
+/// run in one go — read the job, write the attempt row, then one update
+/// that both claims the job and fences it on the attempt (where a claim
+/// then a [`start`] would update the row twice and read it once more). Its
+/// three statements are taken from the connection's cache once, for a
+/// whole batch.
+pub(crate) struct Starts<'c> {
     conn: &'c Connection,
     read: CachedStatement<'c>,
     attempt: CachedStatement<'c>,
     take: CachedStatement<'c>,
 }
 
-impl<'c> Starter<'c> {
+impl<'c> Starts<'c> {
     /// Prepares (or takes from the cache) the statements.
-    pub(crate) fn new(conn: &'c Connection) -> Result<Starter<'c>> {
+    pub(crate) fn new(conn: &'c Connection) -> Result<Starts<'c>> {
         // Still queued, due, and as suspect as when the claim chose it: a
         // job started a transaction after its claim chose it (see
         // `Take::Later`) may have been run, failed and requeued meanwhile
@@ -261,7 +263,7 @@ impl<'c> Starter<'c> {
         const TAKE_FENCED: &str = "UPDATE jobs SET state = 'running', lease_owner = ?2, \
              lease_expires_at = ?3, attempts = ?4, current_attempt = ?5 \
              WHERE id = ?1 AND state = 'queued'";
-        Ok(Starter {
+        Ok(Starts {
             conn,
             read: conn.prepare_cached(READ)?,
             attempt: history::start_statement(conn)?,
@@ -269,10 +271,10 @@ impl<'c> Starter<'c> {
         })
     }
 
-    /// Claims and starts job `c` for `owner` until `lease_until`, its
-    /// attempt run by `worker`. None if it is not queued, due and as
+    /// Claims job `c` for `owner` until `lease_until` and starts its run,
+    /// the attempt run by `worker`. None if it is not queued, due and as
     /// abandoned as `c` says (any more).
-    pub(crate) fn take_and_start(
+    pub(crate) fn start(
         &mut self,
         c: &Claimed,
         owner: &str,
@@ -281,19 +283,11 @@ impl<'c> Starter<'c> {
         now: Millis,
     ) -> Result<Option<Started>> {
         let job_id = c.id;
-        let Begun::Started(st) = begin_run(
-            &mut self.read,
-            &mut self.attempt,
-            self.conn,
-            rusqlite::params![job_id, now, c.abandoned],
-            None,
-            job_id,
-            worker,
-            now,
-        )?
-        else {
+        let params = rusqlite::params![job_id, now, c.abandoned];
+        let Some(row) = StartRow::read(&mut self.read, params, false)? else {
             return Ok(None);
         };
+        let st = row.start(&mut self.attempt, self.conn, job_id, worker, now)?;
         let taken = self.take.execute(rusqlite::params![
             job_id,
             owner,
@@ -316,94 +310,91 @@ impl<'c> Starter<'c> {
     }
 }
 
-/// What [`begin_run`] found.
-enum Begun {
-    Started(Started),
-    /// The read found no job (the claim or the job changed meanwhile).
-    Missing,
-    /// The job's queue is paused: nothing written.
-    Paused,
+/// What a start reads of its job, before it writes the attempt row.
+struct StartRow {
+    /// Attempts charged so far.
+    charged: i64,
+    max_attempts: i64,
+    key: String,
+    queue: String,
+    payload: String,
+    partition: Option<String>,
+    timeout_ms: Option<i64>,
+    /// Its queue is paused (read only by a [`start`] of a claimed job).
+    paused: bool,
 }
 
-/// The part of a start both kinds share: reads the job by `read` (fenced
-/// as the caller needs, with `params`), writes its attempt row. The caller
-/// then fences the job on the attempt. With `paused_col`, the read's
-/// column of that index says whether the job's queue is paused, and a
-/// paused one is not started.
-#[allow(clippy::too_many_arguments)]
-fn begin_run(
-    read: &mut CachedStatement<'_>,
-    attempt_row: &mut CachedStatement<'_>,
-    conn: &Connection,
-    params: impl rusqlite::Params,
-    paused_col: Option<usize>,
-    job_id: i64,
-    worker: &str,
-    now: Millis,
-) -> Result<Begun> {
-    // Text read leniently: a row written by hand with bytes that are not
-    // UTF-8 must not make every start fail (a failing light operation
-    // undoes the light operations of its transaction: a claim and every
-    // start in it, the other workers' starts with them).
-    let text = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<String> {
-        Ok(
-            String::from_utf8_lossy(r.get_ref(i)?.as_bytes_or_null()?.unwrap_or_default())
-                .into_owned(),
-        )
-    };
-    let row: Option<StartRow> = {
+impl StartRow {
+    /// The job's row by `read` (fenced as the caller needs, with `params`),
+    /// if it is there. With `paused`, the read's eighth column says
+    /// whether the job's queue is paused.
+    fn read(
+        read: &mut CachedStatement<'_>,
+        params: impl rusqlite::Params,
+        paused: bool,
+    ) -> Result<Option<StartRow>> {
+        // Text read leniently: a row written by hand with bytes that are not
+        // UTF-8 must not make every start fail (a failing light operation
+        // undoes the light operations of its transaction: a claim and every
+        // start in it, the other workers' starts with them).
+        let text = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<String> {
+            Ok(
+                String::from_utf8_lossy(r.get_ref(i)?.as_bytes_or_null()?.unwrap_or_default())
+                    .into_owned(),
+            )
+        };
         let mut rows = read.query(params)?;
-        match rows.next()? {
-            Some(r) => Some((
-                r.get(0)?,
-                r.get(1)?,
-                text(r, 2)?,
-                text(r, 3)?,
-                text(r, 4)?,
-                (r.get(5)?, r.get(6)?),
-                match paused_col {
-                    Some(i) => r.get(i)?,
-                    None => false,
-                },
-            )),
-            None => None,
-        }
-    };
-    let Some((charged, max_attempts, key, queue, payload, (partition, timeout_ms), paused)) = row
-    else {
-        return Ok(Begun::Missing);
-    };
-    if paused {
-        return Ok(Begun::Paused);
+        let Some(r) = rows.next()? else {
+            return Ok(None);
+        };
+        Ok(Some(StartRow {
+            charged: r.get(0)?,
+            max_attempts: r.get(1)?,
+            key: text(r, 2)?,
+            queue: text(r, 3)?,
+            payload: text(r, 4)?,
+            partition: r.get(5)?,
+            timeout_ms: r.get(6)?,
+            paused: paused && r.get(7)?,
+        }))
     }
-    let attempt = charged + 1;
-    let attempt_id = history::start(
-        attempt_row,
-        conn,
-        history::RunOf::Job(job_id),
-        attempt,
-        &key,
-        worker,
-        now,
-    )?;
-    Ok(Begun::Started(Started {
-        attempt_id,
-        attempt,
-        max_attempts,
-        key,
-        queue,
-        payload,
-        partition,
-        timeout_ms,
-    }))
+
+    /// Writes the attempt row with `attempt_row`, charging the next
+    /// attempt. The caller then fences the job on it.
+    fn start(
+        self,
+        attempt_row: &mut CachedStatement<'_>,
+        conn: &Connection,
+        job_id: i64,
+        worker: &str,
+        now: Millis,
+    ) -> Result<Started> {
+        let attempt = self.charged + 1;
+        let attempt_id = history::start(
+            attempt_row,
+            conn,
+            history::RunOf::Job(job_id),
+            attempt,
+            &self.key,
+            worker,
+            now,
+        )?;
+        Ok(Started {
+            attempt_id,
+            attempt,
+            max_attempts: self.max_attempts,
+            key: self.key,
+            queue: self.queue,
+            payload: self.payload,
+            partition: self.partition,
+            timeout_ms: self.timeout_ms,
+        })
+    }
 }
 
-/// What a start reads of its job: attempts charged, max_attempts, key,
-/// queue, payload, (partition, timeout), and whether its queue is paused.
-type StartRow = (i64, i64, String, String, String, Limits, bool);
-type Limits = (Option<String>, Option<i64>);
-
-/// A run that started: its attempt row is written and the job is fenced on it.
+/// A run that started: its attempt row is written and the job is fenced on
+/// it. Its start commits (a light commit) before any of its user code runs;
+/// its apply step gets it by value.
 #[derive(Debug, Clone)]
 pub(crate) struct Started {
     pub attempt_id: i64,
@@ -418,11 +409,11 @@ pub(crate) struct Started {
     pub timeout_ms: Option<i64>,
 }
 
-/// Starts the run of a claimed job: charges an attempt, writes the attempt
-/// row and fences the job on it; records the start of a `rated` queue (see
-/// [`Claimed::rated`]). None when the claim was lost meanwhile, or when its
-/// queue was paused since the claim: then the claim goes back, uncharged,
-/// since a paused queue starts nothing new.
+/// Starts the run of a job `owner` claimed: charges an attempt, writes the
+/// attempt row and fences the job on it; records the start of a `rated`
+/// queue (see [`Claimed::rated`]). None when the claim was lost meanwhile,
+/// or when its queue was paused since the claim: then the claim goes back,
+/// uncharged, since a paused queue starts nothing new.
 pub(crate) fn start(
     conn: &Connection,
     job_id: i64,
@@ -445,23 +436,21 @@ pub(crate) fn start(
          EXISTS (SELECT 1 FROM queues q WHERE q.name = jobs.queue AND q.paused = 1) FROM jobs \
          WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND current_attempt IS NULL";
     const FENCE: &str = "UPDATE jobs SET attempts = ?2, current_attempt = ?3 WHERE id = ?1";
-    let st = match begin_run(
-        &mut conn.prepare_cached(READ)?,
+    let params = rusqlite::params![job_id, owner];
+    let Some(row) = StartRow::read(&mut conn.prepare_cached(READ)?, params, true)? else {
+        return Ok(None);
+    };
+    if row.paused {
+        crate::sqlite::leases::release(conn, job_id, owner, None, "its queue was paused", now)?;
+        return Ok(None);
+    }
+    let st = row.start(
         &mut history::start_statement(conn)?,
         conn,
-        rusqlite::params![job_id, owner],
-        Some(7),
         job_id,
         worker,
         now,
-    )? {
-        Begun::Started(st) => st,
-        Begun::Missing => return Ok(None),
-        Begun::Paused => {
-            crate::sqlite::leases::release(conn, job_id, owner, None, "its queue was paused", now)?;
-            return Ok(None);
-        }
-    };
+    )?;
     conn.prepare_cached(FENCE)?
         .execute(rusqlite::params![job_id, st.attempt, st.attempt_id])?;
     if rated {

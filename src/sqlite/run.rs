@@ -118,43 +118,10 @@ fn failure_not_recorded(job_id: i64) -> Error {
     }
 }
 
-/// [`fail_run`] for a caller that does not hold the run's charge (a
-/// prepare step's failure, recorded from the start step): it is read from
-/// the job's row, under the same fence.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn fail(
-    conn: &Connection,
-    job_id: i64,
-    attempt_id: i64,
-    outcome: AttemptOutcome,
-    error: &str,
-    next: Next,
-    now: Millis,
-    within: Within,
-) -> Result<RunEnd> {
-    const CHARGED: &str = "SELECT attempts, max_attempts FROM jobs \
-         WHERE id = ?1 AND current_attempt = ?2 AND state = 'running'";
-    let Some(run) = conn
-        .prepare_cached(CHARGED)?
-        .query_row([job_id, attempt_id], |r| {
-            Ok(Charged {
-                attempt: r.get(0)?,
-                max_attempts: r.get(1)?,
-            })
-        })
-        .optional()?
-    else {
-        return Err(failure_not_recorded(job_id));
-    };
-    fail_run(
-        conn, job_id, attempt_id, run, outcome, error, next, now, within,
-    )
-}
-
 /// Records a failed run and requeues or kills the job, as the core decides
 /// ([`JobEnd::failed`]). Fenced on the attempt.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn fail_run(
+pub(crate) fn fail(
     conn: &Connection,
     job_id: i64,
     attempt_id: i64,
@@ -336,7 +303,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
         ledger::unrecord(conn, &ctx.key)
     })();
     undone.map_err(|e| abort(conn, e))?;
-    fail_run(
+    fail(
         conn,
         ctx.id,
         attempt_id,

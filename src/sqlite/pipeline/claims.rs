@@ -1,29 +1,22 @@
 //! The claim the supervisor sends to the writer: what it takes, and the
-//! apply-only runs it starts itself in the same writer cycle.
+//! apply-only runs it starts itself in the same writer cycle. Writes `jobs`
+//! and `attempts` (through the claim module), on the writer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
 use crate::core::backoff::Rng;
 use crate::core::time::Millis;
-use crate::driver::handler::ErasedHandler;
-use crate::driver::run;
 use crate::driver::Store;
 use crate::error::Result;
 use crate::sqlite::claim::{self, Claimed};
 use crate::sqlite::writer;
-use crate::sqlite::Sqlite;
 
-use super::begin::apply_started;
-use super::pending::{context, Pending, Running};
+use super::pending::Run;
+use super::start::{apply_in, Worked};
 use super::Pipe;
-
-/// A run the claim starts itself: its handler, and the worker its attempt
-/// names.
-type Worked = (Arc<dyn ErasedHandler<Sqlite>>, String);
 
 /// What a claim took.
 pub(crate) struct Taken {
@@ -33,7 +26,7 @@ pub(crate) struct Taken {
     /// Apply-only runs the claim started itself: their apply steps run on
     /// the writer in the claim's own cycle; a worker sees their end (logs
     /// it, lets go of the job).
-    pub(crate) runs: Vec<Pending>,
+    pub(crate) runs: Vec<Run>,
     /// When the claim took jobs of a better priority than the rest, it
     /// started only those: the rest (how many) are started by a light
     /// follow-up in the cycle's next transaction, which hands their runs
@@ -63,7 +56,7 @@ pub(crate) fn any_to_claim(s: &Arc<Pipe>, more_known: bool) -> Result<bool> {
 /// An apply-only job (its handler has no prepare step, the common case) is
 /// started by the claim itself, in the same light transaction, and its
 /// apply step queued to run right after that commit, in the same writer
-/// cycle ([`writer::Cycle::follow_up`]). Enqueues are applied before claims in a
+/// cycle ([`writer::Cycle::apply`]). Enqueues are applied before claims in a
 /// cycle, so a high-priority job enqueued while a backlog runs waits about
 /// one writer cycle, not three (its enqueue's, its claim's and its
 /// start's). Its handler runs on the writer thread, but its attempt row
@@ -128,7 +121,7 @@ pub(crate) fn submit_claim(
             match started {
                 Some((st, w)) => {
                     let unit = rng.unit();
-                    taken.runs.push(queue_run(cycle, &sh, c, st, w, unit, now));
+                    taken.runs.push(apply_in(cycle, &sh, c, st, w, unit, now));
                 }
                 None => taken.claimed.push(c),
             }
@@ -171,8 +164,8 @@ pub(crate) fn submit_claim(
 }
 
 /// Starts the jobs a split claim left queued (see [`claim::Take::Later`]),
-/// unless the runtime is stopping (they stay queued then), and queues their
-/// apply steps.
+/// unless the runtime is stopping (they stay queued then), and hands them
+/// to their apply steps.
 fn start_later(
     conn: &rusqlite::Connection,
     cycle: &mut writer::Cycle,
@@ -180,56 +173,20 @@ fn start_later(
     later: Vec<(Claimed, Worked, String)>,
     lease_ms: i64,
     rng: &mut Rng,
-) -> Result<Vec<Pending>> {
+) -> Result<Vec<Run>> {
     if sh.stopping.load(Ordering::SeqCst) {
         return Ok(Vec::new());
     }
     let now = sh.now();
     let mut runs = Vec::with_capacity(later.len());
-    let mut starter = claim::Starter::new(conn)?;
+    let mut starts = claim::Starts::new(conn)?;
     for (c, w, worker) in later {
-        if let Some(st) = starter.take_and_start(&c, &sh.owner, now + lease_ms, &worker, now)? {
+        if let Some(st) = starts.start(&c, &sh.owner, now + lease_ms, &worker, now)? {
             let unit = rng.unit();
-            runs.push(queue_run(cycle, sh, c, st, w, unit, now));
+            runs.push(apply_in(cycle, sh, c, st, w, unit, now));
         }
     }
     Ok(runs)
-}
-
-/// A run a claim started: queues its apply step for the next transaction of
-/// this cycle ([`writer::Cycle::follow_up`]).
-fn queue_run(
-    cycle: &mut writer::Cycle,
-    sh: &Arc<Pipe>,
-    c: Claimed,
-    st: claim::Started,
-    (handler, worker): Worked,
-    unit: f64,
-    now: Millis,
-) -> Pending {
-    let ctx = context(sh, c.id, &c.kind, &st);
-    let backoff_at = run::backoff_at(&sh.cfg.backoff, &ctx, unit, now);
-    let attempt_id = st.attempt_id;
-    let sh2 = sh.clone();
-    let rx = cycle.follow_up(move |conn| {
-        apply_started(
-            conn,
-            &sh2,
-            handler.as_ref(),
-            c.id,
-            &c.kind,
-            &worker,
-            st,
-            unit,
-        )
-    });
-    Pending::Running(Running {
-        rx,
-        ctx,
-        attempt_id,
-        backoff_at,
-        t0: Instant::now(),
-    })
 }
 
 /// Counts what a claim took in flight (its leases are renewed, and a stop
@@ -237,9 +194,6 @@ fn queue_run(
 pub(crate) fn count_in_flight(s: &Arc<Pipe>, taken: &Taken) {
     s.in_flight.claimed(
         taken.claimed.iter().map(|c| c.id),
-        taken.runs.iter().filter_map(|p| match p {
-            Pending::Running(r) => Some((r.ctx.id, r.attempt_id)),
-            Pending::Starting { .. } => None,
-        }),
+        taken.runs.iter().map(|r| (r.ctx.id, r.attempt_id)),
     );
 }

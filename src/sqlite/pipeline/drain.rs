@@ -17,9 +17,9 @@ use crate::error::Result;
 use crate::sqlite::claim::{self, Claimed};
 use crate::sqlite::Sqlite;
 
-use super::begin::begin_job;
 use super::finish::finish_job;
-use super::pending::Pending;
+use super::pending::{Pending, Run};
+use super::start::start_job;
 use super::worker::MAX_PIPELINE;
 use super::Pipe;
 
@@ -31,7 +31,7 @@ pub(crate) struct FileDrain {
     pipe: Arc<Pipe>,
     /// Kept so the pipe's run channel stays open (no claim of a drain
     /// starts runs for others to see through).
-    _runs: Receiver<Pending>,
+    _runs: Receiver<Run>,
     name: String,
     rng: Rng,
     /// Runs every prepare step in this thread: a run past its timeout
@@ -117,7 +117,7 @@ impl DrainJobs for FileDrain {
                         failed.get_or_insert(e);
                     }
                 }
-                match begin_job(&self.pipe, &c, &self.name, &mut self.rng, &mut self.runner) {
+                match start_job(&self.pipe, &c, &self.name, &mut self.rng, &mut self.runner) {
                     Some(p) => pending.push_back(p),
                     None => self.pipe.in_flight.forget_job(c.id),
                 }

@@ -1,5 +1,7 @@
 //! A run's end: waiting for its commit, recording what the writer could
-//! not, logging it, letting go of the job.
+//! not, logging it, letting go of the job. Writes `jobs` and `attempts`
+//! (a failed run's record, a release) through the run and leases modules,
+//! on the writer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use crate::sqlite::leases;
 use crate::sqlite::run::{self, Within};
 use crate::sqlite::writer;
 
-use super::pending::{context, Pending, Running};
+use super::pending::{Pending, Run, Start};
 use super::Pipe;
 
 /// Waits for a run's commit, handles what the writer could not record, logs
@@ -27,36 +29,26 @@ use super::Pipe;
 /// (its claim was lost), an error when its start or its end could not be
 /// recorded (the job went back, uncharged).
 pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) -> Option<Result<RunEnd>> {
-    let running = match p {
-        Pending::Running(r) => r,
-        Pending::Starting {
+    let run = match p {
+        Pending::Run(r) => r,
+        Pending::Start(Start {
             id,
             kind,
-            start_rx,
-            apply_rx,
+            started,
+            applied,
             backoff_unit,
             t0,
-        } => match writer::wait(start_rx) {
+        }) => match writer::wait(started) {
             Ok(Some(st)) => {
-                let ctx = context(s, id, &kind, &st);
-                Running {
-                    rx: apply_rx,
-                    backoff_at: lifecycle_run::backoff_at(
-                        &s.cfg.backoff,
-                        &ctx,
-                        backoff_unit,
-                        s.now(),
-                    ),
-                    ctx,
-                    attempt_id: st.attempt_id,
-                    t0,
-                }
+                let ctx = Run::context(s, id, &kind, &st);
+                let backoff = (backoff_unit, s.now());
+                Run::new(s, applied, ctx, st.attempt_id, backoff, t0)
             }
             other => {
                 // Not started (the claim was lost, or the start was not
                 // committed): nothing ran. Give the claim back if it is
                 // still ours.
-                let _ = writer::wait(apply_rx);
+                let _ = writer::wait(applied);
                 let failed = other.err().inspect(|e| s.start_failed(id, e));
                 s.in_flight.forget_job(id);
                 s.slot_freed();
@@ -64,15 +56,15 @@ pub(crate) fn finish_job(s: &Arc<Pipe>, p: Pending) -> Option<Result<RunEnd>> {
             }
         },
     };
-    let end = finish_running(s, running);
+    let end = finish_run(s, run);
     s.slot_freed();
     Some(end)
 }
 
 /// Waits for a started run's commit; an interrupted write is recorded as a
 /// failed run, a transient one gives the job back uncharged.
-fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
-    let Running {
+fn finish_run(s: &Arc<Pipe>, r: Run) -> Result<RunEnd> {
+    let Run {
         rx,
         ctx,
         attempt_id,
@@ -117,23 +109,19 @@ fn finish_running(s: &Arc<Pipe>, r: Running) -> Result<RunEnd> {
     result
 }
 
-/// The write that records a failed run, as its own durable operation;
-/// `run`: its charge, when the caller holds it (else it is read).
+/// The write that records a failed run, as its own durable operation.
 fn fail_op(
     clock: Clock,
     id: i64,
     attempt_id: i64,
-    run: Option<Charged>,
+    run: Charged,
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
 ) -> impl FnOnce(&rusqlite::Connection) -> Result<RunEnd> + Send + 'static {
     move |conn| {
         let (now, within) = (clock.now(), Within::WritersSavepoint);
-        match run {
-            Some(run) => run::fail_run(conn, id, attempt_id, run, outcome, &msg, next, now, within),
-            None => run::fail(conn, id, attempt_id, outcome, &msg, next, now, within),
-        }
+        run::fail(conn, id, attempt_id, run, outcome, &msg, next, now, within)
     }
 }
 
@@ -142,6 +130,7 @@ pub(crate) fn submit_fail(
     s: &Arc<Pipe>,
     id: i64,
     attempt_id: i64,
+    run: Charged,
     outcome: AttemptOutcome,
     msg: String,
     next: Next,
@@ -150,7 +139,7 @@ pub(crate) fn submit_fail(
         s.store.clock.clone(),
         id,
         attempt_id,
-        None,
+        run,
         outcome,
         msg,
         next,
@@ -171,7 +160,7 @@ fn fail_run(
         s.store.clock.clone(),
         id,
         attempt_id,
-        Some(run),
+        run,
         outcome,
         msg,
         next,

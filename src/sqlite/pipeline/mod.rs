@@ -1,9 +1,10 @@
 //! The file's job pipeline on its one writer: the supervisor claims (and
 //! starts the apply-only runs of a claim in the writer's same cycle), the
 //! workers start the rest and run their prepare steps, and every run's
-//! apply step runs on the writer inside a group transaction. Writes
-//! `jobs`, `attempts`, `processed_jobs` and `outbox` through the file's
-//! modules, on the writer.
+//! apply step runs on the writer inside a group transaction, after its
+//! start's light commit (`start`). Writes `jobs`, `attempts`,
+//! `processed_jobs` and `outbox` through the file's modules, on the
+//! writer.
 //!
 //! Threads (all named): `litejob-supervisor` claims batches (woken by
 //! in-process enqueues, or polling for other processes' work), renews
@@ -24,16 +25,16 @@ use crate::sqlite::claim::Claimed;
 use crate::sqlite::writer::Writer;
 use crate::sqlite::Sqlite;
 
-pub(crate) mod begin;
 pub(crate) mod claims;
 pub(crate) mod drain;
 pub(crate) mod finish;
 pub(crate) mod pending;
+pub(crate) mod start;
 pub(crate) mod supervisor;
 pub(crate) mod worker;
 
 use finish::finish_job;
-use pending::Pending;
+use pending::{Pending, Run};
 use supervisor::supervisor_loop;
 use worker::{worker_loop, MAX_PIPELINE};
 
@@ -46,7 +47,7 @@ pub(crate) struct Pipe {
     /// The runs a claim started, for whichever worker is free to see their
     /// end (none is tied to one: a worker busy in a long prepare step would
     /// hold up the runs handed to it, and the claims behind them).
-    pub(crate) runs_tx: Sender<Pending>,
+    pub(crate) runs_tx: Sender<Run>,
     /// How many claimed jobs may be unfinished at once (see
     /// [`supervisor_loop`]); 0 without workers.
     pub(crate) max_in_flight: usize,
@@ -96,7 +97,7 @@ struct FilePipeline {
     buffer_rx: Receiver<Claimed>,
     /// A receiver of the runs a claim started, to see through what the
     /// workers did not before they stopped.
-    runs_rx: Receiver<Pending>,
+    runs_rx: Receiver<Run>,
 }
 
 /// Starts the workers and the supervisor.
@@ -167,8 +168,8 @@ impl Pipeline for FilePipeline {
         // after the cycle under way (a split claim's follow-up may still be
         // handing some over).
         let _ = self.pipe.writer.run_light(|_| Ok(()));
-        while let Ok(p) = self.runs_rx.try_recv() {
-            let _ = finish_job(&self.pipe, p);
+        while let Ok(run) = self.runs_rx.try_recv() {
+            let _ = finish_job(&self.pipe, Pending::Run(run));
         }
         // Claimed ahead, never started: back to queued, uncharged.
         let mut released = 0;

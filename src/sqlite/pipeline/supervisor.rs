@@ -1,5 +1,6 @@
 //! The supervisor thread: claims, hands what it took to the workers, and
-//! keeps the leases' timers.
+//! keeps the leases' timers. Writes through the claims module and the
+//! driver's lease keeping (renewals, reaping), on the writer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::sqlite::writer;
 
 use super::claims::{any_to_claim, count_in_flight, submit_claim, Taken};
 use super::finish::finish_job;
+use super::pending::Pending;
 use super::Pipe;
 use crate::driver::leases::{heartbeat, reap};
 use crate::driver::pipeline::sleep_or_stop;
@@ -336,7 +338,7 @@ fn dispatch(s: &Arc<Pipe>, buffer: &Sender<Claimed>, taken: Taken) {
     for run in taken.runs {
         if let Err(e) = s.runs_tx.send(run) {
             // Nobody to receive it (never while the runtime runs).
-            let _ = finish_job(s, e.0);
+            let _ = finish_job(s, Pending::Run(e.0));
         }
     }
     for c in taken.claimed {

@@ -1,5 +1,6 @@
 //! The worker threads: start claimed jobs and see runs through to their end,
-//! keeping several runs' commits in flight.
+//! keeping several runs' commits in flight. Writes through the start and
+//! finish modules, on the writer.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -10,9 +11,9 @@ use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use crate::core::backoff::Rng;
 use crate::sqlite::claim::Claimed;
 
-use super::begin::begin_job;
 use super::finish::finish_job;
-use super::pending::Pending;
+use super::pending::{Pending, Run};
+use super::start::start_job;
 use super::Pipe;
 use crate::driver::pipeline::worker_name;
 use crate::driver::runner::Runner;
@@ -26,7 +27,7 @@ pub(crate) const MAX_PIPELINE: usize = 64;
 pub(crate) fn worker_loop(
     s: Arc<Pipe>,
     jobs: Receiver<Claimed>,
-    runs: Receiver<Pending>,
+    runs: Receiver<Run>,
     space: Sender<()>,
 ) {
     let stop = s.stop.clone();
@@ -50,7 +51,7 @@ struct Worker {
     /// Claimed jobs to start.
     jobs: Receiver<Claimed>,
     /// Runs a claim started: only their end to see.
-    runs: Receiver<Pending>,
+    runs: Receiver<Run>,
     stop: Receiver<()>,
     /// Tells the supervisor there is room for its next claim.
     space: Sender<()>,
@@ -93,7 +94,7 @@ impl Worker {
                 Turn::Stop => break,
             }
         }
-        self.pending.extend(self.runs.try_iter());
+        self.pending.extend(self.runs.try_iter().map(Pending::Run));
         for p in std::mem::take(&mut self.pending) {
             self.finish(p);
         }
@@ -114,7 +115,7 @@ impl Worker {
             let p = self.pending.pop_front().expect("front exists");
             self.finish(p);
         }
-        self.pending.extend(self.runs.try_iter());
+        self.pending.extend(self.runs.try_iter().map(Pending::Run));
     }
 
     /// No run in flight: waits for a job to start, a run to see through or
@@ -124,8 +125,8 @@ impl Worker {
         select! {
             recv(jobs) -> c => match c { Ok(c) => Turn::Start(c), Err(_) => Turn::Stop },
             recv(runs) -> p => {
-                if let Ok(p) = p {
-                    self.pending.push_back(p);
+                if let Ok(run) = p {
+                    self.pending.push_back(Pending::Run(run));
                 }
                 Turn::Again
             }
@@ -182,7 +183,7 @@ impl Worker {
         // Past the cap of runner threads left behind, a run given up on
         // holds its worker until its code returns.
         self.runner.settle();
-        match begin_job(
+        match start_job(
             &self.s,
             &claimed,
             &self.name,

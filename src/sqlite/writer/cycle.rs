@@ -1,6 +1,7 @@
 //! A writer cycle: the [`Cycle`] value through which a light operation
-//! queues follow-up work, and [`Core::cycle`], which runs a cycle's
-//! transactions and answers them.
+//! queues follow-up work (the apply steps of the runs it started, light
+//! follow-ups), and [`Core::cycle`], which runs a cycle's transactions and
+//! answers them. Writes no table itself.
 
 use crate::core::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -13,6 +14,7 @@ use rusqlite::Connection;
 use super::group::run_group;
 use super::op::{channel, Durability, Op, Reply, Status};
 use super::sync::SyncMode;
+use crate::driver::reply::Sink;
 use crate::error::{Error, Result};
 use crate::sqlite::checkpoint::Checkpointer;
 
@@ -32,26 +34,44 @@ impl Cycle {
         Cycle { queued: Vec::new() }
     }
 
-    /// Queues `apply`, a run's apply step, to run in this cycle's next
-    /// transaction — after the light commit, so after the run's start that
-    /// the operation wrote — and only if the operation committed: otherwise
-    /// `apply` does not run and is answered `Aborted`. Like a pair's apply
-    /// step it is self-isolated and must keep that rule
-    /// ([`super::Writer::submit_apply`]). This is how a claim starts the
-    /// jobs it takes and has them applied in the same cycle, without a
-    /// round trip through a worker: a job enqueued in one cycle can run in
-    /// that very cycle.
-    pub(crate) fn follow_up<A, FA>(&mut self, apply: FA) -> Receiver<Result<A>>
+    /// Hands `started`, a run this operation just started, to its apply
+    /// step: `apply` gets it by value in this cycle's next transaction —
+    /// after the light commit, so after the run's start — and only if the
+    /// operation committed: otherwise `apply` does not run (no user code of
+    /// the run may run while its attempt row is not there to be charged)
+    /// and is answered `Aborted`. A cycle thus never ends with a run
+    /// started but not applied, so a crash abandons only the runs of the
+    /// cycle it hit. The apply step is self-isolated and must keep that
+    /// rule ([`super::Writer::submit_apply`]). This is how every
+    /// run without a prepare step reaches its apply step: a claim starts
+    /// the jobs it takes and has them applied in the same cycle, without a
+    /// round trip through a worker (a job enqueued in one cycle can run in
+    /// that very cycle), and a worker's start does the same
+    /// ([`super::Writer::start`]).
+    pub(crate) fn apply<S, A, FA>(&mut self, started: S, apply: FA) -> Receiver<Result<A>>
     where
+        S: Send + 'static,
         A: Send + 'static,
-        FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
+        FA: FnOnce(&Connection, S) -> Result<A> + Send + 'static,
     {
         let (tx, rx) = channel();
-        self.queued.push(Op::apply(apply, tx));
+        self.apply_to(started, apply, tx);
         rx
     }
 
-    /// [`Cycle::follow_up`] for a light operation: it runs in the next
+    /// [`Cycle::apply`], its answer going to `tx`.
+    pub(super) fn apply_to<S, A, FA, T>(&mut self, started: S, apply: FA, tx: T)
+    where
+        S: Send + 'static,
+        A: Send + 'static,
+        FA: FnOnce(&Connection, S) -> Result<A> + Send + 'static,
+        T: Sink<Result<A>>,
+    {
+        self.queued
+            .push(Op::apply(move |conn: &Connection| apply(conn, started), tx));
+    }
+
+    /// [`Cycle::apply`] for a light operation: it runs in the next
     /// transaction of this cycle, after the runs queued before it, and may
     /// queue runs of its own, which get one more transaction. A claim that
     /// took jobs of a better priority than the rest starts only those itself
@@ -196,17 +216,17 @@ impl Core {
     }
 
     /// One cycle, in two transactions (or more, see below). The first holds
-    /// the durable operations that are not a run's apply step (enqueues,
-    /// acks, operator actions), each in its own savepoint, then the light
-    /// ones (claims, starts, renewals) without: a claim then sees the jobs
-    /// enqueued in the same cycle. Its light operations are answered right
-    /// after its commit, without an fsync, so a worker waiting to start its
-    /// next job does not wait for the fsync of other jobs' completions. The
-    /// second holds the apply steps of the runs started in the first (a
-    /// pair's, or one a light operation queued with [`Cycle::follow_up`]):
+    /// `first`: the durable operations (enqueues, acks, operator actions,
+    /// the apply steps of runs prepared on a worker), each in its own
+    /// savepoint unless self-isolated, then the light ones (claims, starts,
+    /// renewals) without: a claim then sees the jobs enqueued in the same
+    /// cycle. Its light operations are answered right after its commit,
+    /// without an fsync, so a worker waiting to start its next job does not
+    /// wait for the fsync of other jobs' completions. The second holds the
+    /// apply steps of the runs started in the first ([`Cycle::apply`]):
     /// their starts are committed before any of their user code runs. A
     /// light follow-up ([`Cycle::follow_up_light`]) queued by the first runs
-    /// in the second, and the runs it queues get a third; and so on while
+    /// in the second, and the runs it starts get a third; and so on while
     /// follow-ups queue more. The durable operations of all are answered
     /// once the last commit is on disk — one fsync covers every commit
     /// before it: by the syncer thread if `syncer` is given (the writer goes
@@ -221,25 +241,23 @@ impl Core {
         &self,
         conn: &Connection,
         first: &mut Vec<Op>,
-        applies: &mut Vec<Op>,
         syncer: Option<&Sender<Vec<Reply>>>,
         taken: usize,
     ) -> Vec<Reply> {
         let mut durable: Vec<Reply> = Vec::new();
-        // Follow-ups of the light operations committed so far.
-        let mut ready: Vec<Op> = Vec::new();
+        // Follow-ups of the light operations committed so far: the runs
+        // they started, and light follow-ups (a claim that started its
+        // urgent jobs first, see [`Cycle::follow_up_light`]), which may
+        // start more.
+        let mut next: Vec<Op> = Vec::new();
         if !first.is_empty() {
-            self.commit_group(conn, first, taken, &mut durable, &mut ready);
+            self.commit_group(conn, first, taken, &mut durable, &mut next);
         }
-        // What the light operations just committed queued, first; then
-        // again for what light follow-ups queue in turn (a claim that
-        // started its urgent jobs first, see [`Cycle::follow_up_light`]).
-        loop {
-            applies.splice(0..0, std::mem::take(&mut ready));
-            if applies.is_empty() {
-                break;
-            }
-            self.commit_group(conn, applies, taken, &mut durable, &mut ready);
+        // Emptied by each transaction, then swapped: one buffer each.
+        let mut ops: Vec<Op> = Vec::new();
+        while !next.is_empty() {
+            std::mem::swap(&mut ops, &mut next);
+            self.commit_group(conn, &mut ops, taken, &mut durable, &mut next);
         }
         match (&self.sync, syncer) {
             _ if durable.is_empty() => Vec::new(),

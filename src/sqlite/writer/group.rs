@@ -1,5 +1,6 @@
 //! Running one transaction of a cycle ([`run_group`]): savepoints, what a
-//! failure undoes, the commit and the classification of its errors.
+//! failure undoes, the commit and the classification of its errors. Writes
+//! no table itself: the operations it runs do.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI64, Ordering};

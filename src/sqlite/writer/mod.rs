@@ -17,7 +17,9 @@
 //!
 //! The parts: [`op`] (what an operation is), [`cycle`] (a cycle's
 //! transactions, and the [`Cycle`] a light operation queues follow-up work
-//! with), [`group`] (one transaction: savepoints, rollback, commit),
+//! with, such as the apply step of a run it started), [`start`] (a run's
+//! start and apply step as one operation), [`group`] (one transaction:
+//! savepoints, rollback, commit),
 //! [`sync`] (fsyncs and the syncer thread), [`thread`] (the writer thread's
 //! loop), [`watchdog`] (the transaction budget), [`oneshot`] (a blocked
 //! caller's reply slot).
@@ -26,6 +28,7 @@ mod cycle;
 mod group;
 mod oneshot;
 mod op;
+mod start;
 mod sync;
 mod thread;
 mod watchdog;
@@ -238,28 +241,6 @@ impl Writer {
         }
     }
 
-    /// Sends a run's start (light) and its apply step (durable) as one
-    /// unit: the writer commits the start, then applies in the same cycle,
-    /// and only if the start committed. `isolated` runs the pair in a cycle
-    /// of its own. The apply step is self-isolated, as with
-    /// [`Writer::submit_apply`]: it must keep that operation's rule.
-    pub(crate) fn submit_pair<S, A, FS, FA>(
-        &self,
-        isolated: bool,
-        start: FS,
-        apply: FA,
-    ) -> (Receiver<Result<S>>, Receiver<Result<A>>)
-    where
-        S: Send + 'static,
-        A: Send + 'static,
-        FS: FnOnce(&Connection) -> Result<S> + Send + 'static,
-        FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
-    {
-        let (op, start_rx, apply_rx) = op::start_and_apply(isolated, start, apply);
-        self.send(op);
-        (start_rx, apply_rx)
-    }
-
     /// Runs `f` in the writer and waits for its commit.
     pub(crate) fn run<R, F>(&self, f: F) -> Result<R>
     where
@@ -300,7 +281,7 @@ impl Writer {
                 if let Ok(conn) = self.core.conn.try_lock() {
                     let (rx, tx) = OneShot::new();
                     let mut first = vec![Op::plain(durability, f, tx)];
-                    let unsynced = self.core.cycle(&conn, &mut first, &mut Vec::new(), None, 0);
+                    let unsynced = self.core.cycle(&conn, &mut first, None, 0);
                     drop(conn);
                     self.core.sync_and_answer(unsynced);
                     return answer(rx.recv());

@@ -1,15 +1,11 @@
 //! What an operation is: its body (light, durable, or a self-isolated apply
-//! step), how its caller is answered, and the pairing of a run's start with
-//! its apply step.
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+//! step), how its caller is answered, and whether it runs alone. Writes no
+//! table itself.
 
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
 use super::cycle::Cycle;
-use crate::core::sync::lock;
 use crate::driver::reply::Sink;
 use crate::error::{Error, Result};
 
@@ -43,7 +39,8 @@ pub(super) type LightFn = Box<dyn FnOnce(&Connection, &mut Cycle) -> (Status, Re
 /// How the writer runs an operation's body.
 pub(super) enum Kind {
     /// No savepoint (see [`Durability::Light`]); the only kind that may
-    /// queue follow-up work, so the only one given a [`Cycle`].
+    /// queue follow-up work (a run's start hands the run to its apply step
+    /// there), so the only one given a [`Cycle`].
     Light(LightFn),
     /// In its own savepoint, unless alone in its group.
     Durable(DurableFn),
@@ -67,24 +64,13 @@ impl Kind {
 pub(super) struct Op {
     pub(super) kind: Kind,
     pub(super) reject: Reject,
-    /// A run's apply step that must run in the same cycle as this light
-    /// operation (its start), after its commit.
-    pub(super) pair: Option<Pair>,
+    /// Runs in a cycle of its own, with the follow-up work it queues and
+    /// nothing else (a suspect job's start, see [`super::Writer::start`]).
+    pub(super) alone: bool,
     /// Sent by a caller blocked until its commit ([`super::Writer::run`]),
     /// not pipelined: the writer waits a moment for such callers to come
     /// back.
     pub(super) blocking: bool,
-}
-
-/// A run's apply step, paired with its start. A cycle then never ends with
-/// a run started but not applied, so a crash abandons only the runs of the
-/// cycle it hit.
-pub(super) struct Pair {
-    pub(super) apply: Box<Op>,
-    /// Run the pair alone, in a cycle of its own (a suspect job, perhaps a
-    /// poison pill: when it kills the process, no other run of this writer
-    /// is started and unfinished, so no healthy job is charged with it).
-    pub(super) alone: bool,
 }
 
 /// How hard an operation's commit must push to the disk.
@@ -129,7 +115,7 @@ impl Op {
         Op {
             kind,
             reject: Box::new(move |e: Error| tx.put(Err(e))),
-            pair: None,
+            alone: false,
             blocking: false,
         }
     }
@@ -190,68 +176,4 @@ impl Op {
 /// A new channel for one answer.
 pub(super) fn channel<R>() -> (Sender<Result<R>>, Receiver<Result<R>>) {
     crossbeam_channel::bounded(1)
-}
-
-/// A run's start (light) and its apply step (durable, self-isolated) as one
-/// operation: the writer commits the start, then applies in the same cycle.
-/// The apply step runs only if its start committed: when the light
-/// transaction was undone, no user code of the run may run (its attempt row
-/// is not there to be charged if that code crashes).
-pub(super) fn start_and_apply<S, A, FS, FA>(
-    alone: bool,
-    start: FS,
-    apply: FA,
-) -> (Op, Receiver<Result<S>>, Receiver<Result<A>>)
-where
-    S: Send + 'static,
-    A: Send + 'static,
-    FS: FnOnce(&Connection) -> Result<S> + Send + 'static,
-    FA: FnOnce(&Connection) -> Result<A> + Send + 'static,
-{
-    let started = Arc::new(AtomicBool::new(false));
-    let (tx, start_rx) = channel();
-    let flag = started.clone();
-    let mut op = Op::light(move |c: &Connection, _: &mut Cycle| start(c), tx);
-    let Kind::Light(run) = op.kind else {
-        unreachable!("Op::light builds a light operation")
-    };
-    op.kind = Kind::Light(Box::new(move |conn: &Connection, cycle: &mut Cycle| {
-        let (status, reply) = run(conn, cycle);
-        let ok = status == Status::Ok;
-        let reply: Reply = Box::new(move |commit: Result<()>| {
-            flag.store(ok && commit.is_ok(), Ordering::Release);
-            reply(commit)
-        });
-        (status, reply)
-    }));
-    let (tx, apply_rx) = channel();
-    let mut apply_op = Op::apply(apply, tx);
-    let reject = Arc::new(Mutex::new(Some(apply_op.reject)));
-    let reject_run = reject.clone();
-    apply_op.reject = Box::new(move |e: Error| {
-        if let Some(r) = lock(&reject).take() {
-            r(e)
-        }
-    });
-    let Kind::Apply(run) = apply_op.kind else {
-        unreachable!("Op::apply builds an apply step")
-    };
-    apply_op.kind = Kind::Apply(Box::new(move |conn: &Connection| {
-        if started.load(Ordering::Acquire) {
-            return run(conn);
-        }
-        let reply: Reply = Box::new(move |_| {
-            if let Some(r) = lock(&reject_run).take() {
-                r(Error::Aborted(
-                    "the run's start was not committed: nothing of it ran".into(),
-                ))
-            }
-        });
-        (Status::Failed, reply)
-    }));
-    op.pair = Some(Pair {
-        apply: Box::new(apply_op),
-        alone,
-    });
-    (op, start_rx, apply_rx)
 }

@@ -1,6 +1,7 @@
 //! The writer thread's loop: it takes what waits in the channel (waiting a
-//! moment for blocked producers), sorts it into a cycle and runs it, and
-//! decides who fsyncs.
+//! moment for blocked producers), sorts it into a cycle (an operation that
+//! must run alone into one of its own) and runs it, and decides who
+//! fsyncs. Writes no table itself.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +27,6 @@ pub(super) fn writer_loop(
         max_batch,
         durable: Vec::with_capacity(max_batch),
         light: Vec::with_capacity(max_batch),
-        applies: Vec::with_capacity(max_batch),
         stats: Stats::default(),
         last_blocking: 0,
         last_cycle: Duration::ZERO,
@@ -44,10 +44,10 @@ struct WriterThread {
     syncer: Sender<Vec<Reply>>,
     max_batch: usize,
     // A cycle's first transaction: durable operations, then light ones
-    // (see [`Core::cycle`]); its second: the pairs' apply steps.
+    // (see [`Core::cycle`]); the apply steps of the runs the light ones
+    // start follow in the cycle's next transaction.
     durable: Vec<Op>,
     light: Vec<Op>,
-    applies: Vec<Op>,
     stats: Stats,
     /// Blocked callers answered by the last cycle.
     last_blocking: usize,
@@ -69,12 +69,12 @@ struct Stats {
 
 impl WriterThread {
     /// One round: takes `first` and what follows it, and runs it as one
-    /// cycle (more when a pair must run alone).
+    /// cycle (more when an operation must run alone).
     fn round(&mut self, receiver: &Receiver<Op>, first: Op) {
         let t0 = Instant::now();
         let (taken, blocking) = self.take(receiver, first, t0);
         self.stats.light += self.light.len() as u64;
-        self.stats.durable += (self.durable.len() + self.applies.len()) as u64;
+        self.stats.durable += self.durable.len() as u64;
         if self.has_work() {
             self.stats.cycles += 1;
             let t1 = Instant::now();
@@ -120,32 +120,27 @@ impl WriterThread {
         (taken, blocking)
     }
 
-    /// Puts `op` in the next cycle; a pair that must run alone runs now, in
-    /// a cycle of its own, after what came before it.
-    fn sort(&mut self, mut op: Op, taken: usize) {
-        match op.pair.take() {
-            Some(pair) if pair.alone => {
-                if self.has_work() {
-                    self.stats.cycles += 1;
-                    self.run_pending(taken, false);
-                }
+    /// Puts `op` in the next cycle; one that must run alone (a suspect's
+    /// start) runs now, in a cycle of its own with the apply step it queues,
+    /// after what came before it.
+    fn sort(&mut self, op: Op, taken: usize) {
+        if op.alone {
+            if self.has_work() {
                 self.stats.cycles += 1;
-                self.run_cycle(&mut vec![op], &mut vec![*pair.apply], taken, false);
+                self.run_pending(taken, false);
             }
-            pair => {
-                if let Some(pair) = pair {
-                    self.applies.push(*pair.apply);
-                }
-                match op.kind.durability() {
-                    Durability::Light => self.light.push(op),
-                    Durability::Durable => self.durable.push(op),
-                }
-            }
+            self.stats.cycles += 1;
+            self.run_cycle(&mut vec![op], taken, false);
+            return;
+        }
+        match op.kind.durability() {
+            Durability::Light => self.light.push(op),
+            Durability::Durable => self.durable.push(op),
         }
     }
 
     fn has_work(&self) -> bool {
-        !self.light.is_empty() || !self.durable.is_empty() || !self.applies.is_empty()
+        !self.light.is_empty() || !self.durable.is_empty()
     }
 
     /// Whether the writer fsyncs and answers this cycle itself: only
@@ -172,25 +167,17 @@ impl WriterThread {
     fn run_pending(&mut self, taken: usize, direct: bool) {
         let mut first = std::mem::take(&mut self.durable);
         first.append(&mut self.light);
-        let mut applies = std::mem::take(&mut self.applies);
-        self.run_cycle(&mut first, &mut applies, taken, direct);
-        // The buffers keep their capacity for the next cycle.
+        self.run_cycle(&mut first, taken, direct);
+        // The buffer keeps its capacity for the next cycle.
         self.durable = first;
-        self.applies = applies;
     }
 
     /// Runs one cycle; `direct`: the writer fsyncs it itself rather than
     /// the syncer (see [`WriterThread::sync_directly`]).
-    fn run_cycle(&self, first: &mut Vec<Op>, applies: &mut Vec<Op>, taken: usize, direct: bool) {
+    fn run_cycle(&self, first: &mut Vec<Op>, taken: usize, direct: bool) {
         let core = &self.core;
         let conn = core.lock();
-        let unsynced = core.cycle(
-            &conn,
-            first,
-            applies,
-            (!direct).then_some(&self.syncer),
-            taken,
-        );
+        let unsynced = core.cycle(&conn, first, (!direct).then_some(&self.syncer), taken);
         drop(conn);
         if unsynced.is_empty() {
             return;
