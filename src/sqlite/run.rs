@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use crate::core::attempt::AttemptOutcome;
 use crate::core::handler::{panic_message, JobContext, Prepared};
@@ -229,6 +229,7 @@ pub(crate) fn apply(conn: &Connection, input: ApplyInput<'_>, now: Millis) -> Re
             conn,
             id,
             attempt_id,
+            Charged::of(&ctx),
             outcome,
             &error,
             next,
