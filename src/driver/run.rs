@@ -159,8 +159,18 @@ pub(crate) fn attempt_of(ctx: &JobContext) -> String {
     format!("{}/{}", ctx.attempt, ctx.max_attempts)
 }
 
+/// Whether the run's info lines are logged: their fields are formatted
+/// only then (a start runs on the file's writer thread, where formatting
+/// an attempt nobody reads costs every job).
+fn info_enabled() -> bool {
+    log::log_enabled!(target: "litejob", log::Level::Info)
+}
+
 /// The line a run's start logs, once its start committed.
 pub(crate) fn log_started(ctx: &JobContext, worker: &str) {
+    if !info_enabled() {
+        return;
+    }
     let attempt = attempt_of(ctx);
     log::info!(target: "litejob", job_id = ctx.id, kind = ctx.kind.as_str(), key = ctx.key.as_str(),
         attempt = attempt.as_str(), worker = worker; "job started");
@@ -168,6 +178,9 @@ pub(crate) fn log_started(ctx: &JobContext, worker: &str) {
 
 /// The line a run's end logs, once its end committed.
 pub(crate) fn log_finished(ctx: &JobContext, end: &RunEnd, ms: u64) {
+    if !info_enabled() {
+        return;
+    }
     let attempt = attempt_of(ctx);
     let err = end.error.clone().unwrap_or_default();
     let next = end.retry_at.map(format_millis).unwrap_or_default();
