@@ -19,6 +19,7 @@ mod queue_names;
 mod read_only;
 mod repairs;
 mod robustness;
+mod run_log;
 pub(crate) mod steps;
 mod workflows;
 
