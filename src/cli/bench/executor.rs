@@ -3,6 +3,7 @@
 //! the run queue. Enough to measure `enqueue_async` from many tasks on one
 //! thread without pulling a runtime into the command. Writes no table.
 
+use litejob::__command::{lock, wait};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -31,7 +32,7 @@ struct Task {
 impl Task {
     fn schedule(self: &Arc<Self>) {
         if !self.queued.swap(true, Ordering::AcqRel) {
-            let mut ready = self.runs.ready.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ready = lock(&self.runs.ready);
             ready.push_back(self.clone());
             drop(ready);
             self.runs.woken.notify_one();
@@ -66,16 +67,16 @@ where
     }
     while left > 0 {
         let task = {
-            let mut ready = runs.ready.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ready = lock(&runs.ready);
             loop {
                 match ready.pop_front() {
                     Some(t) => break t,
-                    None => ready = runs.woken.wait(ready).unwrap_or_else(|e| e.into_inner()),
+                    None => ready = wait(&runs.woken, ready),
                 }
             }
         };
         task.queued.store(false, Ordering::Release);
-        let mut slot = task.future.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(&task.future);
         let Some(future) = slot.as_mut() else {
             continue;
         };

@@ -2,6 +2,7 @@
 //! thread wake-up take, and the process's CPU time and peak memory. Writes
 //! no table (a scratch file beside the queue file, removed).
 
+use litejob::__command::{lock, wait};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -54,25 +55,25 @@ pub fn wake_probe() -> f64 {
     let other = pair.clone();
     let echo = std::thread::spawn(move || {
         let (m, c) = &*other;
-        let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = lock(m);
         // Odd: the main thread's turn is over, answer it.
         while *n < 2 * ROUNDS {
             if *n % 2 == 1 {
                 *n += 1;
                 c.notify_one();
             } else {
-                n = c.wait(n).unwrap_or_else(|e| e.into_inner());
+                n = wait(c, n);
             }
         }
     });
     let (m, c) = &*pair;
     let t = Instant::now();
-    let mut n = m.lock().unwrap_or_else(|e| e.into_inner());
+    let mut n = lock(m);
     for _ in 0..ROUNDS {
         *n += 1;
         c.notify_one();
         while *n % 2 == 1 {
-            n = c.wait(n).unwrap_or_else(|e| e.into_inner());
+            n = wait(c, n);
         }
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64;

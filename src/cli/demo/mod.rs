@@ -13,6 +13,7 @@
 //! the handler registered with `pg_handler`: everything else is the same
 //! code.
 
+use litejob::__command::lock;
 use std::fs::OpenOptions;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -283,7 +284,7 @@ fn start_runtime(
     let receipts = receipts.to_path_buf();
     let effect = move |_effect: &litejob::EffectContext, r: Receipt| {
         std::thread::sleep(send_delay);
-        let fail = mail_rng.lock().unwrap_or_else(|p| p.into_inner()).unit() < failure_rate;
+        let fail = lock(&mail_rng).unit() < failure_rate;
         if fail {
             return Err("mail provider unavailable (simulated), nothing sent".into());
         }

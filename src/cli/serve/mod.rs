@@ -30,6 +30,7 @@ mod pages;
 mod routes;
 mod svg;
 
+use litejob::__command::lock;
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -141,8 +142,7 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
                             // error: exit, so a supervisor restarts it,
                             // rather than run on deaf.
                             Err(e) => {
-                                *failed.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some(e.to_string());
+                                *lock(&failed) = Some(e.to_string());
                                 stop.store(true, Ordering::SeqCst);
                             }
                         }
@@ -153,7 +153,7 @@ pub fn run(db: &Path, a: &ServeArgs) -> CliResult<i32> {
     for t in threads {
         let _ = t.join();
     }
-    if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+    if let Some(e) = lock(&failed).take() {
         return Err(CliError::Failed(format!(
             "the server stopped accepting connections: {e}"
         )));
@@ -223,7 +223,7 @@ impl Busy {
             return;
         };
         {
-            let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut busy = lock(&self.0);
             busy.retain(|_, c| !matches!(c, Conn::Dead(at) if at.elapsed() > DEAD_FOR));
             match busy.get_mut(&conn) {
                 Some(Conn::Answering(waiting)) => {
@@ -244,7 +244,7 @@ impl Busy {
         let mut next = Some(rq);
         while let Some(rq) = next {
             let taken = routes::answer(app, rq);
-            let mut busy = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut busy = lock(&self.0);
             if !taken {
                 let dead = busy.insert(conn, Conn::Dead(Instant::now()));
                 drop(busy);

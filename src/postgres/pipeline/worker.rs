@@ -3,12 +3,13 @@
 //! what it holds. Writes `jobs` and `attempts` through the engine's claim.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock, RwLockReadGuard, TryLockError};
+use std::sync::{Arc, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
 use crate::core::backoff::Rng;
+use crate::core::sync::read;
 use crate::core::time::Millis;
 use crate::error::Result;
 use crate::fault;
@@ -284,10 +285,4 @@ fn sleep_until_stop(stop: &Receiver<()>, d: Duration) -> bool {
         stop.recv_timeout(d),
         Err(crossbeam_channel::RecvTimeoutError::Timeout)
     )
-}
-
-/// Reads `l`, whatever a panicking writer left: the crate's rule for its
-/// locks (`core::sync`).
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|e| e.into_inner())
 }
