@@ -1,6 +1,7 @@
-//! Leases: renewing this process's (the heartbeat) and taking back expired
-//! ones (reaping), through the store. Both engines' pipelines keep their
-//! leases with these.
+//! Leases: renewing this process's (`renew_leases`, the heartbeat) and
+//! taking back expired ones (`reap`), through the `Store` verbs of the same
+//! names. Both engines' pipelines keep their leases with these. Writes no
+//! table itself.
 
 use crate::core::time::Millis;
 use crate::driver::pipeline::Shared;
@@ -8,7 +9,7 @@ use crate::driver::{Engine, Store};
 
 /// Renews the leases of every job and effect this process holds, until
 /// `until`, in one light commit.
-pub(crate) fn heartbeat<E: Engine>(s: &Shared<E>, until: Millis) {
+pub(crate) fn renew_leases<E: Engine>(s: &Shared<E>, until: Millis) {
     let (jobs, effects) = s.in_flight.leased();
     if jobs.is_empty() && effects.is_empty() {
         return;

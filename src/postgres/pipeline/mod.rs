@@ -23,7 +23,7 @@ use crate::postgres::notify;
 use crate::postgres::store::PgStore;
 use crate::postgres::Postgres;
 
-use crate::driver::leases::{heartbeat, reap};
+use crate::driver::leases::{reap, renew_leases};
 use crate::driver::pipeline::{spawn, worker_name, Launched, Pipeline, Shared};
 use crate::driver::runner::Runner;
 use crate::driver::Store;
@@ -185,7 +185,7 @@ fn keeper_loop(s: Arc<Shared<Postgres>>) {
         }
         let now_i = Instant::now();
         if now_i >= next_beat {
-            heartbeat(&s, s.store.now() + lease_ms);
+            renew_leases(&s, s.store.now() + lease_ms);
             next_beat = now_i + every_beat;
         }
         if now_i >= next_reap {

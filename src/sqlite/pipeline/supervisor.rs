@@ -18,7 +18,7 @@ use super::claims::{any_to_claim, count_in_flight, submit_claim, Taken};
 use super::finish::finish_job;
 use super::pending::Pending;
 use super::Pipe;
-use crate::driver::leases::{heartbeat, reap};
+use crate::driver::leases::{reap, renew_leases};
 use crate::driver::pipeline::sleep_or_stop;
 
 /// The supervisor thread's body.
@@ -132,7 +132,7 @@ impl Supervisor {
     fn tend_timers(&mut self) {
         let now_i = Instant::now();
         if now_i >= self.next_heartbeat {
-            heartbeat(&self.s, self.s.now() + self.lease_ms);
+            renew_leases(&self.s, self.s.now() + self.lease_ms);
             self.next_heartbeat = now_i + self.heartbeat_every;
         }
         if now_i >= self.next_reap {
