@@ -202,6 +202,8 @@ pub(crate) fn add<C: GenericClient>(
     Ok((r.col(0)?, r.col(1)?))
 }
 
+/// Claims the next due row of one of `kinds` and records its attempt
+/// (counted before the effect is called).
 pub(crate) fn claim(
     c: &mut PgConn,
     kinds: &[String],

@@ -222,7 +222,7 @@ impl Store for SqliteStore {
 
     fn tally(&self, now: Millis) -> Result<Tally> {
         let mut t =
-            self.read(|c| reports::in_snapshot(c, |c| tally::count(c, now, Runs::Counted)))?;
+            self.read(|c| reports::in_snapshot(c, |c| tally::tally(c, now, Runs::Counted)))?;
         (t.file_bytes, t.wal_bytes) = reports::file_sizes(&self.path);
         Ok(t)
     }
@@ -231,7 +231,7 @@ impl Store for SqliteStore {
         let (mut t, activity, schedules) = self.read(|c| {
             reports::in_snapshot(c, |c| {
                 Ok((
-                    tally::count(c, now, Runs::Skipped)?,
+                    tally::tally(c, now, Runs::Skipped)?,
                     tally::activity(c, now)?,
                     crate::sqlite::schedules::list(c)?,
                 ))
@@ -354,7 +354,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<ClaimedEffect>> {
         let (kinds, owner, worker) = (json_list(kinds), owner.to_string(), worker.to_string());
         self.writer()?
-            .run(move |conn| outbox::claim_one(conn, &kinds, &owner, &worker, lease_until, now))
+            .run(move |conn| outbox::claim(conn, &kinds, &owner, &worker, lease_until, now))
     }
 
     fn ack_effect(

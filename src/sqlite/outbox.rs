@@ -71,7 +71,7 @@ pub(crate) fn add(
 
 /// Claims the next due row of one of `kinds` and records its attempt
 /// (counted before the effect is called).
-pub(crate) fn claim_one(
+pub(crate) fn claim(
     conn: &Connection,
     kinds_json: &str,
     owner: &str,

@@ -42,7 +42,7 @@ const RECENT_ATTEMPTS: &str =
 
 /// Counts the whole file (the caller holds one read transaction), runs
 /// too when asked; the sizes are the caller's to fill.
-pub(crate) fn count(conn: &Connection, now: Millis, runs: Runs) -> Result<Tally> {
+pub(crate) fn tally(conn: &Connection, now: Millis, runs: Runs) -> Result<Tally> {
     let mut t = Tally::default();
     let job_kinds = jobs(conn, now, &mut t)?;
     let outbox_kinds = outbox(conn, &mut t)?;

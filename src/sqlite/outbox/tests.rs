@@ -34,7 +34,7 @@ fn fresh() -> (tempfile::TempDir, Connection, i64) {
 }
 
 fn claim(conn: &Connection, now: Millis) -> Option<ClaimedEffect> {
-    claim_one(conn, KINDS, "1/test", "1/effects", now + LEASE, now).unwrap()
+    super::claim(conn, KINDS, "1/test", "1/effects", now + LEASE, now).unwrap()
 }
 
 /// `(state, attempts, next_attempt_at, lease_expires_at)`.
@@ -63,7 +63,7 @@ fn a_claim_takes_a_due_row_of_its_kinds_and_counts_the_attempt_first() {
         "not due before it was written"
     );
     assert!(
-        claim_one(&conn, r#"["sms"]"#, "1/test", "w", T0 + LEASE, T0)
+        super::claim(&conn, r#"["sms"]"#, "1/test", "w", T0 + LEASE, T0)
             .unwrap()
             .is_none()
     );
