@@ -366,6 +366,7 @@ pub mod admin {
 #[doc(hidden)]
 pub mod __command {
     pub use crate::core::attempt::MAX_ERROR_BYTES;
+    pub use crate::core::backoff::Rng;
     pub use crate::core::sync::{lock, wait};
     pub use crate::core::time::{exact_duration, format_duration, format_millis};
     pub use crate::queue::any::is_postgres_url;
