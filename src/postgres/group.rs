@@ -57,7 +57,14 @@ pub(crate) struct Enqueuer {
     /// Their sessions always use the generic plan (a batch's size varies
     /// from call to call, and the custom plan the server would otherwise
     /// make for each cost more than inserting a few rows) and the short
-    /// lock timeout above.
+    /// lock timeout above. That plan is made once, from the tables as they
+    /// are then, and kept: made while `jobs` or the ledger was small (a new
+    /// queue, or one its retention keeps small), it scanned the whole table
+    /// for every insert however large the table grew (8,000 enqueues into a
+    /// new schema: each scanned every job enqueued before it). With
+    /// sequential scans and hash and merge joins off in these sessions
+    /// (their only statements are the two inserts), the plan looks each
+    /// key up in the unique indexes, whatever the tables' size.
     together: Pool,
     /// The store's pool: a producer's insert of its job alone.
     alone: Pool,
@@ -68,6 +75,9 @@ impl Enqueuer {
         let mut together = session.clone();
         together.set("plan_cache_mode", "force_generic_plan");
         together.set("lock_timeout", format!("{TOGETHER_LOCK_TIMEOUT_MS}ms"));
+        for plan in ["enable_seqscan", "enable_hashjoin", "enable_mergejoin"] {
+            together.set(plan, "off");
+        }
         Enqueuer {
             group: Group::default(),
             together: conn::pool(&together, 2, wait),
