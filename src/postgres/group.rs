@@ -24,7 +24,7 @@ use super::conn::{self, Pool, Session};
 use super::enqueue;
 use super::store::with_conn;
 use crate::core::job::Enqueued;
-use crate::core::sync::{lock, wait};
+use crate::core::sync::{lock, wait, wait_timeout};
 use crate::core::time::Millis;
 use crate::core::validate::ValidJob;
 use crate::error::{Error, Result};
@@ -217,11 +217,7 @@ impl Group {
                 if left.is_zero() {
                     break;
                 }
-                st = self
-                    .back
-                    .wait_timeout(st, left)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                st = wait_timeout(&self.back, st, left);
             }
         }
         // Those that have not called by now are not counted on again.
