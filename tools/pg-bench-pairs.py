@@ -13,7 +13,9 @@ a ratio taken in the same minute much less.
 The two URLs must name different databases: pg-limit drops and recreates
 its own `jobs` table. litejob's runs each get a fresh schema (`lj_bench`,
 dropped and created with `psql` before each run), as pg-limit's get a fresh
-table. Ratios: enq1 against a1's one-insert commits from one
+table. pg-limit connects without TLS; litejob's URL gets `sslmode=disable`
+unless it names an sslmode (litejob's default, `prefer`, would encrypt its
+side of the pair only, on a server with TLS on). Ratios: enq1 against a1's one-insert commits from one
 client, enq8 against a8's from eight, batch against c100's batched
 inserts, proc against c100's processing (claim 100 per transaction and
 complete 100 per transaction, no ledger and no attempt rows).
@@ -68,6 +70,8 @@ def lj():
                    capture_output=True, check=True)
     sep = "&" if "?" in lj_url else "?"
     url = f"{lj_url}{sep}options=-csearch_path%3Dlj_bench"
+    if "sslmode=" not in lj_url:
+        url += "&sslmode=disable"
     out = subprocess.run([litejob, "bench", "--db", url, "--jobs", "20000", "--json"],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)

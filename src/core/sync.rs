@@ -5,7 +5,11 @@
 //! user code, or only after they let go), so giving up the state would lose
 //! more than it saves. Writes no table.
 
-use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(feature = "postgres")]
+use std::sync::{RwLock, RwLockReadGuard};
+#[cfg(feature = "postgres")]
+use std::time::Duration;
 
 /// Locks `m`, whatever a panicking holder left.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -17,7 +21,15 @@ pub fn wait<'a, T>(c: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     c.wait(g).unwrap_or_else(|e| e.into_inner())
 }
 
+/// Waits on `c` with `g` for at most `d`, whatever a panicking holder
+/// left.
+#[cfg(feature = "postgres")]
+pub fn wait_timeout<'a, T>(c: &Condvar, g: MutexGuard<'a, T>, d: Duration) -> MutexGuard<'a, T> {
+    c.wait_timeout(g, d).unwrap_or_else(|e| e.into_inner()).0
+}
+
 /// Reads `l`, whatever a panicking writer left.
+#[cfg(feature = "postgres")]
 pub fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|e| e.into_inner())
 }

@@ -42,6 +42,22 @@ UNION ALL SELECT id, false FROM bump
 UNION ALL SELECT coalesce(job_id, 0), false FROM done
     WHERE NOT EXISTS (SELECT 1 FROM existing)";
 
+/// A new key, the common case of a job alone, in the cheapest statement
+/// that decides it: the job is inserted unless its key is in the ledger or
+/// in `jobs` (a duplicate answers no row, and [`INSERT_ONE`] then counts
+/// it); a producer inserting the same key at the same moment meets the
+/// conflict, and the delivery is counted on its row as in [`INSERT_ONE`].
+/// With no CTEs, the server plans, starts and runs it in about 12 µs less
+/// (of ~170 µs without the flush).
+pub(crate) const INSERT_NEW: &str = "\
+INSERT INTO jobs (queue, kind, idempotency_key, payload, priority, run_at, max_attempts, created_at,
+                  partition_key, timeout_ms)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
+WHERE NOT EXISTS (SELECT 1 FROM processed_jobs WHERE key = $3)
+  AND NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = $3)
+ON CONFLICT (idempotency_key) DO UPDATE SET deliveries = jobs.deliveries + 1
+RETURNING id, (xmax = 0) AS new";
+
 /// A batch of distinct keys in one statement: the same decisions as
 /// [`INSERT_ONE`], row by row, with the rows passed as arrays.
 pub(crate) const INSERT_MANY: &str = "\
@@ -94,33 +110,50 @@ pub(crate) fn insert<C: GenericClient>(
     if !job.depends_on.is_empty() {
         return super::workflow::insert(client, job, now);
     }
-    let row = stmt
-        .query_one(
-            client,
-            &[
-                &job.queue,
-                &job.kind,
-                &job.key,
-                &job.payload,
-                &job.priority,
-                &job.run_at,
-                &job.max_attempts,
-                &now,
-                &job.partition,
-                &job.timeout_ms,
-            ],
-        )
-        .map_err(write_err)?;
+    let row = run(client, stmt, job, now)?
+        .ok_or_else(|| Error::Internal("the enqueue's statement answered no row".into()))?;
     Ok(answer(row.col(0)?, row.col(1)?))
 }
 
-/// Inserts one job on a pooled connection.
+/// Runs [`INSERT_ONE`] or [`INSERT_NEW`] for `job`: its row, if any.
+fn run<C: GenericClient>(
+    client: &mut C,
+    stmt: &Stmt,
+    job: &ValidJob,
+    now: Millis,
+) -> Result<Option<postgres::Row>> {
+    stmt.query_opt(
+        client,
+        &[
+            &job.queue,
+            &job.kind,
+            &job.key,
+            &job.payload,
+            &job.priority,
+            &job.run_at,
+            &job.max_attempts,
+            &now,
+            &job.partition,
+            &job.timeout_ms,
+        ],
+    )
+    .map_err(write_err)
+}
+
+/// Inserts one job on a pooled connection: a new key by [`INSERT_NEW`], a
+/// key seen before by [`INSERT_ONE`] right after it (a second statement
+/// only for a duplicate; on a direct connection each is its own
+/// transaction, and the second decides alone what it finds).
 pub(crate) fn insert_one(conn: &mut PgConn, job: &ValidJob, now: Millis) -> Result<Enqueued> {
     if !job.depends_on.is_empty() {
         return super::workflow::insert_one(conn, job, now);
     }
+    let new = conn.stmt(INSERT_NEW)?;
     let st = conn.stmt(INSERT_ONE)?;
-    autocommit!(conn, write_err, |c| insert(c, &st, job, now))
+    autocommit!(conn, write_err, |c| match run(c, &new, job, now)? {
+        Some(row) => Ok(answer(row.col(0)?, row.col(1)?)),
+        None => insert(c, &st, job, now),
+    })
 }
 
 /// Inserts a batch in one transaction: one statement when its keys are

@@ -27,7 +27,7 @@ WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
 /// attempt's id is drawn first so the row is updated once.
 const CLAIM: &str = "\
 WITH picked AS (
-    SELECT id, nextval(pg_get_serial_sequence('attempts', 'id')) AS attempt_id FROM (
+    SELECT id, nextval((SELECT pg_get_serial_sequence('attempts', 'id'))::regclass) AS attempt_id FROM (
         SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= $3 AND kind = ANY($4)
         ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
     ) p

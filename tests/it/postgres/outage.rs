@@ -225,7 +225,7 @@ it! {
         .unwrap();
         // The answers of both claims (job and outbox row, which draw their
         // attempt ids the same way) are held back, then lost in the cut.
-        proxy.hold_answers_to(Some("nextval(pg_get_serial_sequence('attempts'"));
+        proxy.hold_answers_to(Some("nextval((SELECT pg_get_serial_sequence('attempts'"));
         // Claims already on their way pass, empty.
         std::thread::sleep(Duration::from_millis(500));
         // Written by another process: the runtime's polls claim them.
