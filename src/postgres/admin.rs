@@ -110,11 +110,15 @@ pub(crate) fn retry_dead_batch(
 /// the cancel at its watcher's next look).
 pub(crate) fn cancel_job(c: &mut PgConn, id: i64, now: Millis) -> Result<JobState> {
     let mut tx = c.begin().map_err(write_err)?;
-    let Some(row) = tx.query_opt(CANCEL_READ, &[&id]).map_err(write_err)? else {
-        return Err(Error::NotFound(RowId::Job(id)));
+    // The row keeps its statement, prepared by its text: read and dropped
+    // here, so that it is closed before the commit, on the server session
+    // it was made on (behind a transaction pooler the next may be another's).
+    let (state, attempt, key): (String, Option<i64>, String) = {
+        let Some(row) = tx.query_opt(CANCEL_READ, &[&id]).map_err(write_err)? else {
+            return Err(Error::NotFound(RowId::Job(id)));
+        };
+        (row.col(0)?, row.col(1)?, row.col(2)?)
     };
-    let (state, attempt, key): (String, Option<i64>, String) =
-        (row.col(0)?, row.col(1)?, row.col(2)?);
     let state: JobState = state.parse()?;
     if tx
         .execute(CANCEL, &[&id, &now, &CANCELLED_WHILE_RUNNING])

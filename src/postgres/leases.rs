@@ -139,8 +139,13 @@ pub(crate) fn reap(c: &mut PgConn, now: Millis, max_abandoned: i64) -> Result<us
             super::workflow::ended(&mut tx, &[(id, &key, JobState::Dead)], now)?;
         }
     }
+    let taken = expired.len();
+    // Its statement, prepared by its text, is closed before the commit,
+    // on the server session it was made on (behind a transaction pooler
+    // the next one may be another client's).
+    drop(expired);
     tx.commit().map_err(write_err)?;
-    Ok(expired.len())
+    Ok(taken)
 }
 
 /// [`RELEASE_LOST_CLAIMS`]: how many jobs went back.

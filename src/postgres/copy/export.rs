@@ -73,11 +73,15 @@ impl PgStore {
         let mut conn = self.session.connect()?;
         let mut tx = conn.begin_snapshot().map_err(read_err)?;
         let report = each_table(|t| stream(&mut tx, t, sink))?;
-        let r = tx.query_one(LAST_IDS, &[]).map_err(read_err)?;
-        let last = LastIds {
-            jobs: col(&r, 0)?,
-            outbox: col(&r, 1)?,
-            attempts: col(&r, 2)?,
+        // The row (and the statement it keeps) dropped before the commit:
+        // see `copy_in`.
+        let last = {
+            let r = tx.query_one(LAST_IDS, &[]).map_err(read_err)?;
+            LastIds {
+                jobs: col(&r, 0)?,
+                outbox: col(&r, 1)?,
+                attempts: col(&r, 2)?,
+            }
         };
         tx.commit().map_err(read_err)?;
         Ok((report, last))

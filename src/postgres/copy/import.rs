@@ -105,12 +105,17 @@ impl PgStore {
         let mut conn: PgConn = self.session.connect()?;
         let mut tx = conn.begin().map_err(read_err)?;
         tx.batch_execute(&lock_tables()).map_err(read_err)?;
-        let row = tx
-            .query_one(non_empty_sql().as_str(), &[])
-            .map_err(read_err)?;
-        let flags = (0..TABLES.len())
-            .map(|i| row.col::<bool>(i))
-            .collect::<Result<Vec<bool>>>()?;
+        // The row keeps its statement, prepared by its text: it must be
+        // closed before the commit, on the server session it was made on
+        // (behind a transaction pooler the next one may be another's).
+        let flags = {
+            let row = tx
+                .query_one(non_empty_sql().as_str(), &[])
+                .map_err(read_err)?;
+            (0..TABLES.len())
+                .map(|i| row.col::<bool>(i))
+                .collect::<Result<Vec<bool>>>()?
+        };
         refuse_non_empty(&self.location, "database", &flags)?;
         let mut c = CopyTx {
             tx: &mut tx,
